@@ -79,9 +79,7 @@ class ONorm(nn.Module):
 class OFFN(nn.Module):
     """``OFFN(h) = h + p(h) * FFN(Norm(h))``: a residual feed-forward update."""
 
-    def __init__(
-        self, ffn: nn.Module, norm: nn.Module | None = None, tau: float = 1.0
-    ) -> None:
+    def __init__(self, ffn: nn.Module, norm: nn.Module | None = None, tau: float = 1.0) -> None:
         super().__init__()
         self.ffn = ffn
         self.norm = norm if norm is not None else nn.Identity()
@@ -101,8 +99,10 @@ class OFFN(nn.Module):
 
 
 class OInject(nn.Module):
-    """``OInject(h, c) = h + p(h) * g(c)``: a token-local injection (target,
-    position or column embedding) that leaves a null token null.
+    """``OInject(h, c) = h + p(h) * g(c)``: a token-local injection.
+
+    Target, position and column embeddings added to a token leave a null
+    token null.
     """
 
     def __init__(self, embed: nn.Module, tau: float = 1.0) -> None:
@@ -118,9 +118,7 @@ class OInject(nn.Module):
     def forward(
         self, h: torch.Tensor, context: torch.Tensor, p: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Args: h: carriers ``(..., E)``; context: input of the embedding;
-        p: presence of ``h``, computed if None.
-        """
+        """Adds the gated embedding of ``context`` to carriers ``h`` (presence ``p``)."""
         p = presence(h, self.tau) if p is None else p
         return h + _gate(p, self.embed(context))
 
@@ -173,9 +171,7 @@ class OAttention(nn.Module):
     ) -> None:
         super().__init__()
         if embed_dim % num_heads:
-            raise ValueError(
-                f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}"
-            )
+            raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
         self.embed_dim, self.num_heads = embed_dim, num_heads
         self.in_proj = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
@@ -186,8 +182,9 @@ class OAttention(nn.Module):
     def from_module(
         cls, mha: nn.MultiheadAttention, *, tau: float = 1.0, eps_den: float = 1e-6
     ) -> OAttention:
-        """Builds OAttention on a ``batch_first`` ``nn.MultiheadAttention``,
-        sharing its projection parameters (no copies).
+        """Builds OAttention on a ``batch_first`` ``nn.MultiheadAttention``.
+
+        The projection parameters are shared, not copied.
         """
         if not isinstance(mha, nn.MultiheadAttention):
             raise TypeError(f"expected nn.MultiheadAttention, got {type(mha).__name__}")
@@ -198,9 +195,7 @@ class OAttention(nn.Module):
         new = cls.__new__(cls)
         nn.Module.__init__(new)
         new.embed_dim, new.num_heads = mha.embed_dim, mha.num_heads
-        new.in_proj = nn.Linear(
-            mha.embed_dim, 3 * mha.embed_dim, bias=mha.in_proj_bias is not None
-        )
+        new.in_proj = nn.Linear(mha.embed_dim, 3 * mha.embed_dim, bias=mha.in_proj_bias is not None)
         new.in_proj.weight = mha.in_proj_weight
         if mha.in_proj_bias is not None:
             new.in_proj.bias = mha.in_proj_bias
@@ -276,9 +271,7 @@ class OTransformerBlock(nn.Module):
         self.tau = check_tau(tau)
         self.attn = attn
         self.norm1 = ONorm(norm1, tau) if mode == "full-o" else norm1
-        self.ffn = (
-            OFFN(ffn, norm2, tau) if mode == "full-o" else nn.Sequential(norm2, ffn)
-        )
+        self.ffn = OFFN(ffn, norm2, tau) if mode == "full-o" else nn.Sequential(norm2, ffn)
 
     @classmethod
     def from_module(
@@ -289,22 +282,20 @@ class OTransformerBlock(nn.Module):
         tau: float = 1.0,
         eps_den: float = 1e-6,
     ) -> OTransformerBlock:
-        """Builds the block on a pre-norm ``nn.TransformerEncoderLayer``
-        (``norm_first=True``, ``batch_first=True``), sharing all weights.
+        """Builds the block on a pre-norm ``nn.TransformerEncoderLayer``.
+
+        The layer must have ``norm_first=True`` and ``batch_first=True``; all
+        weights are shared.
         """
         if not isinstance(layer, nn.TransformerEncoderLayer) or not layer.norm_first:
-            raise ValueError(
-                "from_module needs an nn.TransformerEncoderLayer with norm_first=True"
-            )
+            raise ValueError("from_module needs an nn.TransformerEncoderLayer with norm_first=True")
         act = layer.activation
         act_module = act if isinstance(act, nn.Module) else _Activation(act)
         ffn = nn.Sequential(layer.linear1, act_module, layer.linear2)
         attn = OAttention.from_module(layer.self_attn, tau=tau, eps_den=eps_den)
         return cls(attn, layer.norm1, ffn, layer.norm2, mode=mode, tau=tau)
 
-    def forward(
-        self, h_BSE: torch.Tensor, mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def forward(self, h_BSE: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Args: h_BSE: carriers ``(B, S, E)``; mask: optional boolean mask."""
         p_BS = presence(h_BSE, self.tau)
         x = self.norm1(h_BSE, p_BS) if self.mode == "full-o" else self.norm1(h_BSE)

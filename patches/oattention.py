@@ -67,9 +67,7 @@ def validate_oattention_inputs(
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
-            raise ValueError(
-                f"{name} must have 4 dims (B, heads, seq, D), got {tuple(t.shape)}"
-            )
+            raise ValueError(f"{name} must have 4 dims (B, heads, seq, D), got {tuple(t.shape)}")
         if t.dtype not in _FLOAT_DTYPES:
             raise TypeError(f"{name} must be a floating tensor, got {t.dtype}")
     if not (q.dtype == k.dtype == v.dtype):
@@ -78,24 +76,16 @@ def validate_oattention_inputs(
     if k.shape[0] != B or v.shape[0] != B:
         raise ValueError(f"batch sizes differ: q {B}, k {k.shape[0]}, v {v.shape[0]}")
     if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
-        raise ValueError(
-            f"k {tuple(k.shape)} and v {tuple(v.shape)} disagree on heads or length"
-        )
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} disagree on heads or length")
     if k.shape[3] != D:
         raise ValueError(f"q and k head dims differ: {D} vs {k.shape[3]}")
     if k.shape[1] == 0 or H % k.shape[1] != 0:
-        raise ValueError(
-            f"query heads ({H}) must be a multiple of key/value heads ({k.shape[1]})"
-        )
+        raise ValueError(f"query heads ({H}) must be a multiple of key/value heads ({k.shape[1]})")
     S = k.shape[2]
     if tuple(p_q.shape) != (B, L):
-        raise ValueError(
-            f"p_q must have shape (B, L) = {(B, L)}, got {tuple(p_q.shape)}"
-        )
+        raise ValueError(f"p_q must have shape (B, L) = {(B, L)}, got {tuple(p_q.shape)}")
     if tuple(p_k.shape) != (B, S):
-        raise ValueError(
-            f"p_k must have shape (B, S) = {(B, S)}, got {tuple(p_k.shape)}"
-        )
+        raise ValueError(f"p_k must have shape (B, S) = {(B, S)}, got {tuple(p_k.shape)}")
     if mask is not None:
         if mask.dtype != torch.bool:
             raise ValueError(f"mask must be boolean (True = visible), got {mask.dtype}")
@@ -107,11 +97,7 @@ def validate_oattention_inputs(
             ) from err
         if mask.dim() > 4:
             raise ValueError(f"mask has more than 4 dims: {tuple(mask.shape)}")
-    if (
-        not isinstance(eps_den, (int, float))
-        or not math.isfinite(eps_den)
-        or eps_den < 0
-    ):
+    if not isinstance(eps_den, (int, float)) or not math.isfinite(eps_den) or eps_den < 0:
         raise ValueError(f"eps_den must be a finite number >= 0, got {eps_den!r}")
     if check_values:
         for name, p in (("p_q", p_q), ("p_k", p_k)):
@@ -124,11 +110,7 @@ def validate_oattention_inputs(
 
 
 def _mask_4d(mask: torch.Tensor | None) -> torch.Tensor | None:
-    return (
-        None
-        if mask is None
-        else mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
-    )
+    return None if mask is None else mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
 
 
 def _empty_support_BHL(

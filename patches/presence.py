@@ -28,9 +28,7 @@ def check_tau(tau: float) -> float:
     """
     if isinstance(tau, torch.Tensor):
         if tau.numel() != 1:
-            raise ValueError(
-                f"tau must be a scalar, got a tensor of shape {tuple(tau.shape)}"
-            )
+            raise ValueError(f"tau must be a scalar, got a tensor of shape {tuple(tau.shape)}")
         tau = tau.item()
     if isinstance(tau, bool) or not isinstance(tau, (int, float)):
         raise ValueError(f"tau must be a finite number > 0, got {tau!r}")
