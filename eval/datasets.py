@@ -757,18 +757,52 @@ def _openml_fast_fail(timeout_s: float) -> Iterator[None]:
 
 def _unavailable(name: str, spec: _Spec, cause: BaseException) -> DatasetUnavailableError:
     import openml
+    import requests
 
     cache_dir = openml.config.get_config_as_dict()["cachedir"]
+    if isinstance(cause, (requests.exceptions.ConnectionError, requests.exceptions.Timeout)):
+        problem = (
+            f"the OpenML server ({openml.config.server}) could not be reached and the "
+            f"dataset is not in openml's cache ({cache_dir})"
+        )
+    else:
+        problem = (
+            f"the OpenML server ({openml.config.server}) or openml's cache "
+            f"({cache_dir}) did not provide it"
+        )
     return DatasetUnavailableError(
-        f"{name}: could not get OpenML dataset {spec.openml_id} "
-        f"({spec.openml_name}): the OpenML server could not be reached and the "
-        f"dataset is not in openml's cache ({cache_dir}). To proceed offline use "
-        "the offline suite (`--suite offline18`, or load_dataset(name, "
-        "source='offline')), or pre-populate openml's cache on a machine with "
-        f"internet (openml.datasets.get_dataset({spec.openml_id}, "
-        "download_data=True)) and copy it to that directory (openml.config."
-        f"set_root_cache_directory). Cause: {type(cause).__name__}: {cause}"
+        f"{name}: could not get OpenML dataset {spec.openml_id} ({spec.openml_name}): "
+        f"{problem}. To proceed offline use the offline suite (`--suite offline18`, "
+        "or load_dataset(name, source='offline')), or pre-populate openml's cache on "
+        f"a machine with internet (openml.datasets.get_dataset({spec.openml_id}, "
+        "download_data=True)) and copy that cache directory here (see "
+        "openml.config.set_root_cache_directory). "
+        f"Cause: {type(cause).__name__}: {cause}"
     )
+
+
+def _openml_frame(name: str, spec: _Spec, features: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    """OpenML features in the suite's column order.
+
+    Columns are matched by normalized name (case and punctuation ignored) when
+    all names match, else by position (with a warning).
+    """
+    if len(names) != len(spec.feature_names):
+        raise DatasetIntegrityError(
+            f"{name}: OpenML dataset {spec.openml_id} has {len(names)} features "
+            f"{names}, suite openml18 expects {len(spec.feature_names)}"
+        )
+    features = features.set_axis(names, axis=1)
+    by_key = {_normalized(n): n for n in names}
+    wanted = [_normalized(n) for n in spec.feature_names]
+    if set(wanted) == set(by_key) and len(by_key) == len(names):
+        return features[[by_key[k] for k in wanted]].copy()
+    warnings.warn(
+        f"{name}: OpenML feature names {names} differ from the suite's "
+        f"{list(spec.feature_names)}; matching columns by position",
+        stacklevel=3,
+    )
+    return features.copy()
 
 
 def _load_openml(name: str, suites_dir: str | None) -> Dataset:
@@ -787,7 +821,6 @@ def _load_openml(name: str, suites_dir: str | None) -> Dataset:
         requests.exceptions.RequestException,
         openml.exceptions.OpenMLServerError,
         openml.exceptions.OpenMLHashException,
-        OSError,
     )
     try:
         with _openml_fast_fail(_OPENML_TIMEOUT_S):
@@ -807,12 +840,7 @@ def _load_openml(name: str, suites_dir: str | None) -> Dataset:
             f"{name}: OpenML target {target!r} differs from suite target {spec.target!r}",
             stacklevel=2,
         )
-    if len(names) != len(spec.feature_names):
-        raise DatasetIntegrityError(
-            f"{name}: OpenML dataset {spec.openml_id} has {len(names)} features "
-            f"{names}, suite openml18 expects {len(spec.feature_names)}"
-        )
-    frame = pd.DataFrame(features).copy()
+    frame = _openml_frame(name, spec, pd.DataFrame(features), [str(n) for n in names])
     frame[target] = np.asarray(target_values)
     X, y, categorical, categories = _to_canonical(frame, spec, target, f"OpenML {spec.openml_id}")
     digest = canonical_sha256(X, y)
@@ -822,7 +850,7 @@ def _load_openml(name: str, suites_dir: str | None) -> Dataset:
         openml_id=spec.openml_id,
         X=_freeze(X),
         y=_freeze(y),
-        feature_names=[str(n) for n in names],
+        feature_names=[str(n) for n in frame.columns[:-1]],
         target=str(target),
         categorical_features=categorical,
         source=(

@@ -249,6 +249,9 @@ def test_openml_path_gives_the_offline_hash_for_the_same_data(
     features["sex"] = pd.Categorical(
         ["FIM"[int(c)] for c in offline.X[:, 0]], categories=["M", "F", "I"]
     )
+    # Other spelling and column order: columns are matched by normalized name.
+    features = features.rename(columns=lambda c: c.title().replace("_", " "))
+    features = features[list(reversed(features.columns))]
 
     class FakeOpenMLDataset:
         name = "abalone"
@@ -272,7 +275,8 @@ def test_openml_path_gives_the_offline_hash_for_the_same_data(
     assert ds.sha256 == offline.sha256
     assert ds.categories == {0: ["F", "I", "M"]}
     assert ds.target == "Rings" and ds.source.startswith("openml")
+    assert ds.feature_names[:2] == ["Sex", "Length"]
 
-    del features["height"]
+    del features["Height"]
     with pytest.raises(DatasetIntegrityError, match="features"):
         load_dataset("abalone", source="openml")
