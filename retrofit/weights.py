@@ -1,0 +1,153 @@
+"""Real TabPFN weights: the published v2/v3 regressors and local checkpoint files.
+
+``"v2"`` and ``"v3"`` name tabpfn's own default regressor checkpoint for that
+version. It lives in tabpfn's model cache (:func:`tabpfn.model_loading.get_cache_dir`,
+set by ``TABPFN_MODEL_CACHE_DIR``) under tabpfn's default file name; when it is
+missing, tabpfn's own downloader fetches it (v3 first asks for the licence
+acceptance, see ``docs/real_weights.md``). Offline, or when the download is
+refused, the failure is one :class:`WeightsUnavailableError` naming the exact
+path where the file must be placed. Nothing here reimplements a download.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tabpfn import model_loading
+from tabpfn.constants import ModelVersion
+
+__all__ = [
+    "CHECKPOINT_SUFFIXES",
+    "DEFAULT_VERSIONS",
+    "WeightsUnavailableError",
+    "default_checkpoint_path",
+    "default_weights",
+    "is_version_alias",
+    "local_checkpoint",
+]
+
+#: File suffixes tabpfn's loader reads (``tabpfn.checkpoint.Checkpoint``).
+CHECKPOINT_SUFFIXES = (".ckpt", ".safetensors")
+
+#: The version aliases this package resolves to tabpfn's default regressor.
+DEFAULT_VERSIONS: dict[str, ModelVersion] = {"v2": ModelVersion.V2, "v3": ModelVersion.V3}
+
+# Where a user fetches each default file by hand (the Hugging Face repository
+# tabpfn downloads from; v3 is gated behind the licence acceptance).
+_MANUAL_URL = {
+    "v2": "https://huggingface.co/Prior-Labs/TabPFN-v2-reg",
+    "v3": "https://huggingface.co/Prior-Labs/tabpfn_3",
+}
+
+_TRUTHY_OFF = ("", "0", "false", "no", "off")
+
+
+class WeightsUnavailableError(RuntimeError):
+    """The requested TabPFN weights are not on disk and could not be downloaded."""
+
+
+def is_version_alias(model_path: object) -> bool:
+    """Whether ``model_path`` is one of the version aliases (``"v2"``, ``"v3"``)."""
+    return isinstance(model_path, str) and model_path in DEFAULT_VERSIONS
+
+
+def default_checkpoint_path(version: str) -> Path:
+    """Where tabpfn keeps its default regressor checkpoint for ``version``.
+
+    Args:
+        version: ``"v2"`` or ``"v3"``.
+
+    Returns:
+        ``<tabpfn cache dir>/<tabpfn's default file name>``, e.g.
+        ``~/.cache/tabpfn/tabpfn-v3-regressor-v3_default.ckpt``.
+
+    Raises:
+        ValueError: ``version`` is not a supported alias.
+    """
+    if version not in DEFAULT_VERSIONS:
+        raise ValueError(
+            f"unknown TabPFN version {version!r}; expected one of {sorted(DEFAULT_VERSIONS)}"
+        )
+    paths, _dirs, _names, _which = model_loading.resolve_model_path(
+        None, which="regressor", version=DEFAULT_VERSIONS[version].value
+    )
+    return paths[0]
+
+
+def _offline_requested() -> bool:
+    value = os.environ.get("HF_HUB_OFFLINE", "").strip().lower()
+    return value not in _TRUTHY_OFF
+
+
+def _unavailable(version: str, path: Path, why: str) -> WeightsUnavailableError:
+    return WeightsUnavailableError(
+        f"TabPFN {version} regressor weights are not available ({why}); "
+        f"download {path.name} from {_MANUAL_URL[version]} and place it at {path} "
+        "(or set TABPFN_MODEL_CACHE_DIR to the folder holding it)"
+    )
+
+
+def default_weights(version: str, *, download: bool = True) -> Path:
+    """The path of tabpfn's default regressor for ``version``, downloading it if needed.
+
+    The download is tabpfn's own (:func:`tabpfn.model_loading.download_model`):
+    v2 comes from Hugging Face or tabpfn's public mirror, v3 needs the licence
+    accepted first (``TABPFN_TOKEN``; see ``docs/real_weights.md``). No download
+    is tried when ``download`` is false or ``HF_HUB_OFFLINE`` is set.
+
+    Args:
+        version: ``"v2"`` or ``"v3"``.
+        download: Whether to let tabpfn download a missing file.
+
+    Returns:
+        The checkpoint path, which exists.
+
+    Raises:
+        WeightsUnavailableError: The file is missing and could not be fetched;
+            the message names the exact path and file name to place by hand.
+    """
+    path = default_checkpoint_path(version)
+    if path.is_file():
+        return path
+    if not download:
+        raise _unavailable(version, path, "not in the model cache and downloading is off")
+    if _offline_requested():
+        raise _unavailable(version, path, "not in the model cache and HF_HUB_OFFLINE is set")
+    try:
+        result = model_loading.download_model(
+            path, version=DEFAULT_VERSIONS[version], which="regressor"
+        )
+    except Exception as exc:  # tabpfn's downloader reports most failures by value
+        result = [exc]
+    if result != "ok" or not path.is_file():
+        cause = result[0] if isinstance(result, list) and result else None
+        first_line = str(cause).strip().splitlines()[0] if cause else "download failed"
+        raise _unavailable(
+            version, path, f"download failed: {type(cause).__name__}: {first_line}"
+        ) from cause
+    return path
+
+
+def local_checkpoint(path: str | os.PathLike[str]) -> Path:
+    """Check that ``path`` is a checkpoint file tabpfn can read.
+
+    Args:
+        path: A ``.ckpt`` or ``.safetensors`` file.
+
+    Returns:
+        The path, resolved.
+
+    Raises:
+        WeightsUnavailableError: The file does not exist.
+        ValueError: The suffix is not one tabpfn reads.
+    """
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise WeightsUnavailableError(f"checkpoint file not found: {file}")
+    if file.suffix not in CHECKPOINT_SUFFIXES:
+        raise ValueError(
+            f"not a TabPFN checkpoint: {file} (expected a file ending in "
+            f"{' or '.join(CHECKPOINT_SUFFIXES)})"
+        )
+    return file.resolve()

@@ -1,0 +1,226 @@
+"""Real weights (v2/v3 aliases, local files) and saved retrofit directories.
+
+No test downloads: tabpfn's downloader is replaced by a fake wherever a
+download could be tried, and conftest points the model cache at a temp dir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from tabpfn import model_loading
+from tabpfn.checkpoint import Checkpoint
+
+from retrofit import saved, weights
+from retrofit.saved import SavedModelError, SettingsConflictError
+from retrofit.weights import WeightsUnavailableError
+from tests._tiny_models import tiny_v3_checkpoint
+
+SETTINGS = {"mode": "full-o", "tau": 1.0, "support": "count", "eps_den": 1e-6}
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    """A fresh, empty tabpfn model cache for one test."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setattr(model_loading, "get_cache_dir", lambda: cache)
+    return cache
+
+
+@pytest.fixture
+def no_download(monkeypatch) -> list:
+    """Replace tabpfn's downloader by one that fails like an offline machine."""
+    calls: list = []
+
+    def fake_download(to, *, version, which, model_name=None):
+        calls.append((Path(to), version, which))
+        return [OSError("[Errno -3] Temporary failure in name resolution")]
+
+    monkeypatch.setattr(model_loading, "download_model", fake_download)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("version", "file_name"),
+    [("v3", "tabpfn-v3-regressor-v3_default.ckpt"), ("v2", "tabpfn-v2-regressor.ckpt")],
+)
+def test_alias_maps_to_tabpfns_default_file_in_its_cache(cache_dir, version, file_name):
+    assert weights.default_checkpoint_path(version) == cache_dir / file_name
+
+
+def test_default_cache_follows_tabpfn_model_cache_dir():
+    # conftest sets TABPFN_MODEL_CACHE_DIR before tabpfn's settings are read.
+    expected = Path(os.environ["TABPFN_MODEL_CACHE_DIR"]) / "tabpfn-v3-regressor-v3_default.ckpt"
+    assert weights.default_checkpoint_path("v3") == expected
+
+
+@pytest.mark.parametrize("version", ["v3", "v2"])
+def test_offline_download_failure_is_one_line_naming_the_exact_path(
+    cache_dir, no_download, version
+):
+    with pytest.raises(WeightsUnavailableError) as info:
+        weights.default_weights(version)
+    message = str(info.value)
+    target = weights.default_checkpoint_path(version)
+    assert "\n" not in message
+    assert str(target) in message
+    assert target.name in message
+    assert "Temporary failure in name resolution" in message
+    assert [c[0] for c in no_download] == [target]
+    assert no_download[0][2] == "regressor"
+
+
+def test_hf_hub_offline_fails_without_trying_a_download(cache_dir, no_download, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(WeightsUnavailableError, match="HF_HUB_OFFLINE"):
+        weights.default_weights("v3")
+    assert no_download == []
+
+
+def test_download_disabled_fails_without_trying(cache_dir, no_download):
+    with pytest.raises(WeightsUnavailableError, match="downloading is off"):
+        weights.default_weights("v2", download=False)
+    assert no_download == []
+
+
+def test_a_downloader_exception_is_also_reported_as_unavailable(cache_dir, monkeypatch):
+    def raising_download(to, **_):
+        raise RuntimeError("licence not accepted\nsecond line")
+
+    monkeypatch.setattr(model_loading, "download_model", raising_download)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(WeightsUnavailableError, match="licence not accepted") as info:
+        weights.default_weights("v3")
+    assert "\n" not in str(info.value)
+
+
+def test_successful_download_returns_the_cached_file(cache_dir, monkeypatch):
+    def fake_download(to, *, version, which, model_name=None):
+        Path(to).write_bytes(b"weights")
+        return "ok"
+
+    monkeypatch.setattr(model_loading, "download_model", fake_download)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    path = weights.default_weights("v3")
+    assert path == cache_dir / "tabpfn-v3-regressor-v3_default.ckpt"
+    assert path.read_bytes() == b"weights"
+
+
+def test_file_already_in_cache_is_used_without_download(cache_dir, no_download):
+    target = cache_dir / "tabpfn-v2-regressor.ckpt"
+    target.write_bytes(b"x")
+    assert weights.default_weights("v2") == target
+    assert no_download == []
+
+
+def test_local_checkpoint_checks_existence_and_suffix(tmp_path):
+    with pytest.raises(WeightsUnavailableError, match="not found"):
+        weights.local_checkpoint(tmp_path / "missing.ckpt")
+    wrong = tmp_path / "model.bin"
+    wrong.write_bytes(b"x")
+    with pytest.raises(ValueError, match="not a TabPFN checkpoint"):
+        weights.local_checkpoint(wrong)
+    good = tmp_path / "model.safetensors"
+    good.write_bytes(b"x")
+    assert weights.local_checkpoint(good) == good.resolve()
+
+
+def test_unknown_version_alias_is_rejected():
+    assert not weights.is_version_alias("v2.5")
+    with pytest.raises(ValueError, match="unknown TabPFN version"):
+        weights.default_checkpoint_path("v2.5")
+
+
+# --- saved retrofit directories ------------------------------------------------
+
+
+def test_saved_dir_round_trip_keeps_weights_and_settings(tmp_path):
+    source = tiny_v3_checkpoint(tmp_path, name="tiny_v3.safetensors")
+    out = tmp_path / "retrofitted"
+    result = saved.write_saved(source, out, settings=SETTINGS, patch_digest="abc", source_label="x")
+    assert sorted(p.name for p in out.iterdir()) == [
+        "retrofit.json",
+        "tabpfn_v3_regressor_retrofit.safetensors",
+    ]
+    assert "v3" in result.checkpoint.name
+    assert model_loading.resolve_model_version(result.checkpoint).value == "v3"
+    assert result.settings == SETTINGS
+    manifest = json.loads((out / "retrofit.json").read_text())
+    assert manifest["source"]["sha256"] == saved.sha256_file(source)
+    assert manifest["weights"]["sha256"] == saved.sha256_file(result.checkpoint)
+    assert manifest["patch_digest"] == "abc"
+    assert set(manifest["versions"]) >= {"tabpfn", "torch", "tabpfn-retrofit"}
+    original = Checkpoint(source).load()
+    copy = Checkpoint(result.checkpoint).load()
+    assert copy["config"] == original["config"]
+    assert copy["inference_config"] == original["inference_config"]
+    assert copy["state_dict"].keys() == original["state_dict"].keys()
+    for key, tensor in original["state_dict"].items():
+        assert torch.equal(copy["state_dict"][key], tensor), key
+    assert saved.is_saved_dir(out)
+    assert not saved.is_saved_dir(source)
+
+
+def test_tampered_weights_fail_the_sha256_check(tmp_path):
+    source = tiny_v3_checkpoint(tmp_path)
+    out = saved.write_saved(source, tmp_path / "d", settings=SETTINGS).directory
+    weights_file = next(out.glob("*.safetensors"))
+    data = bytearray(weights_file.read_bytes())
+    data[-1] ^= 0xFF
+    weights_file.write_bytes(bytes(data))
+    with pytest.raises(SavedModelError, match="SHA-256 mismatch"):
+        saved.load_saved(out)
+
+
+def test_malformed_saved_dirs_fail_clearly(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(SavedModelError, match=r"no retrofit\.json"):
+        saved.load_saved(empty)
+    (empty / "retrofit.json").write_text("{not json")
+    with pytest.raises(SavedModelError, match="cannot read"):
+        saved.load_saved(empty)
+    (empty / "retrofit.json").write_text(json.dumps({"format": "other/9"}))
+    with pytest.raises(SavedModelError, match="format"):
+        saved.load_saved(empty)
+
+
+def test_existing_output_is_refused_unless_overwrite(tmp_path):
+    source = tiny_v3_checkpoint(tmp_path)
+    out = tmp_path / "d"
+    saved.write_saved(source, out, settings=SETTINGS)
+    with pytest.raises(FileExistsError):
+        saved.write_saved(source, out, settings={**SETTINGS, "mode": "oattention"})
+    assert saved.load_saved(out).settings["mode"] == "full-o"
+    saved.write_saved(source, out, settings={**SETTINGS, "mode": "oattention"}, overwrite=True)
+    assert saved.load_saved(out).settings["mode"] == "oattention"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
+    source = tiny_v3_checkpoint(tmp_path)
+
+    def broken_save(checkpoint, path):
+        Path(path).write_bytes(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(saved, "save_as_safetensors", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        saved.write_saved(source, tmp_path / "d", settings=SETTINGS)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [source.name]
+
+
+def test_merge_settings_saved_are_defaults_and_explicit_must_agree():
+    unset = dict.fromkeys(SETTINGS)
+    assert saved.merge_settings(SETTINGS, unset) == SETTINGS
+    assert saved.merge_settings(SETTINGS, {"mode": "full-o", "tau": 1}) == SETTINGS
+    with pytest.raises(SettingsConflictError, match=r"mode='oattention' \(saved: 'full-o'\)"):
+        saved.merge_settings(SETTINGS, {**unset, "mode": "oattention"})
+    with pytest.raises(SettingsConflictError, match=r"tau=2\.0"):
+        saved.merge_settings(SETTINGS, {"tau": 2.0})
