@@ -1,0 +1,620 @@
+"""Reports built only from stored results: cases.csv, summary.md, and the figures.
+
+Reads the run rows of a suite's results directory (``runs/*.json``, written by
+:mod:`eval.runner`), the carrier statistics (``carriers/``, :mod:`eval.carriers`)
+and the session records (``sessions/``), and writes, atomically:
+
+* ``cases.csv``: one row per case x variant x tau, with its paired baseline
+  RMSE, ``delta_pct = 100 * (rmse - rmse_none) / rmse_none`` and provenance;
+* ``summary.md``: per-case table at the default tau, mean / median / #worse
+  beside the paper's numbers, times, the tau sweep and the carrier scale;
+* ``deltas.png``: per-case deltas, both retrofits, grouped bars, zero line;
+* ``tau_sweep.csv`` and ``tau_sweep.png``: mean delta vs tau (when swept).
+
+Nothing is recomputed here, and nothing is written unless the store holds rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from eval.carriers import load_carriers, presence_at
+from eval.runner import DEFAULT_TAU, PAPER_MEAN_DELTA_PCT, iter_sessions, load_rows
+
+__all__ = [
+    "CASE_COLUMNS",
+    "ReportError",
+    "aggregate",
+    "build_report",
+    "case_table",
+    "select_context",
+]
+
+CASE_COLUMNS: tuple[str, ...] = (
+    "dataset",
+    "seed",
+    "mode",
+    "tau",
+    "support",
+    "eps_den",
+    "status",
+    "rmse",
+    "rmse_none",
+    "delta_pct",
+    "mae",
+    "n_train",
+    "n_test",
+    "n_features",
+    "fit_s",
+    "predict_s",
+    "n_estimators",
+    "checkpoint_sha256",
+    "state_dict_sha256",
+    "tabpfn_retrofit_version",
+    "tabpfn_version",
+    "torch_version",
+    "scikit_learn_version",
+    "numpy_version",
+    "device",
+    "dtype",
+    "resolved_dtype",
+    "autocast",
+    "threads",
+    "executor",
+    "patch_digest",
+    "error",
+    "finished_at",
+    "key",
+)
+"""Columns of ``cases.csv``, in order."""
+
+# Fields that must agree for rows to belong to one report (everything but the
+# case and the variant).
+_CONTEXT_FIELDS = (
+    "suite",
+    "checkpoint_sha256",
+    "n_estimators",
+    "dtype",
+    "device",
+    "fit_mode",
+    "max_train_rows",
+    "max_test_rows",
+    "tabpfn_retrofit_version",
+    "tabpfn_version",
+    "torch_version",
+    "scikit_learn_version",
+    "numpy_version",
+)
+_MODE_LABEL = {"none": "unpatched", "oattention": "OAttention", "full-o": "Full-O"}
+
+
+class ReportError(RuntimeError):
+    """The store holds nothing to report (or nothing matching the request)."""
+
+
+def _context(row: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(row.get(k) for k in _CONTEXT_FIELDS)
+
+
+def select_context(
+    rows: Sequence[dict[str, Any]], suite: str, checkpoint: str | None = None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Rows of one comparable run context (checkpoint, ensemble, dtype, versions...).
+
+    Args:
+        rows: Every stored row.
+        suite: Suite name.
+        checkpoint: A prefix of the checkpoint SHA-256 to report; ``None``
+            takes the context of the most recently finished row.
+
+    Returns:
+        The rows of the chosen context and notes on what was left out.
+
+    Raises:
+        ReportError: If nothing matches.
+    """
+    rows = [r for r in rows if r.get("suite") == suite]
+    if checkpoint:
+        rows = [r for r in rows if str(r.get("checkpoint_sha256", "")).startswith(checkpoint)]
+    if not rows:
+        what = f" with checkpoint {checkpoint}" if checkpoint else ""
+        raise ReportError(f"no stored runs of suite {suite!r}{what}; run `eval` first")
+    latest = max(rows, key=lambda r: str(r.get("finished_at", "")))
+    chosen = _context(latest)
+    kept = [r for r in rows if _context(r) == chosen]
+    notes = []
+    if len(kept) < len(rows):
+        notes.append(
+            f"{len(rows) - len(kept)} stored runs of other contexts (checkpoint, ensemble, "
+            "versions or row limits) are not in this report"
+        )
+    return kept, notes
+
+
+def case_table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per stored run with its paired baseline and ``delta_pct``.
+
+    Returns:
+        Records with :data:`CASE_COLUMNS`, sorted by dataset, seed, mode, tau.
+    """
+    by_key = {r["key"]: r for r in rows}
+    mode_order = {"none": 0, "oattention": 1, "full-o": 2}
+    table = []
+    for row in rows:
+        base = by_key.get(row.get("baseline_key"))
+        rmse, rmse_none = row.get("rmse"), base.get("rmse") if base else None
+        delta = None
+        if row.get("status") == "ok" and base and base.get("status") == "ok" and rmse_none:
+            delta = 100.0 * (rmse - rmse_none) / rmse_none
+        record = {c: row.get(c) for c in CASE_COLUMNS}
+        record.update(rmse_none=rmse_none, delta_pct=delta)
+        table.append(record)
+    table.sort(
+        key=lambda r: (
+            str(r["dataset"]),
+            int(r["seed"]),
+            mode_order.get(r["mode"], 9),
+            r["tau"] if r["tau"] is not None else -1.0,
+            str(r["support"]),
+            r["eps_den"] if r["eps_den"] is not None else -1.0,
+        )
+    )
+    return table
+
+
+def aggregate(table: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per variant (mode, tau, support, eps_den): mean, median, #worse of delta_pct.
+
+    Returns:
+        One record per retrofit variant: ``n`` paired cases, ``mean_pct``,
+        ``median_pct``, ``worse`` (delta > 0), ``better``, ``failed``
+        (status not ok, or no usable baseline), ``fit_s`` and ``predict_s``
+        totals.
+    """
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for rec in table:
+        if rec["mode"] == "none":
+            continue
+        groups.setdefault((rec["mode"], rec["tau"], rec["support"], rec["eps_den"]), []).append(rec)
+    out = []
+    for (mode, tau, support, eps_den), recs in sorted(
+        groups.items(), key=lambda kv: (kv[0][0] != "oattention", kv[0][1], str(kv[0][2]))
+    ):
+        deltas = [r["delta_pct"] for r in recs if r["delta_pct"] is not None]
+        out.append(
+            {
+                "mode": mode,
+                "tau": tau,
+                "support": support,
+                "eps_den": eps_den,
+                "n": len(deltas),
+                "mean_pct": statistics.fmean(deltas) if deltas else None,
+                "median_pct": statistics.median(deltas) if deltas else None,
+                "worse": sum(d > 0 for d in deltas),
+                "better": sum(d < 0 for d in deltas),
+                "failed": len(recs) - len(deltas),
+                "fit_s": sum(r["fit_s"] or 0.0 for r in recs),
+                "predict_s": sum(r["predict_s"] or 0.0 for r in recs),
+            }
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# Writers
+# --------------------------------------------------------------------------- #
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        from eval.provenance import write_text_atomic
+    except ImportError:  # pragma: no cover - until eval.provenance lands
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+        return
+    write_text_atomic(path, text)
+
+
+def _csv_text(records: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    for rec in records:
+        writer.writerow({c: "" if rec.get(c) is None else rec.get(c) for c in columns})
+    return buf.getvalue()
+
+
+def _save_figure(fig: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.png")
+    fig.savefig(tmp, dpi=130, bbox_inches="tight")
+    os.replace(tmp, path)
+
+
+def _fmt(value: Any, spec: str = ".4f") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    return format(value, spec)
+
+
+def _pct(value: Any) -> str:
+    return "n/a" if value is None else f"{value:+.3f} %"
+
+
+def _plot_deltas(table: Sequence[dict[str, Any]], tau: float, path: Path) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = sorted({(r["dataset"], r["seed"]) for r in table})
+    modes = [m for m in ("oattention", "full-o") if any(r["mode"] == m for r in table)]
+    if not cases or not modes:
+        return False
+    lookup = {
+        (r["dataset"], r["seed"], r["mode"]): r["delta_pct"]
+        for r in table
+        if r["mode"] == "none" or r["tau"] == tau
+    }
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(cases) + 2), 3.8))
+    width = 0.8 / len(modes)
+    for j, mode in enumerate(modes):
+        values = [lookup.get((d, s, mode)) for d, s in cases]
+        xs = [i + (j - (len(modes) - 1) / 2) * width for i in range(len(cases))]
+        ax.bar(
+            [x for x, v in zip(xs, values, strict=True) if v is not None],
+            [v for v in values if v is not None],
+            width=width,
+            label=_MODE_LABEL[mode],
+        )
+        failed = [x for x, v in zip(xs, values, strict=True) if v is None]
+        if failed:
+            ax.plot(failed, [0.0] * len(failed), "kx", label=f"{_MODE_LABEL[mode]}: no result")
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(cases)))
+    ax.set_xticklabels([f"{d}/{s}" for d, s in cases], rotation=60, ha="right", fontsize=8)
+    ax.set_ylabel("RMSE change vs unpatched (%)")
+    ax.set_title(f"Per-case relative RMSE change, tau = {tau:g}")
+    ax.legend(fontsize=8)
+    _save_figure(fig, path)
+    plt.close(fig)
+    return True
+
+
+def _plot_sweep(
+    sweep: Sequence[dict[str, Any]], carriers: dict[str, Any] | None, default_tau: float, path: Path
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for mode in ("oattention", "full-o"):
+        recs = sorted((r for r in sweep if r["mode"] == mode and r["n"]), key=lambda r: r["tau"])
+        if recs:
+            taus = [r["tau"] for r in recs]
+            ax.plot(taus, [r["mean_pct"] for r in recs], "o-", label=f"{_MODE_LABEL[mode]} mean")
+            ax.plot(
+                taus, [r["median_pct"] for r in recs], "x--", alpha=0.6,
+                label=f"{_MODE_LABEL[mode]} median",
+            )  # fmt: skip
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.axvline(default_tau, color="grey", linestyle=":", label=f"default tau = {default_tau:g}")
+    if carriers and carriers.get("all"):
+        median = carriers["all"]["q0.5"]
+        ax.axvline(median, color="tab:red", linestyle="-.", label=f"median ||x||^2 = {median:.3g}")
+    ax.set_xscale("log")
+    ax.set_xlabel("tau")
+    ax.set_ylabel("RMSE change vs unpatched (%)")
+    ax.set_title("Tau sweep: mean relative RMSE change over cases")
+    ax.legend(fontsize=8)
+    _save_figure(fig, path)
+    plt.close(fig)
+
+
+def _carrier_section(carriers: dict[str, Any] | None, taus: Sequence[float], default_tau: float):
+    lines = ["## Carrier scale (what tau means)", ""]
+    if not carriers or not carriers.get("all"):
+        lines += [
+            "No carrier statistics stored for this checkpoint; run "
+            "`tabpfn-retrofit eval --sweep` (or `carriers`) to measure them.",
+            "",
+        ]
+        return lines
+    q = carriers["all"]
+    lines += [
+        f"Squared norms ||x||^2 of the carriers entering `model.icl_blocks` (forward pre-hooks, "
+        f"unpatched host, {carriers['n_values']} carrier values over "
+        f"{len(carriers['cases'])} cases, all blocks, train and test rows):",
+        "",
+        "| rows | min | q01 | q10 | q25 | median | q75 | q90 | q99 | max |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, label in (("all", "all"), ("train_rows", "train"), ("test_rows", "test")):
+        s = carriers.get(name) or {}
+        if s:
+            cells = " | ".join(
+                _fmt(s.get(k), ".4g")
+                for k in ("q0", "q0.01", "q0.1", "q0.25", "q0.5", "q0.75", "q0.9", "q0.99", "q1")
+            )
+            lines.append(f"| {label} | {cells} |")
+    per_block = carriers.get("per_block") or {}
+    if per_block:
+        medians = ", ".join(
+            f"block {b}: {_fmt(s.get('q0.5'), '.4g')}" for b, s in per_block.items()
+        )
+        lines += ["", f"Median per ICL block: {medians}."]
+    median, low = q["q0.5"], q["q0.01"]
+    lines += [
+        "",
+        "Presence p = ||x||^2 / (tau + ||x||^2) of the median and of the 1st-percentile carrier:",
+        "",
+        "| tau | p(median) | p(q01) | 1 - p(median) |",
+        "|---|---|---|---|",
+    ]
+    for tau in sorted(set(taus) | {default_tau}):
+        pm = presence_at(median, tau)
+        lines.append(f"| {tau:g} | {pm:.6f} | {presence_at(low, tau):.6f} | {1 - pm:.3g} |")
+    pm, pl = presence_at(median, default_tau), presence_at(low, default_tau)
+    lines += [
+        "",
+        f"**Default tau = {default_tau:g}.** Any tau > 0 keeps p(0) = 0 exactly, so the null "
+        "law does not depend on it; tau only decides how strongly live carriers are gated. "
+        f"At tau = {default_tau:g} the median carrier (||x||^2 = {median:.4g}) has presence "
+        f"{pm:.6f} and the 1st-percentile carrier ({low:.4g}) {pl:.6f}: tau sits "
+        f"{math.log10(median / default_tau):.1f} orders of magnitude below the typical "
+        "squared norm, so live tokens are gated by about tau/||x||^2 and the active path "
+        "changes little, while a carrier only counts as half-present once its squared norm "
+        f"falls to tau. Larger tau (towards the median, {median:.3g}) would begin to treat "
+        "ordinary tokens as partly absent; the sweep below shows the cost.",
+        "",
+    ]
+    return lines
+
+
+def _sessions_section(store: Path, checkpoint: str) -> list[str]:
+    sessions = [
+        s for s in iter_sessions(store) if str(s.get("checkpoint_sha256", "")) == checkpoint
+    ]
+    if not sessions:
+        return []
+    lines = [
+        "## Run sessions (wall time of each `eval` command)",
+        "",
+        "| finished (UTC) | command | computed | skipped | failed | wall (s) | executor |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in sessions:
+        lines.append(
+            f"| {s.get('finished_at', '')} | `{s.get('command', '')}` | {s.get('computed')} | "
+            f"{s.get('skipped')} | {s.get('failed')} | {_fmt(s.get('wall_s'), '.1f')} | "
+            f"{s.get('executor', '')} |"
+        )
+    return [*lines, ""]
+
+
+def build_report(
+    store: str | Path,
+    suite: str,
+    *,
+    out_dir: str | Path | None = None,
+    tau: float = DEFAULT_TAU,
+    checkpoint: str | None = None,
+) -> dict[str, Path]:
+    """Build every report file of a suite from its stored results.
+
+    Args:
+        store: The suite's results directory (holds ``runs/``).
+        suite: Suite name.
+        out_dir: Where to write (default: ``store``).
+        tau: The default tau of the main table and figure.
+        checkpoint: SHA-256 prefix to report (default: the latest context).
+
+    Returns:
+        Paths written, by name.
+
+    Raises:
+        ReportError: If the store has no matching rows.
+    """
+    store = Path(store)
+    out = Path(out_dir) if out_dir is not None else store
+    out.mkdir(parents=True, exist_ok=True)
+    rows, notes = select_context(load_rows(store), suite, checkpoint)
+    table = case_table(rows)
+    agg = aggregate(table)
+    first = rows[0]
+    ckpt = first["checkpoint_sha256"]
+    carriers = load_carriers(store, ckpt)
+    written: dict[str, Path] = {}
+
+    written["cases.csv"] = out / "cases.csv"
+    _write_text(written["cases.csv"], _csv_text(table, CASE_COLUMNS))
+
+    main = [a for a in agg if a["tau"] == tau]
+    sweep_taus = sorted({a["tau"] for a in agg})
+    sweep = [a for a in agg if a["support"] == (main[0]["support"] if main else a["support"])]
+    if len(sweep_taus) > 1:
+        cols = ("mode", "tau", "support", "eps_den", "n", "mean_pct", "median_pct", "worse",
+                "better", "failed", "fit_s", "predict_s")  # fmt: skip
+        written["tau_sweep.csv"] = out / "tau_sweep.csv"
+        _write_text(written["tau_sweep.csv"], _csv_text(sweep, cols))
+        written["tau_sweep.png"] = out / "tau_sweep.png"
+        _plot_sweep(sweep, carriers, tau, written["tau_sweep.png"])
+    if _plot_deltas(table, tau, out / "deltas.png"):
+        written["deltas.png"] = out / "deltas.png"
+
+    written["summary.md"] = out / "summary.md"
+    text = _summary_text(
+        store, suite, rows, table, agg, main, sweep, sweep_taus, carriers, tau, notes
+    )
+    _write_text(written["summary.md"], text)
+    return written
+
+
+def _summary_text(
+    store: Path,
+    suite: str,
+    rows: Sequence[dict[str, Any]],
+    table: Sequence[dict[str, Any]],
+    agg: Sequence[dict[str, Any]],
+    main: Sequence[dict[str, Any]],
+    sweep: Sequence[dict[str, Any]],
+    sweep_taus: Sequence[float],
+    carriers: dict[str, Any] | None,
+    tau: float,
+    notes: Sequence[str],
+) -> str:
+    first = rows[0]
+    statuses = {s: sum(r.get("status") == s for r in rows) for s in ("ok", "failed", "nonfinite")}
+    lines = [
+        f"# {suite}: retrofit RMSE change vs the unpatched host",
+        "",
+        "Generated by `tabpfn-retrofit report` from the stored runs in "
+        f"`{store.name}/runs/` (never edited by hand).",
+        "",
+        f"- checkpoint SHA-256: `{first['checkpoint_sha256']}`",
+        f"- n_estimators: {first['n_estimators']}; dtype: {first['dtype']} "
+        f"(resolved: {first.get('resolved_dtype')}, autocast: {first.get('autocast')}); "
+        f"device: {first['device']}; fit_mode: {first.get('fit_mode')}",
+        f"- versions: tabpfn-retrofit {first.get('tabpfn_retrofit_version')}, "
+        f"tabpfn {first.get('tabpfn_version')}, torch {first.get('torch_version')}, "
+        f"scikit-learn {first.get('scikit_learn_version')}, numpy {first.get('numpy_version')}",
+        f"- runs in this report: {len(rows)} (ok {statuses['ok']}, failed {statuses['failed']}, "
+        f"non-finite {statuses['nonfinite']})",
+        "- protocol: seed s sets the split (train_test_split, test_size=0.25, random_state=s) "
+        "and TabPFN's random_state, identical for all variants; "
+        "delta = (RMSE_variant - RMSE_none) / RMSE_none",
+    ]
+    if first.get("max_train_rows") or first.get("max_test_rows"):
+        lines.append(
+            f"- **row limits**: train {first.get('max_train_rows')}, test "
+            f"{first.get('max_test_rows')} (not the full protocol)"
+        )
+    lines += [f"- note: {n}" for n in notes]
+    lines += ["", f"## Summary at tau = {tau:g}", ""]
+    lines += [
+        "| variant | cases | mean delta | median delta | #worse | #failed | paper mean "
+        "(TabPFN v3 weights) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for a in main:
+        paper = PAPER_MEAN_DELTA_PCT.get(a["mode"])
+        lines.append(
+            f"| {_MODE_LABEL[a['mode']]} (support={a['support']}, eps_den={a['eps_den']:g}) | "
+            f"{a['n']} | {_pct(a['mean_pct'])} | {_pct(a['median_pct'])} | "
+            f"{a['worse']}/{a['n']} | {a['failed']} | {_pct(paper)} |"
+        )
+    if not main:
+        lines.append(f"| (no retrofit runs at tau = {tau:g}) | | | | | | |")
+    lines += [
+        "",
+        "The paper's numbers were measured on the real TabPFN v3 weights; numbers from "
+        "another checkpoint (e.g. the embedded host) are not comparable with them.",
+        "",
+        f"## Per case (tau = {tau:g})",
+        "",
+        "| dataset | seed | RMSE unpatched | RMSE OAttention | delta OA | RMSE Full-O | "
+        "delta Full-O |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    by_case: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    for rec in table:
+        if rec["mode"] == "none" or rec["tau"] == tau:
+            by_case.setdefault((rec["dataset"], rec["seed"]), {})[rec["mode"]] = rec
+    for (dataset, seed), recs in by_case.items():
+        none, oa, fo = recs.get("none", {}), recs.get("oattention", {}), recs.get("full-o", {})
+
+        def cell(rec: dict[str, Any]) -> str:
+            if not rec:
+                return "-"
+            return _fmt(rec.get("rmse"), ".5f") if rec.get("status") == "ok" else rec["status"]
+
+        lines.append(
+            f"| {dataset} | {seed} | {cell(none)} | {cell(oa)} | {_pct(oa.get('delta_pct'))} | "
+            f"{cell(fo)} | {_pct(fo.get('delta_pct'))} |"
+        )
+    failures = [r for r in table if r["status"] != "ok"]
+    if failures:
+        lines += ["", "## Failures (recorded, not dropped)", ""]
+        lines += [
+            f"- {r['dataset']}/{r['seed']}/{r['mode']}/tau={r['tau']}: {r['status']}: {r['error']}"
+            for r in failures
+        ]
+    lines += ["", "## Times (sum over runs in this report)", ""]
+    lines += ["| variant | runs | fit (s) | predict (s) |", "|---|---|---|---|"]
+    for mode in ("none", "oattention", "full-o"):
+        recs = [r for r in table if r["mode"] == mode and (mode == "none" or r["tau"] == tau)]
+        if recs:
+            fit = sum(r["fit_s"] or 0.0 for r in recs)
+            pred = sum(r["predict_s"] or 0.0 for r in recs)
+            label = _MODE_LABEL[mode] + ("" if mode == "none" else f" (tau={tau:g})")
+            lines.append(f"| {label} | {len(recs)} | {fit:.1f} | {pred:.1f} |")
+    lines.append("")
+    lines += _sessions_section(store, first["checkpoint_sha256"])
+    if len(sweep_taus) > 1:
+        lines += [
+            "## Tau sweep",
+            "",
+            "Mean and median relative RMSE change over the paired cases, per tau "
+            "(`tau_sweep.csv`, `tau_sweep.png`).",
+            "",
+            "| tau | OAttention mean | OAttention median | OA #worse | Full-O mean | "
+            "Full-O median | Full-O #worse |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for t in sweep_taus:
+            oa = next((a for a in sweep if a["mode"] == "oattention" and a["tau"] == t), None)
+            fo = next((a for a in sweep if a["mode"] == "full-o" and a["tau"] == t), None)
+
+            def cells(a: dict[str, Any] | None) -> str:
+                if a is None:
+                    return "- | - | -"
+                return f"{_pct(a['mean_pct'])} | {_pct(a['median_pct'])} | {a['worse']}/{a['n']}"
+
+            lines.append(f"| {t:g} | {cells(oa)} | {cells(fo)} |")
+        lines.append("")
+    lines += _carrier_section(carriers, sweep_taus, tau)
+    lines += [
+        "## Files",
+        "",
+        "- `cases.csv`: one row per case x variant x tau with provenance",
+        "- `deltas.png`: per-case deltas at the default tau",
+    ]
+    if len(sweep_taus) > 1:
+        lines.append("- `tau_sweep.csv`, `tau_sweep.png`: the sweep")
+    lines.append("- `runs/*.json`: the stored runs (one per case x variant x tau)")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- #
+# Command line (`tabpfn-retrofit report`)
+# --------------------------------------------------------------------------- #
+
+
+def add_report_arguments(parser: Any) -> None:
+    """Add the ``report`` subcommand's options to an ``argparse`` parser."""
+    parser.add_argument("--suite", default="offline18", choices=("offline18", "openml18"))
+    parser.add_argument("--store", default=None, help="results directory (default results/SUITE)")
+    parser.add_argument("--out", default=None, help="where to write (default: the store)")
+    parser.add_argument("--tau", type=float, default=DEFAULT_TAU, help="tau of the main table")
+    parser.add_argument("--checkpoint", default=None, help="SHA-256 prefix to report")
+
+
+def report_command(args: Any) -> int:
+    """Run ``tabpfn-retrofit report``; returns the exit status."""
+    store = Path(args.store or Path("results") / args.suite)
+    written = build_report(
+        store, args.suite, out_dir=args.out, tau=args.tau, checkpoint=args.checkpoint
+    )
+    for name, path in written.items():
+        print(f"wrote {path}" if name else path)
+    return 0
