@@ -1,0 +1,107 @@
+"""The embedded default host: a small TabPFN-v3 regressor shipped with the package.
+
+Real TabPFN weights need a licence acceptance and a download; this checkpoint
+works offline. It has the real ``TabPFNV3`` architecture, was pretrained by this
+project on a synthetic prior (``retrofit.embedded.pretrain``; see
+``MODEL_CARD.md``) and loads through tabpfn's normal loader::
+
+    from retrofit.embedded import embedded_model_path
+    tabpfn.TabPFNRegressor(model_path=embedded_model_path(),
+                           inference_precision=torch.float32)
+
+The file's SHA-256 is committed next to it (``<file>.sha256``) and checked by
+:func:`embedded_model_path`; ``EMBEDDED_SHA256`` (read from that file on access)
+is the expected digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+__all__ = [
+    "EMBEDDED_FILENAME",
+    "EMBEDDED_SHA256",
+    "EmbeddedCheckpointError",
+    "embedded_model_path",
+    "verify_checkpoint",
+]
+
+EMBEDDED_FILENAME = "tabpfn_v3_embedded_regressor.safetensors"
+"""File name of the shipped checkpoint (tabpfn reads ``v3`` from it)."""
+
+_HERE = Path(__file__).resolve().parent
+
+
+class EmbeddedCheckpointError(ValueError):
+    """The embedded checkpoint is missing or does not match its SHA-256."""
+
+
+def _read_expected_sha256(sha_file: Path) -> str:
+    try:
+        digest = sha_file.read_text().split()[0].strip().lower()
+    except (OSError, IndexError) as exc:
+        raise EmbeddedCheckpointError(
+            f"cannot read the checkpoint digest file {sha_file}: {exc}"
+        ) from exc
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise EmbeddedCheckpointError(f"{sha_file} does not hold a SHA-256 hex digest")
+    return digest
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_checkpoint(path: str | Path, expected_sha256: str) -> Path:
+    """Check a checkpoint file against a SHA-256 digest.
+
+    Args:
+        path: The checkpoint file.
+        expected_sha256: Hex digest it must have.
+
+    Returns:
+        The path, resolved.
+
+    Raises:
+        EmbeddedCheckpointError: If the file is missing or its digest differs.
+    """
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise EmbeddedCheckpointError(
+            f"embedded checkpoint {path} is missing; reinstall tabpfn-retrofit or "
+            "regenerate it with `python -m retrofit.embedded.pretrain` (see MODEL_CARD.md)"
+        )
+    actual = _file_sha256(path)
+    if actual != expected_sha256.lower():
+        raise EmbeddedCheckpointError(
+            f"embedded checkpoint {path} is corrupted or was replaced: SHA-256 {actual} "
+            f"!= expected {expected_sha256.lower()}"
+        )
+    return path
+
+
+def __getattr__(name: str) -> str:
+    # EMBEDDED_SHA256 is read lazily, so the training code in this package imports
+    # even where the checkpoint has not been generated yet.
+    if name == "EMBEDDED_SHA256":
+        return _read_expected_sha256(_HERE / (EMBEDDED_FILENAME + ".sha256"))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def embedded_model_path() -> Path:
+    """Path of the shipped checkpoint, after checking its SHA-256.
+
+    Returns:
+        Absolute path of ``tabpfn_v3_embedded_regressor.safetensors``.
+
+    Raises:
+        EmbeddedCheckpointError: (a ``ValueError``) if the file is missing or does
+            not match :data:`EMBEDDED_SHA256`.
+    """
+    expected = _read_expected_sha256(_HERE / (EMBEDDED_FILENAME + ".sha256"))
+    return verify_checkpoint(_HERE / EMBEDDED_FILENAME, expected)

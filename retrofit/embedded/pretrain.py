@@ -1,0 +1,118 @@
+r"""Command line: regenerate the embedded host checkpoint from a seed on CPU.
+
+Example (the shipped checkpoint; see MODEL_CARD.md for the exact command)::
+
+    python -m retrofit.embedded.pretrain --seed 0 --steps 6000 --minutes 80 \\
+        --out retrofit/embedded/tabpfn_v3_embedded_regressor.safetensors
+
+Progress lines go to stderr every ``--log-every`` steps; a checkpoint (and a
+resumable ``<out>.state.pt``) is written atomically every
+``--checkpoint-minutes``, so an interrupted run continues where it stopped when
+started again with the same arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from retrofit.embedded.prior import PriorConfig
+from retrofit.embedded.train import (
+    DEFAULT_MODEL_CONFIG,
+    TINY_MODEL_CONFIG,
+    TrainConfig,
+    inference_config_dict,
+    train,
+)
+
+DEFAULT_STEPS = 6000
+"""Planned steps of the shipped checkpoint (the cosine schedule spans them)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m retrofit.embedded.pretrain",
+        description="Pretrain the embedded TabPFN-v3 regressor on the synthetic prior.",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="checkpoint path (.safetensors, name must contain 'v3')",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of init and prior")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=DEFAULT_STEPS,
+        help="planned optimiser steps (cosine schedule length)",
+    )
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=90.0,
+        help="wall-clock cap; stops early (schedule not finished)",
+    )
+    p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    p.add_argument("--warmup-steps", type=int, default=300)
+    p.add_argument(
+        "--model",
+        choices=["default", "tiny"],
+        default="default",
+        help="architecture preset ('tiny' is for tests)",
+    )
+    p.add_argument(
+        "--max-rows", type=int, default=PriorConfig.max_rows, help="largest table the prior draws"
+    )
+    p.add_argument(
+        "--n-estimators", type=int, default=1, help="N_ESTIMATORS stored in the inference config"
+    )
+    p.add_argument(
+        "--preprocessing",
+        default="quantile_norm",
+        help="PreprocessorConfig name stored in the inference config",
+    )
+    p.add_argument("--log-every", type=int, default=50)
+    p.add_argument("--checkpoint-minutes", type=float, default=5.0)
+    p.add_argument("--no-resume", action="store_true", help="ignore an existing <out>.state.pt")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; returns the exit status."""
+    args = _parser().parse_args(argv)
+    if "v3" not in args.out.name or args.out.suffix != ".safetensors":
+        print("--out must be a .safetensors file whose name contains 'v3'", file=sys.stderr)
+        return 2
+    cfg = TrainConfig(
+        steps=args.steps,
+        max_minutes=args.minutes,
+        lr=args.lr,
+        warmup_steps=min(args.warmup_steps, max(1, args.steps // 10)),
+        seed=args.seed,
+        threads=args.threads,
+        log_every=args.log_every,
+        checkpoint_every_s=args.checkpoint_minutes * 60,
+    )
+    model_config = DEFAULT_MODEL_CONFIG if args.model == "default" else TINY_MODEL_CONFIG
+    summary = train(
+        args.out,
+        cfg,
+        model_config=model_config,
+        prior=PriorConfig(max_rows=args.max_rows),
+        inference_config=inference_config_dict(
+            n_estimators=args.n_estimators, preprocessing=args.preprocessing
+        ),
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+        resume=not args.no_resume,
+    )
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

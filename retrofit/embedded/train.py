@@ -1,0 +1,379 @@
+"""Pretraining loop for the embedded TabPFN-v3 regressor on the synthetic prior.
+
+The model is ``tabpfn``'s own ``TabPFNV3`` built from a config dict; the loss is
+``tabpfn``'s ``FullSupportBarDistribution`` over the model's
+``regression_borders`` buffer, evaluated on the query rows of each task. The
+checkpoint is written with ``tabpfn.checkpoint.save_as_safetensors`` so that
+``tabpfn.TabPFNRegressor(model_path=...)`` loads it like any other.
+
+Shape suffixes: ``R`` rows, ``B`` tasks, ``C`` features, ``N`` context rows,
+``T`` query rows, ``K`` buckets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tabpfn.architectures import tabpfn_v3
+from tabpfn.architectures.shared.bar_distribution import FullSupportBarDistribution
+from tabpfn.checkpoint import save_as_safetensors
+from tabpfn.inference_config import InferenceConfig
+from tabpfn.preprocessing import PreprocessorConfig
+
+from retrofit.embedded.prior import PriorConfig, sample_batch
+
+__all__ = [
+    "DEFAULT_MODEL_CONFIG",
+    "TINY_MODEL_CONFIG",
+    "TrainConfig",
+    "build_model",
+    "inference_config_dict",
+    "save_checkpoint",
+    "sha256_of",
+    "train",
+]
+
+DEFAULT_MODEL_CONFIG: dict[str, Any] = {
+    "embed_dim": 32,
+    "dist_embed_num_blocks": 1,
+    "dist_embed_num_heads": 4,
+    "dist_embed_num_inducing_points": 16,
+    "feat_agg_num_blocks": 2,
+    "feat_agg_num_heads": 4,
+    "feat_agg_num_cls_tokens": 4,
+    "nlayers": 4,
+    "icl_num_heads": 4,
+    "num_buckets": 200,
+    "max_num_classes": -1,
+}
+"""Architecture of the shipped host (a small ``TabPFNV3Config``)."""
+
+TINY_MODEL_CONFIG: dict[str, Any] = {
+    **DEFAULT_MODEL_CONFIG,
+    "embed_dim": 8,
+    "dist_embed_num_heads": 2,
+    "dist_embed_num_inducing_points": 4,
+    "feat_agg_num_blocks": 1,
+    "feat_agg_num_heads": 2,
+    "nlayers": 1,
+    "icl_num_heads": 2,
+    "num_buckets": 20,
+    "softmax_scaling_mlp_hidden_dim": 8,
+}
+"""A model small enough for tests."""
+
+
+def inference_config_dict(
+    n_estimators: int = 1,
+    preprocessing: str = "quantile_norm",
+    *,
+    append_original: bool = False,
+    softmax_temperature: float = 1.0,
+) -> dict[str, Any]:
+    """The explicit inference config stored in the checkpoint.
+
+    ``tabpfn`` has no default inference config for v3, so the checkpoint must
+    carry one. The choices mirror how the prior presents features: no
+    fingerprint column (the prior has none), categorical codes as numbers.
+
+    Args:
+        n_estimators: ``N_ESTIMATORS``: forward passes per prediction.
+        preprocessing: ``PreprocessorConfig.name`` applied to the features.
+        append_original: Whether the untransformed features are appended.
+        softmax_temperature: Temperature on the bar logits (1.0: as trained).
+
+    Returns:
+        A JSON-able dict accepted by ``tabpfn.inference_config.InferenceConfig``.
+    """
+    transform = PreprocessorConfig(
+        name=preprocessing,  # type: ignore[arg-type]
+        categorical_name="numeric",
+        append_original=append_original,
+        max_features_per_estimator=500,
+    )
+    config = InferenceConfig(
+        PREPROCESS_TRANSFORMS=[transform],
+        N_ESTIMATORS=n_estimators,
+        SOFTMAX_TEMPERATURE=softmax_temperature,
+        FINGERPRINT_FEATURE=False,
+        FEATURE_SHIFT_METHOD="shuffle",
+        OUTLIER_REMOVAL_STD=None,
+        REGRESSION_Y_PREPROCESS_TRANSFORMS=(None,),
+        MAX_NUMBER_OF_FEATURES=100,
+        MAX_NUMBER_OF_SAMPLES=10_000,
+        MAX_CPU_SAMPLES=10_000,
+    )
+    return json.loads(json.dumps(dataclasses.asdict(config)))
+
+
+def build_model(model_config: dict[str, Any], seed: int = 0) -> tabpfn_v3.TabPFNV3:
+    """Build a freshly initialised ``TabPFNV3`` regressor.
+
+    Args:
+        model_config: Fields of ``TabPFNV3Config``; ``num_buckets`` > 0.
+        seed: Seed for the parameter initialisation.
+
+    Returns:
+        The model, in training mode.
+    """
+    parsed, unused = tabpfn_v3.parse_config(dict(model_config))
+    if unused:
+        raise ValueError(f"Unknown TabPFNV3Config fields: {sorted(unused)}")
+    torch.manual_seed(seed)
+    model = tabpfn_v3.get_architecture(parsed)
+    # tabpfn zero-initialises some output projections; that is fine for training.
+    return model.train()
+
+
+def sha256_of(path: str | Path) -> str:
+    """Hex SHA-256 of a file."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def save_checkpoint(
+    model: tabpfn_v3.TabPFNV3,
+    model_config: dict[str, Any],
+    path: str | Path,
+    *,
+    inference_config: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> str:
+    """Write a tabpfn-loadable safetensors checkpoint atomically.
+
+    Args:
+        model: The trained model (its ``regression_borders`` buffer is saved
+            with the state dict).
+        model_config: The config the model was built from.
+        path: Destination; its name must contain ``v3`` for tabpfn to read it
+            as a v3 checkpoint.
+        inference_config: Stored ``inference_config``; defaults to
+            :func:`inference_config_dict`.
+        extra: More JSON-able header fields (training provenance).
+
+    Returns:
+        The file's SHA-256, also written next to it as ``<path>.sha256``.
+    """
+    path = Path(path)
+    if "v3" not in path.name:
+        raise ValueError(f"tabpfn reads the version from the file name; {path.name!r}")
+    parsed, _ = tabpfn_v3.parse_config(dict(model_config))
+    checkpoint: dict[str, Any] = {
+        "state_dict": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "architecture_name": "tabpfn_v3",
+        "config": dataclasses.asdict(parsed),
+        "inference_config": inference_config or inference_config_dict(),
+    }
+    if extra:
+        checkpoint["training"] = extra
+    tmp = path.with_name(path.name + ".tmp.safetensors")
+    save_as_safetensors(checkpoint, tmp)
+    os.replace(tmp, path)
+    digest = sha256_of(path)
+    sha_tmp = path.with_name(path.name + ".sha256.tmp")
+    sha_tmp.write_text(f"{digest}  {path.name}\n")
+    os.replace(sha_tmp, path.with_name(path.name + ".sha256"))
+    return digest
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Optimisation settings.
+
+    Attributes:
+        steps: Planned optimiser steps; the schedule is cosine over these.
+        max_minutes: Wall-clock cap; training stops early when reached.
+        lr: Peak learning rate of AdamW.
+        weight_decay: AdamW weight decay.
+        warmup_steps: Linear warm-up steps.
+        grad_clip: Gradient-norm clip.
+        seed: Seeds the initialisation and every batch of the prior.
+        threads: ``torch.set_num_threads``.
+        log_every: Steps between log lines.
+        checkpoint_every_s: Seconds between periodic checkpoints.
+        time_aware_schedule: Let the wall clock advance the cosine schedule
+            (see :func:`_lr_factor`).
+    """
+
+    steps: int = 20_000
+    max_minutes: float = 90.0
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 300
+    grad_clip: float = 1.0
+    seed: int = 0
+    threads: int = 2
+    log_every: int = 50
+    checkpoint_every_s: float = 300.0
+    time_aware_schedule: bool = True
+
+
+def _lr_factor(step: int, cfg: TrainConfig, wall_s: float) -> float:
+    """Linear warm-up, then cosine to 2 % of the peak.
+
+    Progress is the larger of the step fraction and the wall-clock fraction of
+    ``max_minutes``, so a run slowed by a busy machine still anneals before its
+    time cap (a run that finishes by steps is exactly reproducible from the seed;
+    one that hits the time cap is not, and its log says which happened).
+    """
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    by_steps = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    by_time = wall_s / (cfg.max_minutes * 60) if cfg.time_aware_schedule else 0.0
+    progress = min(1.0, max(by_steps, by_time))
+    return 0.02 + 0.98 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def batch_rng(seed: int, step: int) -> np.random.Generator:
+    """The generator of one step's batch: depends only on (seed, step)."""
+    return np.random.default_rng([seed, step])
+
+
+def train(
+    out: str | Path,
+    cfg: TrainConfig,
+    *,
+    model_config: dict[str, Any] | None = None,
+    prior: PriorConfig | None = None,
+    inference_config: dict[str, Any] | None = None,
+    log: Callable[[str], None] = print,
+    resume: bool = True,
+) -> dict[str, Any]:
+    """Pretrain a host and write it to ``out``.
+
+    A state file ``<out>.state.pt`` (model, optimiser, step) is saved with every
+    periodic checkpoint; with ``resume=True`` a run continues from it. The loss
+    log is ``<out>.log.jsonl`` (one JSON object per log line).
+
+    Args:
+        out: Checkpoint path (safetensors; name contains ``v3``).
+        cfg: Optimisation settings.
+        model_config: ``TabPFNV3Config`` fields; defaults to
+            :data:`DEFAULT_MODEL_CONFIG`.
+        prior: Prior settings; defaults to ``PriorConfig()``.
+        inference_config: Stored inference config.
+        log: Where progress lines go.
+        resume: Continue from ``<out>.state.pt`` if present.
+
+    Returns:
+        Summary: steps done, tasks seen, wall seconds, final loss, SHA-256.
+    """
+    out = Path(out)
+    model_config = dict(model_config or DEFAULT_MODEL_CONFIG)
+    prior = prior or PriorConfig()
+    torch.set_num_threads(cfg.threads)
+    model = build_model(model_config, seed=cfg.seed)
+    criterion = FullSupportBarDistribution(model.regression_borders.clone())
+    optim = torch.optim.AdamW(
+        model.parameters(),
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        betas=(0.9, 0.99),
+    )
+    state_path = out.with_name(out.name + ".state.pt")
+    log_path = out.with_name(out.name + ".log.jsonl")
+    step, tasks_seen, prior_wall = 0, 0, 0.0
+    if resume and state_path.exists():
+        state = torch.load(state_path, weights_only=False)
+        model.load_state_dict(state["model"])
+        optim.load_state_dict(state["optim"])
+        step, tasks_seen, prior_wall = (
+            state["step"],
+            state["tasks_seen"],
+            state["wall_s"],
+        )
+        log(f"resumed from {state_path} at step {step}")
+    elif log_path.exists():
+        log_path.unlink()
+
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"params={n_params} steps={cfg.steps} threads={cfg.threads} seed={cfg.seed}")
+    start = time.monotonic()
+    last_ckpt = start
+    ema: float | None = None
+
+    def wall() -> float:
+        return prior_wall + time.monotonic() - start
+
+    def provenance() -> dict[str, Any]:
+        return {
+            "seed": cfg.seed,
+            "steps_done": step,
+            "steps_planned": cfg.steps,
+            "tasks_seen": tasks_seen,
+            "wall_s": round(wall(), 1),
+            "threads": cfg.threads,
+            "lr": cfg.lr,
+            "params": n_params,
+            "max_minutes": cfg.max_minutes,
+            "stopped_by": "steps" if step >= cfg.steps else "time",
+            "prior": dataclasses.asdict(prior),
+        }
+
+    def checkpoint() -> None:
+        save_checkpoint(
+            model, model_config, out, inference_config=inference_config, extra=provenance()
+        )
+        tmp = state_path.with_name(state_path.name + ".tmp")
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "optim": optim.state_dict(),
+                "step": step,
+                "tasks_seen": tasks_seen,
+                "wall_s": wall(),
+            },
+            tmp,
+        )
+        os.replace(tmp, state_path)
+
+    with log_path.open("a") as log_fh:
+        while step < cfg.steps and wall() < cfg.max_minutes * 60:
+            batch = sample_batch(batch_rng(cfg.seed, step), prior)
+            for group in optim.param_groups:
+                group["lr"] = cfg.lr * _lr_factor(step, cfg, wall())
+            logits_TBK = model(batch.x_RBC, batch.y_train_NB)
+            loss = criterion(logits_TBK, batch.y_test_TB).mean()
+            optim.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            if torch.isfinite(grad_norm):
+                optim.step()
+            step += 1
+            tasks_seen += batch.x_RBC.shape[1]
+            value = float(loss.detach())
+            ema = value if ema is None else 0.98 * ema + 0.02 * value
+            if step % cfg.log_every == 0 or step == cfg.steps:
+                record = {
+                    "step": step,
+                    "loss_ema": round(ema, 5),
+                    "lr": optim.param_groups[0]["lr"],
+                    "tasks_seen": tasks_seen,
+                    "wall_s": round(wall(), 1),
+                }
+                log_fh.write(json.dumps(record) + "\n")
+                log_fh.flush()
+                log(" ".join(f"{k}={v}" for k, v in record.items()))
+            if time.monotonic() - last_ckpt > cfg.checkpoint_every_s:
+                checkpoint()
+                last_ckpt = time.monotonic()
+    model.eval()
+    checkpoint()
+    summary = provenance()
+    summary["final_loss_ema"] = ema
+    summary["sha256"] = sha256_of(out)
+    log(f"done: {json.dumps(summary)}")
+    return summary
