@@ -21,11 +21,13 @@ import io
 import math
 import os
 import statistics
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from eval.carriers import load_carriers, presence_at
+from eval.datasets import OFFLINE18_DATASETS
 from eval.runner import DEFAULT_TAU, PAPER_MEAN_DELTA_PCT, iter_sessions, load_rows
 
 __all__ = [
@@ -156,8 +158,10 @@ def case_table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         record = {c: row.get(c) for c in CASE_COLUMNS}
         record.update(rmse_none=rmse_none, delta_pct=delta)
         table.append(record)
+    order = {name: i for i, name in enumerate(OFFLINE18_DATASETS)}
     table.sort(
         key=lambda r: (
+            order.get(r["dataset"], len(order)),
             str(r["dataset"]),
             int(r["seed"]),
             mode_order.get(r["mode"], 9),
@@ -255,7 +259,7 @@ def _plot_deltas(table: Sequence[dict[str, Any]], tau: float, path: Path) -> boo
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cases = sorted({(r["dataset"], r["seed"]) for r in table})
+    cases = list(dict.fromkeys((r["dataset"], r["seed"]) for r in table))
     modes = [m for m in ("oattention", "full-o") if any(r["mode"] == m for r in table)]
     if not cases or not modes:
         return False
@@ -610,11 +614,15 @@ def add_report_arguments(parser: Any) -> None:
 
 
 def report_command(args: Any) -> int:
-    """Run ``tabpfn-retrofit report``; returns the exit status."""
+    """Run ``tabpfn-retrofit report``; returns the exit status (2: nothing to report)."""
     store = Path(args.store or Path("results") / args.suite)
-    written = build_report(
-        store, args.suite, out_dir=args.out, tau=args.tau, checkpoint=args.checkpoint
-    )
-    for name, path in written.items():
-        print(f"wrote {path}" if name else path)
+    try:
+        written = build_report(
+            store, args.suite, out_dir=args.out, tau=args.tau, checkpoint=args.checkpoint
+        )
+    except (ReportError, OSError) as exc:
+        print(f"tabpfn-retrofit report: error: {exc}", file=sys.stderr)
+        return 2
+    for path in written.values():
+        print(f"wrote {path}")
     return 0

@@ -424,7 +424,7 @@ def _patch_info(estimator: Any) -> dict[str, Any]:
     report = getattr(estimator, "patch_report_", None)
     if report is None:
         return {"patch_digest": None, "patch_report": None}
-    as_dict = report.as_dict() if hasattr(report, "as_dict") else None
+    as_dict = report.to_dict() if hasattr(report, "to_dict") else None
     if as_dict is None and dataclasses.is_dataclass(report):
         as_dict = dataclasses.asdict(report)
     try:
@@ -728,7 +728,20 @@ def resolve_model(model: str) -> Path:
 
 
 def eval_command(args: Any, argv: Sequence[str] | None = None) -> int:
-    """Run ``tabpfn-retrofit eval``; returns the exit status."""
+    """Run ``tabpfn-retrofit eval``; returns the exit status.
+
+    A user error (unknown dataset, missing weights or data, missing executor
+    package, a checkpoint that changed mid-run) ends in one line on stderr
+    and exit status 2; finished runs stay stored.
+    """
+    try:
+        return _eval(args, argv)
+    except (ValueError, RuntimeError, OSError) as exc:
+        print(f"tabpfn-retrofit eval: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _eval(args: Any, argv: Sequence[str] | None) -> int:
     from eval.carriers import carrier_path, measure_carriers
     from eval.executors import make_executor
 
