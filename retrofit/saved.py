@@ -49,6 +49,7 @@ __all__ = [
     "is_saved_dir",
     "load_saved",
     "merge_settings",
+    "save_patched",
     "sha256_file",
     "write_saved",
 ]
@@ -254,6 +255,63 @@ def load_saved(directory: str | os.PathLike[str]) -> SavedRetrofit:
             "(the file was modified or is incomplete)"
         )
     return SavedRetrofit(root, weights, settings, manifest)
+
+
+def save_patched(
+    model_path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    mode: str,
+    tau: float = 1.0,
+    support: str = "count",
+    eps_den: float = 1e-6,
+    overwrite: bool = False,
+) -> SavedRetrofit:
+    """Patch the host at ``model_path`` with these settings and save it to ``out_dir``.
+
+    The host is loaded and patched first, so an unsupported architecture or a
+    bad setting fails before anything is written; the report's digest is
+    recorded in ``retrofit.json``.
+
+    Args:
+        model_path: ``"embedded"``, ``"v3"``, ``"v2"``, a checkpoint file or a saved
+            directory (its weights are re-saved with the new settings).
+        out_dir: The directory to create.
+        mode: ``"none"``, ``"oattention"`` or ``"full-o"``.
+        tau: Presence scale.
+        support: ``"count"`` or ``"mass"``.
+        eps_den: OAttention denominator floor.
+        overwrite: Replace an existing ``out_dir``.
+
+    Returns:
+        The verified saved directory.
+
+    Raises:
+        FileExistsError: ``out_dir`` exists and ``overwrite`` is false.
+        retrofit.UnsupportedArchitecture: The host has no patch table.
+        retrofit.weights.WeightsUnavailableError: The weights are not on disk.
+    """
+    # Imported here: retrofit.loading reads saved directories through this module.
+    from retrofit import patch
+    from retrofit.loading import load_host, resolve_checkpoint
+
+    out = Path(out_dir).expanduser()
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"output directory already exists: {out} (use --force to replace)")
+    source = resolve_checkpoint(model_path)
+    specs = load_host(model_path)
+    digest = None
+    if mode != "none":  # "none" keeps the host as it is; it is still loaded as a check
+        digest = patch(specs.model, mode, tau=tau, support=support, eps_den=eps_den).digest()
+    settings = {"mode": mode, "tau": tau, "support": support, "eps_den": eps_den}
+    return write_saved(
+        source,
+        out,
+        settings=settings,
+        patch_digest=digest,
+        source_label=str(model_path),
+        overwrite=overwrite,
+    )
 
 
 def merge_settings(

@@ -1,0 +1,466 @@
+"""The one-command retrofit: ``tabpfn-retrofit predict`` and ``tabpfn-retrofit patch``.
+
+``predict`` fits :class:`retrofit.OTabPFNRegressor` on a CSV and writes the
+predictions for a test CSV (or a held-out fraction of the training CSV);
+``patch`` saves a retrofitted model as the original weights plus the retrofit
+settings (see :mod:`retrofit.saved`), which ``predict --model DIR`` and
+``OTabPFNRegressor(model_path=DIR)`` load.
+
+Every failure a user can cause ends in one line on stderr,
+``tabpfn-retrofit <command>: error: <what and where>``, and exit status 2;
+outputs are written to a temporary name and renamed, so nothing half-written
+is left behind. :func:`add_subcommands` registers both commands on the
+``tabpfn-retrofit`` parser (``eval/cli.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+__all__ = [
+    "EXIT_ERROR",
+    "MODES",
+    "SUPPORTS",
+    "CommandError",
+    "add_subcommands",
+    "build_parser",
+    "run_patch",
+    "run_predict",
+]
+
+PROG = "tabpfn-retrofit"
+MODES = ("none", "oattention", "full-o")
+SUPPORTS = ("count", "mass")
+EXIT_ERROR = 2
+
+_MODEL_HELP = (
+    "the host: 'embedded' (the small shipped TabPFN v3 regressor, works offline), "
+    "'v3' or 'v2' (tabpfn's published regressor, downloaded by tabpfn into its model "
+    "cache on first use; v3 needs the licence accepted, see docs/real_weights.md), a "
+    ".ckpt/.safetensors file, or a directory written by 'tabpfn-retrofit patch' "
+    "(default: embedded)"
+)
+_SETTINGS_NOTE = (
+    "With --model DIR the directory's settings are used; a setting given here must "
+    "equal the saved one."
+)
+
+
+class CommandError(Exception):
+    """A user-facing failure of a command; its message is printed as one line."""
+
+
+# --- argument parsing -------------------------------------------------------------
+
+
+def _add_settings(parser: argparse.ArgumentParser, *, mode_default_note: str) -> None:
+    parser.add_argument(
+        "--mode",
+        metavar="{none,oattention,full-o}",
+        help=(
+            "retrofit mode: 'none' (the host unchanged), 'oattention' (hidden-carrier "
+            "OAttention between items) or 'full-o' (OAttention plus O-closed norm, FFN "
+            f"and injections) ({mode_default_note})"
+        ),
+    )
+    parser.add_argument(
+        "--tau",
+        type=float,
+        help="presence scale tau > 0 in p = |h|^2 / (tau + |h|^2) (default 1.0)",
+    )
+    parser.add_argument(
+        "--support",
+        metavar="{count,mass}",
+        help=(
+            "effective number of train rows fed to the learned length scaling: "
+            "'count' of non-null rows or presence 'mass' (default count)"
+        ),
+    )
+    parser.add_argument(
+        "--eps-den",
+        type=float,
+        dest="eps_den",
+        help="OAttention denominator floor eps_den >= 0 (default 1e-6)",
+    )
+
+
+def _add_predict(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "predict",
+        help="fit the retrofitted regressor on a CSV and write predictions",
+        description=(
+            "Fit the retrofitted TabPFN regressor on TRAIN and write predictions for "
+            "TEST (or for a held-out fraction of TRAIN) to OUT as CSV with the columns "
+            "'row' (0-based data row of the file predicted), the target (when known) "
+            "and 'prediction'. When the target is known, the RMSE is printed. "
+            "Features must be numeric; empty cells are missing values. " + _SETTINGS_NOTE
+        ),
+    )
+    parser.add_argument("--train", required=True, metavar="TRAIN.csv", help="training data")
+    parser.add_argument("--target", required=True, metavar="COL", help="target column name")
+    parser.add_argument(
+        "--test",
+        metavar="TEST.csv",
+        help="rows to predict: the training feature columns, the target column optional",
+    )
+    parser.add_argument(
+        "--holdout",
+        type=float,
+        metavar="F",
+        help="instead of --test: predict a random fraction 0 < F < 1 of TRAIN, fit on the rest",
+    )
+    parser.add_argument("--out", required=True, metavar="PRED.csv", help="predictions file")
+    parser.add_argument("--model", default="embedded", metavar="MODEL", help=_MODEL_HELP)
+    _add_settings(parser, mode_default_note="default full-o")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="random seed of the holdout split and the estimator (default 0)",
+    )
+    parser.add_argument(
+        "--n-estimators",
+        type=int,
+        dest="n_estimators",
+        metavar="N",
+        help="ensemble size (default: the estimator's)",
+    )
+    parser.add_argument(
+        "--device", default=None, help="torch device, e.g. cpu or cuda (default: the estimator's)"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no status lines on stderr")
+    parser.set_defaults(handler=run_predict)
+    return parser
+
+
+def _add_patch(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "patch",
+        help="save a retrofitted model (original weights + retrofit settings)",
+        description=(
+            "Patch MODEL with the retrofit settings (which checks the architecture is "
+            "supported) and save it to DIR as DIR/<tabpfn_vX>_regressor_retrofit."
+            "safetensors (the unchanged original weights, readable by tabpfn) plus "
+            "DIR/retrofit.json (mode, tau, support, eps_den, SHA-256 of the weights "
+            "and of the source checkpoint, package versions). No pickle. Load it with "
+            "'tabpfn-retrofit predict --model DIR' or OTabPFNRegressor(model_path=DIR)."
+        ),
+    )
+    parser.add_argument("--model", default="embedded", metavar="SRC", help=_MODEL_HELP)
+    _add_settings(parser, mode_default_note="default full-o")
+    parser.add_argument("--out", required=True, metavar="DIR", help="directory to create")
+    parser.add_argument("--force", action="store_true", help="replace DIR if it exists")
+    parser.add_argument("--quiet", action="store_true", help="no status lines on stderr")
+    parser.set_defaults(handler=run_patch)
+    return parser
+
+
+def add_subcommands(subparsers: Any) -> None:
+    """Register ``predict`` and ``patch`` on an ``add_subparsers()`` object.
+
+    Each parser sets ``handler``: a callable taking the parsed namespace and
+    returning the exit status.
+    """
+    _add_predict(subparsers)
+    _add_patch(subparsers)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """A stand-alone parser with just these two commands (for tests and ``main``)."""
+    parser = argparse.ArgumentParser(prog=PROG)
+    add_subcommands(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+# --- shared helpers ---------------------------------------------------------------
+
+
+def _one_line(message: object) -> str:
+    return " ".join(str(message).split())
+
+
+def _guarded(command: str, body: Callable[[argparse.Namespace], int]):
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return body(args)
+        except KeyboardInterrupt:
+            print(f"{PROG} {command}: interrupted", file=sys.stderr)
+            return 130
+        except CommandError as exc:
+            message = _one_line(exc)
+        except Exception as exc:  # every failure is one line, typed errors by name
+            message = f"{type(exc).__name__}: {_one_line(exc)}"
+        print(f"{PROG} {command}: error: {message}", file=sys.stderr)
+        return EXIT_ERROR
+
+    return run
+
+
+def _status(args: argparse.Namespace, message: str) -> None:
+    if not getattr(args, "quiet", False):
+        print(f"[{PROG}] {message}", file=sys.stderr, flush=True)
+
+
+def _requested_settings(args: argparse.Namespace) -> dict[str, Any]:
+    if args.mode is not None and args.mode not in MODES:
+        raise CommandError(f"unknown mode {args.mode!r}; choose one of {', '.join(MODES)}")
+    if args.support is not None and args.support not in SUPPORTS:
+        raise CommandError(f"unknown support {args.support!r}; choose one of {', '.join(SUPPORTS)}")
+    if args.tau is not None and not (math.isfinite(args.tau) and args.tau > 0):
+        raise CommandError(f"--tau must be a finite number > 0, got {args.tau}")
+    if args.eps_den is not None and not (math.isfinite(args.eps_den) and args.eps_den >= 0):
+        raise CommandError(f"--eps-den must be a finite number >= 0, got {args.eps_den}")
+    return {"mode": args.mode, "tau": args.tau, "support": args.support, "eps_den": args.eps_den}
+
+
+def _estimator_defaults() -> dict[str, Any]:
+    from retrofit import OTabPFNRegressor
+
+    params = OTabPFNRegressor().get_params(deep=False)
+    return {name: params[name] for name in ("mode", "tau", "support", "eps_den")}
+
+
+def _resolve_settings(model: str, requested: dict[str, Any]) -> dict[str, Any]:
+    """The settings to fit with: a saved directory's (explicit ones must agree) or defaults."""
+    from retrofit import saved
+
+    if saved.is_saved_dir(model):
+        return saved.merge_settings(
+            saved.load_saved(model).settings, requested, where=f"saved model {model}"
+        )
+    defaults = _estimator_defaults()
+    return {k: (v if v is not None else defaults[k]) for k, v in requested.items()}
+
+
+def _check_model_argument(model: str) -> None:
+    from retrofit import saved, weights
+
+    if model == "embedded" or weights.is_version_alias(model) or saved.is_saved_dir(model):
+        return
+    path = Path(model).expanduser()
+    if path.is_dir():
+        raise CommandError(f"--model {model}: directory without retrofit.json")
+    if not path.exists():
+        raise CommandError(
+            f"--model {model}: no such file, and not one of embedded, v3, v2 or a saved directory"
+        )
+
+
+# --- CSV input and output ---------------------------------------------------------
+
+
+def _read_csv(path_text: str, role: str) -> pd.DataFrame:
+    import pandas as pd
+
+    path = Path(path_text).expanduser()
+    if not path.is_file():
+        raise CommandError(f"{role} file not found: {path}")
+    try:
+        frame = pd.read_csv(path)
+    except pd.errors.EmptyDataError as exc:
+        raise CommandError(f"{role} file {path} is empty") from exc
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise CommandError(f"cannot read {role} file {path} as CSV: {_one_line(exc)}") from exc
+    if frame.shape[0] == 0:
+        raise CommandError(f"{role} file {path} has a header but no data rows")
+    if frame.columns.duplicated().any():
+        dupes = sorted(set(frame.columns[frame.columns.duplicated()]))
+        raise CommandError(f"{role} file {path} repeats column(s) {', '.join(map(str, dupes))}")
+    return frame
+
+
+def _numeric_target(frame: pd.DataFrame, target: str, path: str, *, allow_missing: bool):
+    import numpy as np
+    import pandas as pd
+
+    values = pd.to_numeric(frame[target], errors="coerce").to_numpy(dtype=np.float64)
+    bad = np.isnan(values) & frame[target].notna().to_numpy()
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise CommandError(
+            f"target column {target!r} in {path} is not numeric "
+            f"(data row {row}: {frame[target].iloc[row]!r})"
+        )
+    if not np.isfinite(values[~np.isnan(values)]).all():
+        raise CommandError(f"target column {target!r} in {path} holds an infinite value")
+    if not allow_missing and np.isnan(values).any():
+        row = int(np.flatnonzero(np.isnan(values))[0])
+        raise CommandError(f"target column {target!r} in {path} is empty in data row {row}")
+    return values
+
+
+def _numeric_features(frame: pd.DataFrame, columns: list[str], path: str) -> np.ndarray:
+    import numpy as np
+    import pandas as pd
+
+    out = np.empty((frame.shape[0], len(columns)), dtype=np.float64)
+    for j, name in enumerate(columns):
+        values = pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype=np.float64)
+        bad = np.isnan(values) & frame[name].notna().to_numpy()
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise CommandError(
+                f"feature column {name!r} in {path} is not numeric "
+                f"(data row {row}: {frame[name].iloc[row]!r}); encode it as numbers first"
+            )
+        out[:, j] = values
+    return out
+
+
+def _write_csv_atomic(frame: pd.DataFrame, path_text: str) -> Path:
+    path = Path(path_text).expanduser()
+    if path.is_dir():
+        raise CommandError(f"--out {path} is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise CommandError(f"--out {path}: folder {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            frame.to_csv(fh, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+# --- predict ------------------------------------------------------------------------
+
+
+def _load_predict_data(args: argparse.Namespace):
+    """Returns X_train, y_train, X_test, y_test (or None), test row ids, feature names."""
+    import numpy as np
+
+    if (args.test is None) == (args.holdout is None):
+        raise CommandError("give exactly one of --test TEST.csv or --holdout F")
+    train = _read_csv(args.train, "train")
+    if args.target not in train.columns:
+        raise CommandError(
+            f"target column {args.target!r} not in {args.train} "
+            f"(columns: {', '.join(map(str, train.columns))})"
+        )
+    features = [c for c in train.columns if c != args.target]
+    if not features:
+        raise CommandError(f"{args.train} has no feature columns besides {args.target!r}")
+    y_all = _numeric_target(train, args.target, args.train, allow_missing=False)
+    X_all = _numeric_features(train, features, args.train)
+
+    if args.holdout is not None:
+        F = args.holdout
+        if not (math.isfinite(F) and 0 < F < 1):
+            raise CommandError(f"--holdout must be a fraction 0 < F < 1, got {F}")
+        n_test = round(F * len(y_all))
+        if n_test < 1 or len(y_all) - n_test < 2:
+            raise CommandError(
+                f"--holdout {F} of {len(y_all)} rows leaves {n_test} test and "
+                f"{len(y_all) - n_test} train rows; need at least 1 and 2"
+            )
+        order = np.random.default_rng(args.seed).permutation(len(y_all))
+        test_rows, train_rows = np.sort(order[:n_test]), np.sort(order[n_test:])
+        return (
+            X_all[train_rows],
+            y_all[train_rows],
+            X_all[test_rows],
+            y_all[test_rows],
+            test_rows,
+            features,
+        )
+
+    test = _read_csv(args.test, "test")
+    missing = [c for c in features if c not in test.columns]
+    if missing:
+        raise CommandError(f"test file {args.test} lacks feature column(s): {', '.join(missing)}")
+    X_test = _numeric_features(test, features, args.test)
+    y_test = None
+    if args.target in test.columns:
+        y_test = _numeric_target(test, args.target, args.test, allow_missing=True)
+    return X_all, y_all, X_test, y_test, np.arange(len(X_test)), features
+
+
+def _predict(args: argparse.Namespace) -> int:
+    import numpy as np
+    import pandas as pd
+
+    requested = _requested_settings(args)
+    if args.n_estimators is not None and args.n_estimators < 1:
+        raise CommandError(f"--n-estimators must be >= 1, got {args.n_estimators}")
+    _check_model_argument(args.model)
+    settings = _resolve_settings(args.model, requested)
+    X_train, y_train, X_test, y_test, rows, features = _load_predict_data(args)
+
+    from retrofit import OTabPFNRegressor
+
+    params: dict[str, Any] = {**settings, "model_path": args.model, "random_state": args.seed}
+    if args.n_estimators is not None:
+        params["n_estimators"] = args.n_estimators
+    if args.device is not None:
+        params["device"] = args.device
+    estimator = OTabPFNRegressor(**params)
+    _status(
+        args,
+        f"fitting on {len(y_train)} rows x {len(features)} features "
+        f"(model {args.model}, mode {settings['mode']}, tau {settings['tau']}, "
+        f"support {settings['support']}, eps_den {settings['eps_den']})",
+    )
+    estimator.fit(X_train, y_train)
+    _status(args, f"predicting {len(X_test)} rows")
+    prediction = np.asarray(estimator.predict(X_test), dtype=np.float64)
+
+    out = pd.DataFrame({"row": rows})
+    if y_test is not None:
+        out[args.target] = y_test
+    out["prediction"] = prediction
+    path = _write_csv_atomic(out, args.out)
+    _status(args, f"wrote {len(out)} predictions to {path}")
+
+    if y_test is not None:
+        known = ~np.isnan(y_test)
+        if known.any():
+            rmse = float(np.sqrt(np.mean((prediction[known] - y_test[known]) ** 2)))
+            print(f"RMSE {rmse:.6g} on {int(known.sum())} rows with a known target")
+    return 0
+
+
+def _patch(args: argparse.Namespace) -> int:
+    from retrofit import saved
+
+    requested = _requested_settings(args)
+    _check_model_argument(args.model)
+    out = Path(args.out).expanduser()
+    if out.exists() and not args.force:
+        raise CommandError(f"--out {out} already exists (use --force to replace it)")
+    # Re-patching a saved directory starts from its settings; any given here replace them.
+    defaults = (
+        saved.load_saved(args.model).settings
+        if saved.is_saved_dir(args.model)
+        else _estimator_defaults()
+    )
+    settings = {k: (v if v is not None else defaults[k]) for k, v in requested.items()}
+    _status(args, f"patching {args.model} with mode {settings['mode']}")
+    result = saved.save_patched(args.model, out, **settings, overwrite=args.force)
+    _status(args, f"saved {result.checkpoint.name} and retrofit.json")
+    print(f"saved retrofitted model to {result.directory}")
+    return 0
+
+
+run_predict = _guarded("predict", _predict)
+run_predict.__doc__ = "Run ``predict`` on parsed arguments; returns the exit status."
+run_patch = _guarded("patch", _patch)
+run_patch.__doc__ = "Run ``patch`` on parsed arguments; returns the exit status."
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` with :func:`build_parser` and run the chosen command."""
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
