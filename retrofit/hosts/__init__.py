@@ -1,0 +1,10 @@
+"""Patch tables, one per host architecture class.
+
+Importing this package registers every shipped table with
+:func:`retrofit.patcher.register_host_patcher`. Add a host as
+``retrofit/hosts/<name>.py`` and import it here.
+"""
+
+from retrofit.hosts import v3
+
+__all__ = ["v3"]

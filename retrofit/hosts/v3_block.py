@@ -1,0 +1,276 @@
+"""``OICLBlock``: TabPFN v3's ICL transformer block with OAttention.
+
+The block is the unit of replacement: ``ICLAttention`` sees only the normed
+input, while presence must come from the residual carrier entering the block
+(after RMSNorm every non-null row has nearly the same norm). Presence is
+computed once per block call (per chunk under ``memory_saving_mode``) and
+shared by all heads: every row is gated as a receiver, the train rows (the
+keys) are weighted as sources, and the learned log-n query scaling gets a
+per-batch ``n_eff`` instead of ``n = k.shape[1]``.
+
+The host's modules (``icl_attention`` with its q/k/v/out projections, GQA
+heads and ``SoftmaxScalingMLP``, ``layernorm``, ``layernorm_mlp``, ``mlp``) are
+reused by reference under their original names, so ``state_dict`` keys and
+parameters are the host's.
+
+Shape letters: B batch (ensemble members), R rows (train then test),
+N train rows (the keys), L query rows, E embedding, H query heads,
+J key/value heads, D head dimension.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from tabpfn.architectures.kv_cache import KVCacheEntry, QuantizedKVCacheEntry
+from tabpfn.architectures.shared.chunked_evaluate import chunked_evaluate_maybe_inplace
+from tabpfn.architectures.tabpfn_v3 import ICLTransformerBlock
+from torch import nn
+
+from patches import OFFN, ONorm, oattention, presence, support_size
+from retrofit.hosts.v3_cache import PresenceKVCacheEntry
+from retrofit.patcher import RetrofitError
+
+__all__ = ["MissingPresence", "OICLBlock"]
+
+
+class MissingPresence(RetrofitError, ValueError):  # noqa: N818
+    """A cached KV entry reached an O-block without the train rows' presence."""
+
+
+class OICLBlock(nn.Module):
+    """O-closed replacement of ``ICLTransformerBlock`` (same forward signature).
+
+    ``mode="oattention"``: ``x + Out(OAttention(q, k, v; p))`` with ``n_eff``
+    in the query scaling; RMSNorm and MLP are the host's (RMSNorm(0) = 0 and
+    the MLP is bias-free, so a null row already stays null).
+    ``mode="full-o"``: also ``ONorm`` before the attention (``p * RMSNorm(h)``)
+    and ``OFFN`` (``h + p(h) * MLP(RMSNorm(h))``, presence of the carrier
+    entering the feed-forward step, as :class:`patches.OFFN` defines it).
+    """
+
+    def __init__(
+        self,
+        original: ICLTransformerBlock,
+        *,
+        mode: Literal["oattention", "full-o"],
+        tau: float,
+        support: Literal["count", "mass"] = "count",
+        eps_den: float = 1e-6,
+        path: str = "icl_blocks",
+    ) -> None:
+        super().__init__()
+        if mode not in ("oattention", "full-o"):
+            raise ValueError(f"{path}: mode must be 'oattention' or 'full-o', got {mode!r}")
+        self.icl_attention = original.icl_attention
+        self.layernorm = original.layernorm
+        self.layernorm_mlp = original.layernorm_mlp
+        self.mlp = original.mlp
+        self.mode, self.tau, self.support, self.eps_den, self.path = (
+            mode,
+            tau,
+            support,
+            eps_den,
+            path,
+        )
+        # The O-wrappers hold the same norm/MLP objects; kept out of the module
+        # tree (plain attributes) so state_dict keys stay the host's.
+        self.__dict__["_onorm"] = ONorm.from_module(self.layernorm, tau=tau)
+        self.__dict__["_offn"] = OFFN.from_module(self.mlp, self.layernorm_mlp, tau=tau)
+
+    @classmethod
+    def from_module(
+        cls,
+        original: ICLTransformerBlock,
+        *,
+        mode: Literal["oattention", "full-o"],
+        tau: float = 1.0,
+        support: Literal["count", "mass"] = "count",
+        eps_den: float = 1e-6,
+        path: str = "icl_blocks",
+    ) -> OICLBlock:
+        """Builds the O-block on ``original``, sharing all of its modules.
+
+        Raises:
+            TypeError: If ``original`` is not exactly an ``ICLTransformerBlock``.
+        """
+        if type(original) is not ICLTransformerBlock:
+            raise TypeError(f"{path}: expected ICLTransformerBlock, got {type(original).__name__}")
+        return cls(original, mode=mode, tau=tau, support=support, eps_den=eps_den, path=path)
+
+    def extra_repr(self) -> str:
+        """Shows the patch settings."""
+        return f"mode={self.mode!r}, tau={self.tau}, support={self.support!r}, eps={self.eps_den}"
+
+    def forward(
+        self,
+        x_BRE: torch.Tensor,
+        single_eval_pos: int,
+        save_peak_memory_factor: int | None = None,
+        *,
+        cached_kv: KVCacheEntry | QuantizedKVCacheEntry | None = None,
+        return_kv: bool = False,
+    ) -> tuple[torch.Tensor, KVCacheEntry | None]:
+        """Same contract as ``ICLTransformerBlock.forward``.
+
+        Args:
+            x_BRE: ``(B, R, E)`` all rows, or the test rows when ``cached_kv``.
+            single_eval_pos: Number of train rows (0 with ``cached_kv``).
+            save_peak_memory_factor: Chunk count for in-place evaluation.
+            cached_kv: This block's cached train K/V, carrying presence.
+            return_kv: Also return the train K/V (with presence) for the cache.
+
+        Returns:
+            ``(x_BRE, kv_entry)``; ``kv_entry`` is None unless ``return_kv``.
+
+        Raises:
+            MissingPresence: If ``cached_kv`` carries no presence (a cache built
+                by an unpatched model).
+        """
+        kv_entry = None
+        if return_kv:
+            attn_BRE, kv_entry = self._attention(x_BRE, single_eval_pos, return_kv=True)
+            x_BRE = x_BRE + attn_BRE
+        elif cached_kv is not None:
+            attn_BRE, _ = self._attention(x_BRE, single_eval_pos, cached_kv=cached_kv)
+            x_BRE = x_BRE + attn_BRE
+        else:
+            x_BRE = chunked_evaluate_maybe_inplace(
+                self._attention_only,
+                x_BRE,
+                save_peak_memory_factor=save_peak_memory_factor,
+                residual=True,
+                batch_dims=1,
+                single_eval_pos=single_eval_pos,
+            )
+        if self.mode == "full-o":
+            # OFFN returns h + p * MLP(Norm(h)) itself, hence residual=False.
+            x_BRE = chunked_evaluate_maybe_inplace(
+                self._offn,
+                x_BRE,
+                save_peak_memory_factor=save_peak_memory_factor,
+                residual=False,
+                batch_dims=2,
+            )
+        else:
+            x_BRE = chunked_evaluate_maybe_inplace(
+                self._host_ffn,
+                x_BRE,
+                save_peak_memory_factor=save_peak_memory_factor,
+                residual=True,
+                batch_dims=2,
+            )
+        return x_BRE, kv_entry
+
+    def _host_ffn(self, x_RE: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.layernorm_mlp(x_RE))
+
+    def _attention_only(
+        self, x_BRE: torch.Tensor, single_eval_pos: int | None = None
+    ) -> torch.Tensor:
+        return self._attention(x_BRE, single_eval_pos)[0]
+
+    def _attention(
+        self,
+        x_BRE: torch.Tensor,
+        single_eval_pos: int | None,
+        *,
+        cached_kv: KVCacheEntry | QuantizedKVCacheEntry | None = None,
+        return_kv: bool = False,
+    ) -> tuple[torch.Tensor, PresenceKVCacheEntry | None]:
+        """The attention update (without the residual add) and optional cache entry."""
+        att = self.icl_attention
+        B, R, _ = x_BRE.shape
+        H, D = att.num_heads, att.head_dim
+        p_BR = presence(x_BRE, self.tau)
+        xn_BRE = self._onorm(x_BRE, p_BR) if self.mode == "full-o" else self.layernorm(x_BRE)
+        q_BRHD = att.q_projection(xn_BRE).view(B, R, H, D)
+        n_test_heads = att.num_kv_heads_test
+
+        if cached_kv is not None:
+            p_BN = getattr(cached_kv, "presence", None)
+            if p_BN is None:
+                raise MissingPresence(
+                    f"{self.path}: cached K/V carry no train presence; build the cache "
+                    "with the patched model"
+                )
+            if isinstance(cached_kv, QuantizedKVCacheEntry):
+                cached_kv = cached_kv.dequantize(q_BRHD.dtype)
+            k_BNJD, v_BNJD = cached_kv.key, cached_kv.value
+            if k_BNJD.dtype != q_BRHD.dtype:  # fp32 cache under autocast
+                k_BNJD, v_BNJD = k_BNJD.to(q_BRHD.dtype), v_BNJD.to(q_BRHD.dtype)
+            if n_test_heads is not None and k_BNJD.shape[2] != n_test_heads:
+                raise ValueError(
+                    f"{self.path}: cached keys have {k_BNJD.shape[2]} heads, "
+                    f"expected num_kv_heads_test={n_test_heads}"
+                )
+            o_BRHD = self._oattend(q_BRHD, k_BNJD, v_BNJD, p_BR, p_BN.to(p_BR.device))
+        else:
+            N = R if single_eval_pos is None else single_eval_pos
+            xn_train_BNE = xn_BRE[:, :N]
+            k_BNJD = att.k_projection(xn_train_BNE).view(B, N, att.num_kv_heads, D)
+            v_BNJD = att.v_projection(xn_train_BNE).view(B, N, att.num_kv_heads, D)
+            p_BN = p_BR[:, :N]
+            if n_test_heads is not None and single_eval_pos is not None and N < R:
+                # Test rows read fewer KV heads (GQA/MQA for the test partition).
+                o_train = self._oattend(q_BRHD[:, :N], k_BNJD, v_BNJD, p_BN, p_BN)
+                o_test = self._oattend(
+                    q_BRHD[:, N:],
+                    k_BNJD[:, :, :n_test_heads],
+                    v_BNJD[:, :, :n_test_heads],
+                    p_BR[:, N:],
+                    p_BN,
+                )
+                o_BRHD = torch.cat([o_train, o_test], dim=1)
+            else:
+                o_BRHD = self._oattend(q_BRHD, k_BNJD, v_BNJD, p_BR, p_BN)
+
+        out_BRE = att.out_projection(o_BRHD.reshape(B, R, H * D))
+        entry = None
+        if return_kv:
+            k_cache, v_cache = k_BNJD, v_BNJD
+            if n_test_heads is not None:
+                # Own storage, so the full-head projection can be freed.
+                k_cache = k_cache[:, :, :n_test_heads].contiguous()
+                v_cache = v_cache[:, :, :n_test_heads].contiguous()
+            entry = PresenceKVCacheEntry(
+                key=k_cache.detach(), value=v_cache.detach(), presence=p_BN.detach().clone()
+            )
+        return out_BRE, entry
+
+    def _oattend(
+        self,
+        q_BLHD: torch.Tensor,
+        k_BNJD: torch.Tensor,
+        v_BNJD: torch.Tensor,
+        p_BL: torch.Tensor,
+        p_BN: torch.Tensor,
+    ) -> torch.Tensor:
+        """OAttention of ``L`` receivers over ``N`` sources, with ``n_eff`` scaling."""
+        scaling = self.icl_attention.softmax_scaling_layer
+        if scaling is not None:
+            q_BLHD = _scale_queries(scaling, q_BLHD, support_size(p_BN, self.support))
+        o_BHLD = oattention(
+            q_BLHD.transpose(1, 2),
+            k_BNJD.transpose(1, 2),
+            v_BNJD.transpose(1, 2),
+            p_BL,
+            p_BN,
+            eps_den=self.eps_den,
+        )
+        return o_BHLD.transpose(1, 2)  # memory already laid out as (B, L, H, D)
+
+
+def _scale_queries(scaling: nn.Module, q_BLHD: torch.Tensor, n_eff_B: torch.Tensor) -> torch.Tensor:
+    """The host's learned log-n query scaling with a per-batch ``n_eff``.
+
+    ``SoftmaxScalingMLP`` reshapes ``log n`` to ``(1, 1)``, so it is called once
+    per distinct ``n_eff`` (once in total when every batch element agrees,
+    as in an unpatched-equivalent run) on the matching batch elements.
+    """
+    if q_BLHD.shape[0] == 0 or bool((n_eff_B == n_eff_B[0]).all()):
+        return scaling(q_BLHD, n_eff_B[0] if n_eff_B.numel() else n_eff_B.new_ones(()))
+    return torch.cat(
+        [scaling(q_BLHD[b : b + 1], n_eff_B[b]) for b in range(q_BLHD.shape[0])], dim=0
+    )

@@ -1,0 +1,138 @@
+"""KV cache entries that carry the train rows' presence (``fit_with_cache``).
+
+With ``fit_mode="fit_with_cache"`` tabpfn runs the train rows once, stores each
+ICL block's train keys and values, and at predict sends only the test rows.
+OAttention needs the train rows' presence (source weights and ``n_eff``) at
+that point, so each entry carries it, through every path tabpfn moves an
+entry along: ``at_storage_dtype``/``quantize`` (int8 or fp8 by default),
+``dequantize``, ``to`` and batch concatenation. ``TabPFNV3Cache.concatenate``
+calls the *base* entry classes' ``concatenate``, which would drop the field,
+so the cache class is subclassed as well.
+
+Shape letters: B batch (ensemble members), N train rows, J key/value heads,
+D head dimension.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import torch
+from tabpfn.architectures.kv_cache import (
+    QUANTIZED_KV_DTYPE,
+    KVCache,
+    KVCacheEntry,
+    QuantizedKVCacheEntry,
+)
+from tabpfn.architectures.tabpfn_v3 import TabPFNV3Cache
+
+__all__ = [
+    "PresenceKVCacheEntry",
+    "PresenceQuantizedKVCacheEntry",
+    "PresenceTabPFNV3Cache",
+    "with_presence",
+]
+
+
+@dataclasses.dataclass
+class PresenceKVCacheEntry(KVCacheEntry):
+    """A :class:`KVCacheEntry` with the train rows' presence ``(B, N)``."""
+
+    presence: torch.Tensor | None = None
+
+    def to(self, device: torch.device | str) -> PresenceKVCacheEntry:
+        """Moves keys, values and presence to ``device``."""
+        return with_presence(super().to(device), _to(self.presence, device))
+
+    def quantize(self, dtype: torch.dtype = QUANTIZED_KV_DTYPE) -> PresenceQuantizedKVCacheEntry:
+        """Quantizes keys and values (tabpfn's scheme); presence stays in float."""
+        return with_presence(super().quantize(dtype), self.presence)
+
+    @staticmethod
+    def concatenate(entries: Sequence[KVCacheEntry]) -> PresenceKVCacheEntry:
+        """One entry holding the batch elements of ``entries`` in order."""
+        return with_presence(KVCacheEntry.concatenate(entries), _cat_presence(entries))
+
+
+@dataclasses.dataclass
+class PresenceQuantizedKVCacheEntry(QuantizedKVCacheEntry):
+    """A :class:`QuantizedKVCacheEntry` with the train rows' presence ``(B, N)``."""
+
+    presence: torch.Tensor | None = None
+
+    def to(self, device: torch.device | str) -> PresenceQuantizedKVCacheEntry:
+        """Moves the quantized tensors, scales and presence to ``device``."""
+        return with_presence(super().to(device), _to(self.presence, device))
+
+    def dequantize(self, dtype: torch.dtype) -> PresenceKVCacheEntry:
+        """Dequantizes keys and values (tabpfn's scheme), keeping presence."""
+        return with_presence(super().dequantize(dtype), self.presence)
+
+    @staticmethod
+    def concatenate(entries: Sequence[QuantizedKVCacheEntry]) -> PresenceQuantizedKVCacheEntry:
+        """One entry holding the batch elements of ``entries`` in order."""
+        return with_presence(QuantizedKVCacheEntry.concatenate(entries), _cat_presence(entries))
+
+
+def with_presence(entry, presence: torch.Tensor | None):
+    """``entry`` as the presence-carrying class of its kind (same tensors, no copies).
+
+    Args:
+        entry: A :class:`KVCacheEntry` or :class:`QuantizedKVCacheEntry`.
+        presence: The train rows' presence ``(B, N)``.
+
+    Returns:
+        A :class:`PresenceKVCacheEntry` or :class:`PresenceQuantizedKVCacheEntry`.
+    """
+    if isinstance(entry, QuantizedKVCacheEntry):
+        return PresenceQuantizedKVCacheEntry(
+            key=entry.key,
+            value=entry.value,
+            key_scale=entry.key_scale,
+            value_scale=entry.value_scale,
+            presence=presence,
+        )
+    if isinstance(entry, KVCacheEntry):
+        return PresenceKVCacheEntry(
+            key=entry.key, value=entry.value, grid_dtype=entry.grid_dtype, presence=presence
+        )
+    raise TypeError(f"expected a KV cache entry, got {type(entry).__name__}")
+
+
+def _to(t: torch.Tensor | None, device: torch.device | str) -> torch.Tensor | None:
+    return None if t is None else t.to(device)
+
+
+def _cat_presence(entries: Sequence[object]) -> torch.Tensor:
+    parts = [getattr(e, "presence", None) for e in entries]
+    if any(p is None for p in parts):
+        raise ValueError("cannot concatenate KV cache entries of which some carry no presence")
+    return torch.cat(parts)
+
+
+@dataclasses.dataclass
+class PresenceTabPFNV3Cache(TabPFNV3Cache):
+    """A ``TabPFNV3Cache`` whose per-layer entries keep their presence."""
+
+    @classmethod
+    def from_cache(cls, cache: TabPFNV3Cache) -> PresenceTabPFNV3Cache:
+        """The same cache (same tensors) as this class."""
+        return cls(**{f.name: getattr(cache, f.name) for f in dataclasses.fields(cache)})
+
+    def to(self, device: torch.device | str) -> PresenceTabPFNV3Cache:
+        """Moves every cached tensor, presence included, to ``device``."""
+        return self.from_cache(super().to(device))
+
+    def quantize(self, dtype: torch.dtype = QUANTIZED_KV_DTYPE) -> PresenceTabPFNV3Cache:
+        """Quantizes the ICL entries; presence stays in float."""
+        return self.from_cache(super().quantize(dtype))
+
+    @classmethod
+    def concatenate(cls, caches: Sequence[KVCache]) -> PresenceTabPFNV3Cache:
+        """One cache holding the batch elements of ``caches`` in order (consumes them)."""
+        layers = list(caches[0].kv)
+        presence = {idx: _cat_presence([c.kv[idx] for c in caches]) for idx in layers}
+        merged = super().concatenate(caches)
+        merged.kv = {idx: with_presence(e, presence[idx]) for idx, e in merged.kv.items()}
+        return cls.from_cache(merged)

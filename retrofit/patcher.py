@@ -1,0 +1,380 @@
+"""Patch a frozen TabPFN model in place with O-closed blocks, and undo it.
+
+The patcher is architecture-agnostic: each host class has one patch table (a
+:class:`HostPatcher` in ``retrofit/hosts/``, registered by class) that plans
+the swaps. :func:`patch` plans every replacement first and commits them all at
+once, so a model is never half-patched. Replacements share the original
+parameters; the originals are kept outside the module tree, so ``state_dict``
+keys do not change and :func:`unpatch` restores the very same objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Iterable
+from typing import Any, ClassVar, Literal
+
+from torch import nn
+
+from patches.presence import check_tau
+
+__all__ = [
+    "MODES",
+    "SUPPORTS",
+    "AlreadyPatched",
+    "HostPatcher",
+    "InvalidPatchConfig",
+    "NotPatched",
+    "NothingMatched",
+    "PatchConfig",
+    "PatchReport",
+    "ReplacedModule",
+    "RetrofitError",
+    "Swap",
+    "UnsupportedArchitecture",
+    "host_patcher_for",
+    "is_patched",
+    "patch",
+    "register_host_patcher",
+    "unpatch",
+]
+
+Mode = Literal["oattention", "full-o"]
+Support = Literal["count", "mass"]
+MODES: tuple[str, ...] = ("oattention", "full-o")
+SUPPORTS: tuple[str, ...] = ("count", "mass")
+
+_STATE_ATTR = "_retrofit_state"
+_REPORT_ATTR = "retrofit_report"
+
+
+class RetrofitError(Exception):
+    """Base class of the retrofit's errors."""
+
+
+class UnsupportedArchitecture(RetrofitError, TypeError):  # noqa: N818
+    """The model's class has no patch table."""
+
+
+class AlreadyPatched(RetrofitError, RuntimeError):  # noqa: N818
+    """The model is patched already; unpatch it first."""
+
+
+class NotPatched(RetrofitError, RuntimeError):  # noqa: N818
+    """``unpatch`` was called on a model that is not patched."""
+
+
+class NothingMatched(RetrofitError, LookupError):  # noqa: N818
+    """The patch table found nothing to replace in the model."""
+
+
+class InvalidPatchConfig(RetrofitError, ValueError):  # noqa: N818
+    """A patch setting (mode, tau, support, eps_den) is out of range."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchConfig:
+    """Validated settings of one patch.
+
+    Attributes:
+        mode: ``"oattention"`` (attention and its length scaling only) or
+            ``"full-o"`` (also OFFN, ONorm and OInject of the target embedding).
+        tau: Presence temperature, ``> 0``.
+        support: ``n_eff`` fed to the learned length scaling: ``"count"`` (number
+            of non-null sources) or ``"mass"`` (sum of presence).
+        eps_den: OAttention's denominator floor, ``>= 0``.
+    """
+
+    mode: Mode
+    tau: float
+    support: Support = "count"
+    eps_den: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise InvalidPatchConfig(f"mode must be one of {MODES}, got {self.mode!r}")
+        try:
+            object.__setattr__(self, "tau", check_tau(self.tau))
+        except ValueError as err:
+            raise InvalidPatchConfig(str(err)) from None
+        if self.support not in SUPPORTS:
+            raise InvalidPatchConfig(f"support must be one of {SUPPORTS}, got {self.support!r}")
+        eps = self.eps_den
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps):
+            raise InvalidPatchConfig(f"eps_den must be a finite number >= 0, got {eps!r}")
+        if eps < 0:
+            raise InvalidPatchConfig(f"eps_den must be a finite number >= 0, got {eps!r}")
+        object.__setattr__(self, "eps_den", float(eps))
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplacedModule:
+    """One entry of a :class:`PatchReport`.
+
+    Attributes:
+        path: Where in the model, e.g. ``icl_blocks.3`` (``""`` is the model).
+        old_class: Class name before the patch.
+        new_class: Class name after it.
+        shared_parameters: Number of parameter elements the replacement shares
+            with the original (no copies are made).
+        kind: ``"swap"`` (a submodule replaced in the tree), ``"override"`` (an
+            inline host computation gated through a method override) or
+            ``"class"`` (the model's class swapped for a subclass).
+    """
+
+    path: str
+    old_class: str
+    new_class: str
+    shared_parameters: int
+    kind: Literal["swap", "override", "class"] = "swap"
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchReport:
+    """What a patch did, for provenance; also kept on the model as ``retrofit_report``."""
+
+    host: str
+    mode: str
+    tau: float
+    support: str
+    eps_den: float
+    modules: tuple[ReplacedModule, ...]
+    tabpfn_version: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict of the report, with its digest."""
+        data = dataclasses.asdict(self)
+        data["modules"] = [dataclasses.asdict(m) for m in self.modules]
+        data["digest"] = self.digest()
+        return data
+
+    def digest(self) -> str:
+        """A short stable hash (16 hex characters) of everything in the report."""
+        data = dataclasses.asdict(self)
+        data["modules"] = [dataclasses.asdict(m) for m in self.modules]
+        blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def n_replaced(self) -> int:
+        """Number of submodules swapped in the tree."""
+        return sum(m.kind == "swap" for m in self.modules)
+
+
+@dataclasses.dataclass
+class Swap:
+    """A planned replacement of the submodule at ``path``."""
+
+    path: str
+    original: nn.Module
+    replacement: nn.Module
+
+
+class HostPatcher:
+    """The patch table of one host class; subclasses live in ``retrofit/hosts/``.
+
+    A subclass names its ``host_class``, plans the swaps (building every
+    replacement, touching nothing), and may attach and detach model-level
+    overrides (for inline host computations that are not submodules).
+    """
+
+    host_class: ClassVar[type[nn.Module]]
+
+    def plan(self, model: nn.Module, config: PatchConfig) -> list[Swap]:
+        """Builds every replacement for ``model``; must not modify it."""
+        raise NotImplementedError
+
+    def overrides(self, model: nn.Module, config: PatchConfig) -> list[ReplacedModule]:
+        """Report entries for the model-level overrides :meth:`attach` installs."""
+        return []
+
+    def frozen_parameters(self, model: nn.Module, config: PatchConfig) -> list[nn.Parameter]:
+        """Parameters outside the swapped modules that the patch reads (frozen too)."""
+        return []
+
+    def attach(self, model: nn.Module, config: PatchConfig) -> None:
+        """Installs model-level overrides; called after the swaps are committed."""
+
+    def detach(self, model: nn.Module) -> None:
+        """Removes what :meth:`attach` installed."""
+
+
+_HOST_PATCHERS: dict[type[nn.Module], HostPatcher] = {}
+
+
+def register_host_patcher(patcher: HostPatcher) -> HostPatcher:
+    """Registers the patch table of ``patcher.host_class`` (exact class match)."""
+    _HOST_PATCHERS[patcher.host_class] = patcher
+    return patcher
+
+
+def host_patcher_for(model: nn.Module) -> HostPatcher:
+    """The patch table for ``model``'s exact class.
+
+    Raises:
+        UnsupportedArchitecture: If the class (not a subclass) has no table.
+    """
+    import retrofit.hosts  # noqa: F401 -- registers the shipped patch tables
+
+    patcher = _HOST_PATCHERS.get(type(model))
+    if patcher is None:
+        supported = ", ".join(sorted(c.__name__ for c in _HOST_PATCHERS)) or "none"
+        raise UnsupportedArchitecture(
+            f"no retrofit patch table for {type(model).__module__}.{type(model).__name__} "
+            f"(supported: {supported})"
+        )
+    return patcher
+
+
+@dataclasses.dataclass
+class _PatchState:
+    """Kept on a patched model, outside its module tree."""
+
+    config: PatchConfig
+    report: PatchReport
+    host_class: type[nn.Module]
+    originals: list[tuple[str, nn.Module]]
+    requires_grad: list[tuple[nn.Parameter, bool]]
+
+
+def is_patched(model: nn.Module) -> bool:
+    """Whether ``model`` carries a retrofit patch."""
+    return isinstance(model.__dict__.get(_STATE_ATTR), _PatchState)
+
+
+def patch_config_of(model: nn.Module) -> PatchConfig:
+    """The settings ``model`` was patched with.
+
+    Raises:
+        NotPatched: If it is not patched.
+    """
+    if not is_patched(model):
+        raise NotPatched(f"{type(model).__name__} is not patched")
+    return model.__dict__[_STATE_ATTR].config
+
+
+def _shared_numel(params: Iterable[nn.Parameter]) -> int:
+    return sum(p.numel() for p in {id(p): p for p in params}.values())
+
+
+def _set_submodule(model: nn.Module, path: str, module: nn.Module) -> None:
+    parent_path, _, name = path.rpartition(".")
+    parent = model.get_submodule(parent_path) if parent_path else model
+    # setattr on a ModuleList with a digit name replaces the entry in place.
+    setattr(parent, name, module)
+
+
+def patch(
+    model: nn.Module,
+    mode: Mode,
+    *,
+    tau: float = 1.0,
+    support: Support = "count",
+    eps_den: float = 1e-6,
+) -> PatchReport:
+    """Retrofits ``model`` in place with O-closed blocks.
+
+    Every replacement is planned and built before the first one is committed,
+    so a failure leaves the model untouched.
+
+    Args:
+        model: A supported TabPFN architecture (e.g. ``TabPFNV3``).
+        mode: ``"oattention"`` or ``"full-o"``.
+        tau: Presence temperature, ``> 0``.
+        support: ``"count"`` or ``"mass"``: the ``n_eff`` of the length scaling.
+        eps_den: OAttention denominator floor, ``>= 0``.
+
+    Returns:
+        The :class:`PatchReport`, also stored as ``model.retrofit_report``.
+
+    Raises:
+        InvalidPatchConfig: On an unknown mode or support, or a bad tau/eps_den.
+        AlreadyPatched: If ``model`` is patched already.
+        UnsupportedArchitecture: If ``model``'s class has no patch table.
+        NothingMatched: If the table found nothing to replace.
+    """
+    import tabpfn
+
+    config = PatchConfig(mode=mode, tau=tau, support=support, eps_den=eps_den)
+    if is_patched(model):
+        digest = model.__dict__[_STATE_ATTR].report.digest()
+        raise AlreadyPatched(
+            f"{type(model).__name__} is already patched (report {digest}); call unpatch first"
+        )
+    patcher = host_patcher_for(model)
+    swaps = patcher.plan(model, config)
+    if not swaps:
+        raise NothingMatched(f"the {type(model).__name__} patch table matched no module")
+
+    entries = [
+        ReplacedModule(
+            path=s.path,
+            old_class=type(s.original).__name__,
+            new_class=type(s.replacement).__name__,
+            shared_parameters=_shared_numel(s.replacement.parameters()),
+        )
+        for s in swaps
+    ]
+    entries += patcher.overrides(model, config)
+    report = PatchReport(
+        host=type(model).__name__,
+        mode=config.mode,
+        tau=config.tau,
+        support=config.support,
+        eps_den=config.eps_den,
+        modules=tuple(entries),
+        tabpfn_version=tabpfn.__version__,
+    )
+    frozen = [p for s in swaps for p in s.replacement.parameters()]
+    frozen += patcher.frozen_parameters(model, config)
+    frozen = list({id(p): p for p in frozen}.values())
+    state = _PatchState(
+        config=config,
+        report=report,
+        host_class=type(model),
+        originals=[(s.path, s.original) for s in swaps],
+        requires_grad=[(p, p.requires_grad) for p in frozen],
+    )
+
+    # Commit: plain attribute assignments; undone on any error.
+    committed: list[Swap] = []
+    try:
+        for s in swaps:
+            _set_submodule(model, s.path, s.replacement)
+            committed.append(s)
+        model.__dict__[_STATE_ATTR] = state
+        patcher.attach(model, config)
+    except BaseException:
+        for s in reversed(committed):
+            _set_submodule(model, s.path, s.original)
+        model.__dict__.pop(_STATE_ATTR, None)
+        raise
+    for p, _ in state.requires_grad:
+        p.requires_grad_(False)
+    model.__dict__[_REPORT_ATTR] = report
+    return report
+
+
+def unpatch(model: nn.Module) -> PatchReport:
+    """Undoes :func:`patch`: the original modules and class come back.
+
+    Returns:
+        The report of the patch that was removed.
+
+    Raises:
+        NotPatched: If ``model`` is not patched.
+    """
+    if not is_patched(model):
+        raise NotPatched(f"{type(model).__name__} is not patched; nothing to undo")
+    state: _PatchState = model.__dict__[_STATE_ATTR]
+    _HOST_PATCHERS[state.host_class].detach(model)
+    for path, original in state.originals:
+        _set_submodule(model, path, original)
+    for p, flag in state.requires_grad:
+        p.requires_grad_(flag)
+    del model.__dict__[_STATE_ATTR]
+    model.__dict__.pop(_REPORT_ATTR, None)
+    return state.report
