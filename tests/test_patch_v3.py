@@ -115,7 +115,10 @@ def test_patching_twice_and_unpatching_unpatched_raise():
 @pytest.mark.parametrize(
     ("name", "config"),
     [
-        ("tabpfn_v2", {"emsize": 8, "nlayers": 1, "nhead": 2, "max_num_classes": 0}),
+        (
+            "tabpfn_v2_5",
+            {"emsize": 8, "nlayers": 1, "nhead": 2, "num_thinking_rows": 2, "max_num_classes": 0},
+        ),
         (
             "tabpfn_v3_5",
             {
