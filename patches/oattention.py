@@ -31,7 +31,12 @@ import math
 import torch
 import torch.nn.functional as F
 
-__all__ = ["oattention", "oattention_reference", "validate_oattention_inputs"]
+__all__ = [
+    "oattention",
+    "oattention_reference",
+    "oattention_route",
+    "validate_oattention_inputs",
+]
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -89,15 +94,23 @@ def validate_oattention_inputs(
     if mask is not None:
         if mask.dtype != torch.bool:
             raise ValueError(f"mask must be boolean (True = visible), got {mask.dtype}")
-        try:
-            torch.broadcast_shapes(mask.shape, (B, H, L, S))
-        except RuntimeError as err:
-            raise ValueError(
-                f"mask of shape {tuple(mask.shape)} does not broadcast to {(B, H, L, S)}"
-            ) from err
         if mask.dim() > 4:
             raise ValueError(f"mask has more than 4 dims: {tuple(mask.shape)}")
-    if not isinstance(eps_den, (int, float)) or not math.isfinite(eps_den) or eps_den < 0:
+        # broadcast_shapes((5,), (1,)) succeeds; the mask must broadcast *to* the target.
+        try:
+            fits = torch.broadcast_shapes(mask.shape, (B, H, L, S)) == (B, H, L, S)
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ValueError(
+                f"mask of shape {tuple(mask.shape)} does not broadcast to {(B, H, L, S)}"
+            )
+    if (
+        isinstance(eps_den, bool)
+        or not isinstance(eps_den, (int, float))
+        or not math.isfinite(eps_den)
+        or eps_den < 0
+    ):
         raise ValueError(f"eps_den must be a finite number >= 0, got {eps_den!r}")
     if check_values:
         for name, p in (("p_q", p_q), ("p_k", p_k)):
@@ -113,36 +126,110 @@ def _mask_4d(mask: torch.Tensor | None) -> torch.Tensor | None:
     return None if mask is None else mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
 
 
-def _empty_support_BHL(
-    p_k: torch.Tensor, mask: torch.Tensor | None, shape_BHL: tuple[int, int, int]
-) -> torch.Tensor:
+def _log_presence(p: torch.Tensor) -> torch.Tensor:
+    """``log p`` (``-inf`` where ``p = 0``), in ``p``'s dtype; ``O(B * S)`` work.
+
+    On CPU this is ``xlogy(1, p)``: ``torch.log`` of a float tensor runs
+    through MKL's vector math, which starts its own thread team even for a
+    few hundred values; on a loaded machine waking that team costs a
+    scheduler time slice (measured 8-16 ms per call on 2 shared cores). The
+    serial ``xlogy`` kernel gives ``1 * log(p)`` within one ulp of it.
+    """
+    if p.device.type == "cpu":
+        return torch.xlogy(1.0, p)
+    return torch.log(p)
+
+
+def _empty_support(p_k: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """True where a receiver sees no live source (masked out or null).
 
-    With no mask or a key-only mask this reduces ``(B, 1, 1, S)`` values, so
-    no ``L x S`` tensor is built.
+    Shape ``(B, 1, 1)`` without a mask, else the mask's broadcast of
+    ``(B, H, L)``. With no mask or a key-only mask this reduces ``(B, 1, 1, S)``
+    values, so no ``L x S`` tensor is built.
     """
     live_B11S = (p_k > 0)[:, None, None, :]
     live = live_B11S if mask is None else live_B11S & _mask_4d(mask)
-    return ~live.any(dim=-1).expand(shape_BHL)
+    return ~live.any(dim=-1)
 
 
-def _sdpa_with_lse(
+def _cpu_flash_with_lse(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     bias: torch.Tensor,
     scale: float | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fused softmax attention with an additive bias, returning ``(out, lse)``.
+    """CPU flash kernel with an additive bias, returning ``(out, lse)``.
 
-    On CPU this is the flash kernel, which takes grouped-query K/V and strided
-    views as they are. Elsewhere the bias is materialised as an extra score by
-    the sink route in :func:`oattention`, so this path is CPU-only.
+    It takes grouped-query K/V, strided views and a float32 bias beside
+    bf16/fp16 queries as they are, so nothing is copied.
     """
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         q, k, v, attn_mask=bias, scale=scale
     )
     return out, lse
+
+
+_EFFICIENT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_EFFICIENT_BIAS_ALIGN = 16  # the memory-efficient kernel wants a 16-aligned bias row stride
+
+
+def _cuda_efficient_with_lse(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    scale: float | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """CUDA memory-efficient kernel with an additive bias, returning ``(out, lse)``.
+
+    Grouped-query K/V are never repeated: with a per-key bias (no mask, or a
+    key-only one) the query heads that share a K/V head share their bias
+    too, so they are folded into the query axis, ``(B, Hkv, g * L, D)``
+    (a view of contiguous queries; at most a copy of the queries). The bias
+    row is padded to the kernel's alignment (``O(B * S)``) and broadcast with
+    stride 0, as ``scaled_dot_product_attention`` itself does. The kernel
+    requires the bias in the query dtype, so for bf16/fp16 queries ``log p_j``
+    is rounded to that dtype (the GPU check reports the resulting error).
+    """
+    B, H, L, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    group = H // Hkv
+    per_key = bias.shape[1] == 1 and bias.shape[2] == 1
+    if group > 1 and not per_key:
+        # A mask with head or query structure: the bias differs across the
+        # group, so K/V are repeated (the only copy, and only in this case).
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+        group = 1
+    q_in = q.reshape(B, Hkv, group * L, D) if group > 1 else q
+    s_pad = -(-S // _EFFICIENT_BIAS_ALIGN) * _EFFICIENT_BIAS_ALIGN
+    bias_pad = bias.new_zeros(*bias.shape[:-1], s_pad, dtype=q.dtype)[..., :S]
+    bias_pad.copy_(bias)
+    bias_pad = bias_pad.expand(B, q_in.shape[1], q_in.shape[2], S)
+    out, lse, _, _ = torch.ops.aten._scaled_dot_product_efficient_attention(
+        q_in, k, v, bias_pad, True, 0.0, False, scale=scale
+    )
+    lse = lse[..., : q_in.shape[2]]
+    if group > 1:
+        out = out.reshape(B, H, L, v.shape[-1])
+        lse = lse.reshape(B, H, L)
+    return out, lse
+
+
+def oattention_route(q: torch.Tensor) -> str:
+    """The kernel route :func:`oattention` takes for queries like ``q``.
+
+    Returns:
+        ``"cpu-flash"`` (CPU flash kernel with lse), ``"cuda-efficient"``
+        (CUDA memory-efficient kernel with lse, fp32/bf16/fp16) or ``"sink"``
+        (portable: one extra zero key carrying ``log eps_den``; copies K/V).
+    """
+    if q.device.type == "cpu":
+        return "cpu-flash"
+    if q.device.type == "cuda" and q.dtype in _EFFICIENT_DTYPES:
+        return "cuda-efficient"
+    return "sink"
 
 
 def oattention(
@@ -155,8 +242,14 @@ def oattention(
     mask: torch.Tensor | None = None,
     eps_den: float = 1e-6,
     scale: float | None = None,
+    validate: bool = True,
 ) -> torch.Tensor:
     """OAttention, fast exact path.
+
+    The matrix work is one fused attention call with a ``(B, 1, 1, S)``
+    log-presence bias; the rest is ``O(B * (L + S))`` plus one in-place pass
+    over the output: no copy of K or V, no ``L x S`` tensor unless the mask
+    has one.
 
     Args:
         q: Queries ``(B, H, L, D)``; non-contiguous views are accepted.
@@ -169,44 +262,124 @@ def oattention(
         eps_den: Denominator floor ``>= 0``; with 0 a fully present row is
             plain softmax attention.
         scale: Score scale; ``1 / sqrt(D)`` when None.
+        validate: Check shapes and presence values first (default). Trusted
+            callers that built presence themselves may pass False to skip the
+            checks, whose value check is a reduction (a device sync on GPU).
 
     Returns:
         ``(B, H, L, Dv)`` in the input dtype. A receiver with ``p_i = 0`` gets
         exactly 0; a receiver with no live source gets 0, never NaN.
     """
-    validate_oattention_inputs(q, k, v, p_q, p_k, mask, eps_den)
+    if validate:
+        validate_oattention_inputs(q, k, v, p_q, p_k, mask, eps_den)
     B, H, L, _ = q.shape
+    if L == 0 or k.shape[2] == 0:
+        # No receiver or no source: the fused kernels crash (SIGFPE) on empty
+        # lengths; the answer is all zeros (empty support).
+        return q.new_zeros(B, H, L, v.shape[-1])
     # Presence is handled in float32 at least: log p of a bf16 presence would
     # shift every weight by bf16 rounding.
     wide = torch.float64 if q.dtype == torch.float64 else torch.float32
     p_k = p_k.to(wide)
     p_q = p_q.to(wide)
-    log_pk_B11S = torch.log(p_k)[:, None, None, :]
+    bias = _log_presence(p_k)[:, None, None, :]  # (B, 1, 1, S)
     if mask is not None:
-        log_pk_B11S = log_pk_B11S.masked_fill(~_mask_4d(mask), float("-inf"))
-    empty_BHL = _empty_support_BHL(p_k, mask, (B, H, L))
+        bias = bias.masked_fill(~_mask_4d(mask), float("-inf"))
+    empty = _empty_support(p_k, mask)
+    if mask is None:
+        # Fold empty support into the receiver presence: (B, L), not (B, H, L).
+        p_q = p_q.masked_fill(empty.view(B, 1), 0.0)
 
-    if q.device.type == "cpu":
-        # The kernel takes a float32 bias beside bf16/fp16 queries, which
-        # keeps log p_j at float32 precision.
-        out_BHLD, lse_BHL = _sdpa_with_lse(q, k, v, log_pk_B11S, scale)
-        # sum_j p_j e^{s_ij} = e^{lse}; the eps_den term turns softmax's
-        # 1 / Z into 1 / (eps + Z) = sigmoid(lse - log eps) / Z.
-        log_eps = math.log(eps_den) if eps_den > 0 else float("-inf")
-        gate_BHL = torch.sigmoid(lse_BHL.to(wide) - log_eps) * p_q[:, None, :]
+    # In-place post-processing on the kernel's fresh outputs, unless autograd
+    # needs them (the kernels' backwards read their out and lse).
+    inplace = not (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, p_q, p_k)))
+    route = oattention_route(q)
+    lse_BHL = None
+    if route == "sink":
+        out, _ = _sink_attention(q, k, v, bias, eps_den, scale)
+    elif route == "cpu-flash":
+        out, lse_BHL = _cpu_flash_with_lse(q, k, v, bias, scale)
     else:
-        out_BHLD, gate_BHL = _sink_attention(q, k, v, log_pk_B11S, eps_den, scale)
-        gate_BHL = gate_BHL * p_q[:, None, :]
-    gate_BHL = gate_BHL.masked_fill(empty_BHL, 0.0).unsqueeze(-1)
-    if out_BHLD.dtype == wide:
-        out = out_BHLD * gate_BHL
-    else:  # one rounding to bf16/fp16, after the gate
-        out = (out_BHLD.to(wide) * gate_BHL).to(q.dtype)
-    if q.device.type != "cpu":
-        # A fully masked row can come back NaN from a non-flash kernel, and
+        out, lse_BHL = _cuda_efficient_with_lse(q, k, v, bias, scale)
+    log_eps = math.log(eps_den) if (lse_BHL is not None and eps_den > 0) else None
+    p_q_B1L = p_q[:, None, :]
+    row_empty = empty if mask is not None else None  # else already folded into p_q
+    if inplace:
+        _gate_(out, lse_BHL, p_q_B1L, log_eps, row_empty, wide)
+    else:
+        gate_BHL = p_q_B1L
+        if log_eps is not None:
+            # sum_j p_j e^{s_ij} = e^{lse}; the eps_den term turns softmax's
+            # 1 / Z into 1 / (eps + Z) = sigmoid(lse - log eps) / Z.
+            gate_BHL = torch.sigmoid(lse_BHL.to(wide) - log_eps) * gate_BHL
+        if row_empty is not None:
+            gate_BHL = gate_BHL.masked_fill(row_empty, 0.0)
+        out = (out.to(wide) * gate_BHL.unsqueeze(-1)).to(q.dtype)
+    if route != "cpu-flash":
+        # A fully masked row can come back NaN from a non-CPU kernel, and
         # NaN * 0 is NaN, so select rather than rely on the zero gate.
-        out = out.masked_fill(empty_BHL.unsqueeze(-1), 0.0)
+        empty_1 = empty.unsqueeze(-1)
+        out = out.masked_fill_(empty_1, 0.0) if inplace else out.masked_fill(empty_1, 0.0)
     return out
+
+
+# Elementwise CPU ops on at least this many values start a thread team
+# (at::internal::GRAIN_SIZE). On a loaded machine waking the team costs a
+# scheduler time slice (measured 4-16 ms on 2 shared cores, several times the
+# whole attention at small shapes), so the O(B * H * L * Dv) gate pass runs as
+# serial chunks below it: about 1 ms per 2M values, against a kernel that
+# does D * S times more work.
+_GRAIN = 32768
+
+
+def _serial_splits(t: torch.Tensor, dim: int) -> int | None:
+    """Split size along ``dim`` that keeps each CPU chunk serial, or None (no split)."""
+    if t.device.type != "cpu" or t.numel() < _GRAIN or torch.get_num_threads() == 1:
+        return None
+    per_index = t.numel() // max(t.shape[dim], 1)
+    size = (_GRAIN - 1) // max(per_index, 1)
+    return size if size >= 1 else None  # one index is already a thread team: don't split
+
+
+def _gate_(
+    out: torch.Tensor,
+    lse_BHL: torch.Tensor | None,
+    p_q_B1L: torch.Tensor,
+    log_eps: float | None,
+    row_empty: torch.Tensor | None,
+    wide: torch.dtype,
+) -> None:
+    """Scales ``out`` in place by ``p_i * sigmoid(lse_i - log eps)``, 0 on empty rows.
+
+    ``sum_j p_j e^{s_ij} = e^{lse}``, and the ``eps_den`` term turns softmax's
+    ``1 / Z`` into ``1 / (eps + Z) = sigmoid(lse - log eps) / Z``; the receiver
+    presence joins the same ``(B, H, L)`` factor, so the output is touched
+    once. Works on the kernel's fresh ``lse`` in place. A bf16/fp16 ``out`` is
+    multiplied in the float32 gate's precision and rounded once (type
+    promotion).
+    """
+    if log_eps is None:
+        gate_BHL = p_q_B1L
+        if row_empty is not None:
+            gate_BHL = gate_BHL.masked_fill(row_empty, 0.0)
+    else:
+        gate_BHL = lse_BHL if lse_BHL.dtype == wide else lse_BHL.to(wide)
+        size = _serial_splits(gate_BHL, 2)
+        if size is None:
+            gate_BHL.sub_(log_eps).sigmoid_().mul_(p_q_B1L)
+        else:
+            parts = gate_BHL.split(size, dim=2)
+            torch._foreach_sub_(parts, log_eps)
+            torch._foreach_sigmoid_(parts)
+            torch._foreach_mul_(parts, p_q_B1L.split(size, dim=2))
+        if row_empty is not None:
+            gate_BHL.masked_fill_(row_empty, 0.0)
+    gate_BHL1 = gate_BHL.unsqueeze(-1)
+    size = _serial_splits(out, 2)
+    if size is None:
+        out.mul_(gate_BHL1)
+    else:
+        torch._foreach_mul_(out.split(size, dim=2), gate_BHL1.split(size, dim=2))
 
 
 def _sink_attention(
@@ -220,14 +393,16 @@ def _sink_attention(
     """Portable route: ``eps_den`` as one extra zero key/value with bias ``log eps``.
 
     Returns the attention output (already divided by ``eps + Z``) and a gate of
-    ones, so the caller applies only the receiver presence.
+    ones, so the caller applies only the receiver presence. It copies K and V
+    (one extra row each), so it serves only devices without a route above.
     """
     B, H, L, _ = q.shape
     Hkv = k.shape[1]
     if eps_den > 0:
         k = torch.cat([k, k.new_zeros(B, Hkv, 1, k.shape[-1])], dim=2)
         v = torch.cat([v, v.new_zeros(B, Hkv, 1, v.shape[-1])], dim=2)
-        sink = log_pk_B11S.new_full((B, 1, 1, 1), math.log(eps_den))
+        # The bias may carry the mask's (B, H, L, S) shape: the sink matches it.
+        sink = log_pk_B11S.new_full((*log_pk_B11S.shape[:-1], 1), math.log(eps_den))
         log_pk_B11S = torch.cat([log_pk_B11S, sink], dim=-1)
     out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=log_pk_B11S.to(q.dtype), scale=scale, enable_gqa=Hkv != H
@@ -290,6 +465,7 @@ def oattention_reference(
                 m = s.max()
                 w = torch.exp(s - m) * pk64[b, idx]
                 num = torch.mv(v64[b, kv_h, idx].T, w)
-                den = eps_den * torch.exp(-m) + w.sum()
+                # eps * e^{-M} only when eps > 0: 0 * e^{-M} is NaN once M < -709.
+                den = w.sum() + (eps_den * torch.exp(-m) if eps_den > 0 else 0.0)
                 out[b, h, i] = num / den * pq64[b, i]
     return out.to(q.dtype)
