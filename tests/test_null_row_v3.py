@@ -1,0 +1,247 @@
+"""O-Closure proofs on the real TabPFN v3 architecture (tiny random, perturbed models).
+
+A zero row is inserted by forward hooks:
+
+* (A) at the entry of ICL block 0, after the target injection: a pre-hook on
+  every ICL block inserts the row once and adds 1 to the train count when it
+  is a train row; a hook after the last block takes it out again. Both modes
+  must leave every other row unchanged and the null row exactly 0.
+* (B) before the target injection (a train row whose target is embedded and
+  added): only Full-O gates the injection, hidden-carrier OAttention revives it.
+
+Also: identity (presence forced to 1, ``eps_den=0``, ``n_eff = n``) reproduces
+the unpatched model, and a real patch changes predictions.
+
+Shape letters: B batch, R rows, N train rows, C features, E ICL width.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from _tiny_models import build_tiny_v3, tiny_v3_config
+from tabpfn.architectures.tabpfn_v3 import TabPFNV3
+
+import retrofit
+from retrofit.hosts.v3_block import OICLBlock
+
+MODES = ("oattention", "full-o")
+R, N, B, C = 14, 9, 2, 4
+
+
+def _data(dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x_RBC = torch.randn(R, B, C, generator=g, dtype=torch.float64).to(dtype)
+    y_NB = torch.randn(N, B, generator=g, dtype=torch.float64).to(dtype)
+    return x_RBC, y_NB
+
+
+def _model(mode, dtype=torch.float64, config=None, **patch_kwargs):
+    model = build_tiny_v3(config or tiny_v3_config(nlayers=3)).to(dtype)
+    if mode != "none":
+        retrofit.patch(model, mode, **patch_kwargs)
+    return model
+
+
+class NullRow:
+    """Inserts a zero row at ICL block 0's entry and removes it after the last block.
+
+    Records the final carriers of every row (``final_BRE``) with the null row
+    taken out, and the null row's own final carrier (``null_BE``).
+    """
+
+    def __init__(self, model: TabPFNV3, pos: int, *, as_train: bool, at_entry: bool = True):
+        self.pos, self.as_train, self.at_entry = pos, as_train, at_entry
+        blocks = model.icl_blocks
+        self.handles = [
+            block.register_forward_pre_hook(self._pre_hook(i), with_kwargs=True)
+            for i, block in enumerate(blocks)
+        ]
+        self.handles.append(blocks[-1].register_forward_hook(self._remove))
+
+    def _pre_hook(self, index):
+        def hook(module, args, kwargs):
+            x_BRE, n_train, *rest = args
+            if index == 0 and self.at_entry:
+                zero_B1E = x_BRE.new_zeros(x_BRE.shape[0], 1, x_BRE.shape[2])
+                x_BRE = torch.cat([x_BRE[:, : self.pos], zero_B1E, x_BRE[:, self.pos :]], 1)
+            if self.as_train and self.at_entry:
+                n_train = n_train + 1
+            return (x_BRE, n_train, *rest), kwargs
+
+        return hook
+
+    def _remove(self, module, args, output):
+        x_BRE, kv = output
+        self.null_BE = x_BRE[:, self.pos].clone()
+        kept = torch.cat([x_BRE[:, : self.pos], x_BRE[:, self.pos + 1 :]], 1)
+        self.final_BRE = kept.clone()
+        return kept, kv
+
+    def close(self):
+        for h in self.handles:
+            h.remove()
+
+
+class FinalCarriers:
+    """Records the carriers leaving the last ICL block."""
+
+    def __init__(self, model):
+        self.handle = model.icl_blocks[-1].register_forward_hook(self._hook)
+
+    def _hook(self, module, args, output):
+        self.final_BRE = output[0].clone()
+
+    def close(self):
+        self.handle.remove()
+
+
+def _run(model, x, y, recorder_factory, **kwargs):
+    rec = recorder_factory(model)
+    try:
+        with torch.inference_mode():
+            out = model(x, y, **kwargs)
+    finally:
+        rec.close()
+    return out, rec
+
+
+def _rel(a, b):
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+def _insertion_drift(mode, pos, as_train, dtype=torch.float64, config=None, **kwargs):
+    """(relative drift of the other rows' final carriers, null row's final carrier)."""
+    x, y = _data(dtype)
+    model = _model(mode, dtype, config, **kwargs.pop("patch_kwargs", {}))
+    _, ref = _run(model, x, y, FinalCarriers, **kwargs)
+    _, ins = _run(model, x, y, lambda m: NullRow(m, pos, as_train=as_train), **kwargs)
+    return _rel(ins.final_BRE, ref.final_BRE), ins.null_BE
+
+
+@pytest.mark.parametrize("support", ["count", "mass"])
+@pytest.mark.parametrize("mode", MODES)
+def test_A_null_train_row_at_icl_entry_changes_nothing(mode, support):
+    drift, null_BE = _insertion_drift(mode, 3, True, patch_kwargs={"support": support})
+    base_drift, base_null = _insertion_drift("none", 3, True)
+    assert drift <= 1e-12
+    assert drift * 1e6 <= base_drift, (drift, base_drift)
+    assert torch.equal(null_BE, torch.zeros_like(null_BE))
+    assert base_null.abs().max() > 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_A_null_test_row_at_icl_entry_changes_nothing(mode):
+    drift, null_BE = _insertion_drift(mode, N + 2, False)
+    _, base_null = _insertion_drift("none", N + 2, False)
+    assert drift <= 1e-12
+    assert torch.equal(null_BE, torch.zeros_like(null_BE))
+    assert base_null.abs().max() > 0.1  # an unpatched null query gets the mean of the values
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_A_predictions_unchanged_with_gqa_and_test_kv_heads(mode):
+    config = tiny_v3_config(nlayers=2, icl_num_heads=4, icl_num_kv_heads=2, icl_num_kv_heads_test=1)
+    x, y = _data()
+    model = _model(mode, config=config)
+    with torch.inference_mode():
+        ref = model(x, y)
+    for pos, as_train in ((0, True), (N - 1, True), (N, False), (R, False)):
+        out, rec = _run(model, x, y, lambda m, p=pos, t=as_train: NullRow(m, p, as_train=t))
+        assert _rel(out, ref) <= 1e-12, (pos, as_train)
+        assert torch.equal(rec.null_BE, torch.zeros_like(rec.null_BE))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_A_holds_under_memory_saving_chunks(mode):
+    model = _model("none")
+    opts = dataclasses.replace(model.get_default_performance_options(), save_peak_memory_factor=2)
+    drift, null_BE = _insertion_drift(mode, 4, True, performance_options=opts)
+    assert drift <= 1e-12
+    assert torch.equal(null_BE, torch.zeros_like(null_BE))
+
+
+def test_n_eff_is_per_batch_element():
+    """A null source in batch element 0 only must not change element 0's other rows."""
+    model = _model("oattention", config=tiny_v3_config(nlayers=1))
+    block = model.icl_blocks[0]
+    assert isinstance(block, OICLBlock)
+    g = torch.Generator().manual_seed(1)
+    x_BRE = torch.randn(2, 8, 16, generator=g, dtype=torch.float64) * 3
+    with torch.inference_mode():
+        alone, _ = block(x_BRE[:1].clone(), 5)
+        with_null = x_BRE.clone()
+        with_null_0 = torch.cat([x_BRE[:1, :2], torch.zeros(1, 1, 16, dtype=torch.float64)], 1)
+        with_null_0 = torch.cat([with_null_0, x_BRE[:1, 2:]], 1)  # 9 rows, 6 train
+        other = torch.cat([x_BRE[1:, :2], x_BRE[1:, 1:2] * 0.5, x_BRE[1:, 2:]], 1)
+        batch = torch.cat([with_null_0, other], 0)
+        out, _ = block(batch, 6)
+    kept = torch.cat([out[:1, :2], out[:1, 3:]], 1)
+    assert _rel(kept, alone) <= 1e-12
+    assert torch.equal(out[0, 2], torch.zeros_like(out[0, 2]))
+    del with_null
+
+
+# ---- (B) before the target injection -----------------------------------------------
+
+
+def _insert_before_injection(monkeypatch, mode):
+    """Drift of the other rows when a zero train row enters before the target embedding."""
+    pos, extra_target = 2, 1.5
+    x, y = _data()
+    y_aug = torch.cat([y[:pos], torch.full((1, B), extra_target, dtype=y.dtype), y[pos:]])
+    original = TabPFNV3._stages_0_to_2
+
+    def stages_with_zero_row(self, x_RiBC, y_in, **kwargs):
+        # Stages 0-2 see the original rows; the zero row joins their output.
+        y_orig = torch.cat([y_in[:pos], y_in[pos + 1 :]])
+        x_BRiClE, *rest = original(self, x_RiBC, y_orig, **kwargs)
+        zero = x_BRiClE.new_zeros(x_BRiClE.shape[0], 1, *x_BRiClE.shape[2:])
+        return (torch.cat([x_BRiClE[:, :pos], zero, x_BRiClE[:, pos:]], 1), *rest)
+
+    model = _model(mode)
+    _, ref = _run(model, x, y, FinalCarriers)
+    monkeypatch.setattr(TabPFNV3, "_stages_0_to_2", stages_with_zero_row)
+    _, ins = _run(model, x, y_aug, lambda m: NullRow(m, pos, as_train=True, at_entry=False))
+    return _rel(ins.final_BRE, ref.final_BRE), ins.null_BE
+
+
+def test_B_full_o_gates_the_target_injection(monkeypatch):
+    drift, null_BE = _insert_before_injection(monkeypatch, "full-o")
+    assert drift <= 1e-12
+    assert torch.equal(null_BE, torch.zeros_like(null_BE))
+
+
+def test_B_hidden_carrier_oattention_is_revived_by_the_injection(monkeypatch):
+    drift, null_BE = _insert_before_injection(monkeypatch, "oattention")
+    assert drift > 1e-4  # the injected target makes the row a live source
+    assert null_BE.abs().max() > 1e-3
+
+
+# ---- identity and a real change ------------------------------------------------------
+
+# Presence is ||h||^2 / (tau + ||h||^2): with tau = 1e-30 it rounds to exactly 1
+# for every non-null carrier, so n_eff (count) = n and, with eps_den = 0,
+# OAttention is softmax attention.
+IDENTITY = {"tau": 1e-30, "eps_den": 0.0, "support": "count"}
+
+
+@pytest.mark.parametrize(("dtype", "tol"), [(torch.float64, 1e-12), (torch.float32, 1e-6)])
+@pytest.mark.parametrize("mode", MODES)
+def test_identity_configuration_reproduces_the_host(mode, dtype, tol):
+    x, y = _data(dtype)
+    with torch.inference_mode():
+        ref = _model("none", dtype)(x, y)
+        out = _model(mode, dtype, **IDENTITY)(x, y)
+        changed = _model(mode, dtype)(x, y)
+    assert _rel(out, ref) <= tol
+    assert _rel(changed, ref) > 1e-3  # a real patch is not the host
+
+
+def test_identity_presence_is_exactly_one():
+    from patches import presence
+
+    h = torch.randn(5, 16) * 0.01
+    assert torch.equal(presence(h, IDENTITY["tau"]), torch.ones(5))
