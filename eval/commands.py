@@ -139,6 +139,14 @@ def _add_predict(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--device", default=None, help="torch device, e.g. cpu or cuda (default: the estimator's)"
     )
+    parser.add_argument(
+        "--precision",
+        metavar="{auto,float32,float64}",
+        help=(
+            "inference precision: 'auto' lets tabpfn pick (bf16/fp16 autocast where "
+            "supported), or a fixed dtype (default: the estimator's)"
+        ),
+    )
     parser.add_argument("--quiet", action="store_true", help="no status lines on stderr")
     parser.set_defaults(handler=run_predict)
     return parser
@@ -224,11 +232,19 @@ def _requested_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {"mode": args.mode, "tau": args.tau, "support": args.support, "eps_den": args.eps_den}
 
 
-def _estimator_defaults() -> dict[str, Any]:
-    from retrofit import OTabPFNRegressor
+def _precision(name: str) -> Any:
+    import torch
 
-    params = OTabPFNRegressor().get_params(deep=False)
-    return {name: params[name] for name in ("mode", "tau", "support", "eps_den")}
+    precisions = {"auto": "auto", "float32": torch.float32, "float64": torch.float64}
+    if name not in precisions:
+        raise CommandError(f"unknown precision {name!r}; choose one of {', '.join(precisions)}")
+    return precisions[name]
+
+
+def _estimator_defaults() -> dict[str, Any]:
+    from retrofit.estimator import DEFAULT_SETTINGS
+
+    return dict(DEFAULT_SETTINGS)
 
 
 def _resolve_settings(model: str, requested: dict[str, Any]) -> dict[str, Any]:
@@ -244,17 +260,10 @@ def _resolve_settings(model: str, requested: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_model_argument(model: str) -> None:
-    from retrofit import saved, weights
+    """Resolve ``--model`` to its checkpoint early (downloads a missing v2/v3 file)."""
+    from retrofit.loading import resolve_checkpoint
 
-    if model == "embedded" or weights.is_version_alias(model) or saved.is_saved_dir(model):
-        return
-    path = Path(model).expanduser()
-    if path.is_dir():
-        raise CommandError(f"--model {model}: directory without retrofit.json")
-    if not path.exists():
-        raise CommandError(
-            f"--model {model}: no such file, and not one of embedded, v3, v2 or a saved directory"
-        )
+    resolve_checkpoint(model)
 
 
 # --- CSV input and output ---------------------------------------------------------
@@ -393,11 +402,13 @@ def _predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
     requested = _requested_settings(args)
+    if args.precision is not None:
+        _precision(args.precision)
     if args.n_estimators is not None and args.n_estimators < 1:
         raise CommandError(f"--n-estimators must be >= 1, got {args.n_estimators}")
     _check_model_argument(args.model)
-    settings = _resolve_settings(args.model, requested)
     X_train, y_train, X_test, y_test, rows, features = _load_predict_data(args)
+    settings = _resolve_settings(args.model, requested)
 
     from retrofit import OTabPFNRegressor
 
@@ -406,6 +417,8 @@ def _predict(args: argparse.Namespace) -> int:
         params["n_estimators"] = args.n_estimators
     if args.device is not None:
         params["device"] = args.device
+    if args.precision is not None:
+        params["inference_precision"] = _precision(args.precision)
     estimator = OTabPFNRegressor(**params)
     _status(
         args,

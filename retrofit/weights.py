@@ -18,17 +18,12 @@ from tabpfn import model_loading
 from tabpfn.constants import ModelVersion
 
 __all__ = [
-    "CHECKPOINT_SUFFIXES",
     "DEFAULT_VERSIONS",
     "WeightsUnavailableError",
     "default_checkpoint_path",
     "default_weights",
     "is_version_alias",
-    "local_checkpoint",
 ]
-
-#: File suffixes tabpfn's loader reads (``tabpfn.checkpoint.Checkpoint``).
-CHECKPOINT_SUFFIXES = (".ckpt", ".safetensors")
 
 #: The version aliases this package resolves to tabpfn's default regressor.
 DEFAULT_VERSIONS: dict[str, ModelVersion] = {"v2": ModelVersion.V2, "v3": ModelVersion.V3}
@@ -127,27 +122,3 @@ def default_weights(version: str, *, download: bool = True) -> Path:
             version, path, f"download failed: {type(cause).__name__}: {first_line}"
         ) from cause
     return path
-
-
-def local_checkpoint(path: str | os.PathLike[str]) -> Path:
-    """Check that ``path`` is a checkpoint file tabpfn can read.
-
-    Args:
-        path: A ``.ckpt`` or ``.safetensors`` file.
-
-    Returns:
-        The path, resolved.
-
-    Raises:
-        WeightsUnavailableError: The file does not exist.
-        ValueError: The suffix is not one tabpfn reads.
-    """
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise WeightsUnavailableError(f"checkpoint file not found: {file}")
-    if file.suffix not in CHECKPOINT_SUFFIXES:
-        raise ValueError(
-            f"not a TabPFN checkpoint: {file} (expected a file ending in "
-            f"{' or '.join(CHECKPOINT_SUFFIXES)})"
-        )
-    return file.resolve()

@@ -119,18 +119,6 @@ def test_file_already_in_cache_is_used_without_download(cache_dir, no_download):
     assert no_download == []
 
 
-def test_local_checkpoint_checks_existence_and_suffix(tmp_path):
-    with pytest.raises(WeightsUnavailableError, match="not found"):
-        weights.local_checkpoint(tmp_path / "missing.ckpt")
-    wrong = tmp_path / "model.bin"
-    wrong.write_bytes(b"x")
-    with pytest.raises(ValueError, match="not a TabPFN checkpoint"):
-        weights.local_checkpoint(wrong)
-    good = tmp_path / "model.safetensors"
-    good.write_bytes(b"x")
-    assert weights.local_checkpoint(good) == good.resolve()
-
-
 def test_unknown_version_alias_is_rejected():
     assert not weights.is_version_alias("v2.5")
     with pytest.raises(ValueError, match="unknown TabPFN version"):
