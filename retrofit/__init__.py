@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from retrofit.estimator import OTabPFNRegressor
+from retrofit.loading import CheckpointNotFound, CorruptCheckpoint, load_host, resolve_checkpoint
 from retrofit.patcher import (
     AlreadyPatched,
     InvalidPatchConfig,
@@ -27,9 +29,12 @@ from retrofit.patcher import (
 
 __all__ = [
     "AlreadyPatched",
+    "CheckpointNotFound",
+    "CorruptCheckpoint",
     "InvalidPatchConfig",
     "NotPatched",
     "NothingMatched",
+    "OTabPFNRegressor",
     "PatchConfig",
     "PatchReport",
     "ReplacedModule",
@@ -37,7 +42,9 @@ __all__ = [
     "UnsupportedArchitecture",
     "embedded_model_path",
     "is_patched",
+    "load_host",
     "patch",
+    "resolve_checkpoint",
     "unpatch",
 ]
 

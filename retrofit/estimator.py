@@ -1,0 +1,200 @@
+"""``OTabPFNRegressor``: a scikit-learn regressor over a retrofitted TabPFN.
+
+``fit`` loads a fresh host model (:func:`retrofit.loading.load_host`), patches
+it in place (:func:`retrofit.patch`; ``mode="none"`` leaves it unpatched but
+takes the same code path) and hands it by reference to an inner
+``tabpfn.TabPFNRegressor`` through ``tabpfn.ModelSpecs``. Every ``fit`` builds
+its own model object, so estimators and refits never share weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+from tabpfn import TabPFNRegressor
+
+from retrofit.loading import load_host
+from retrofit.patcher import MODES, InvalidPatchConfig, PatchConfig, PatchReport, patch
+
+__all__ = ["DEFAULT_SETTINGS", "ESTIMATOR_MODES", "OTabPFNRegressor"]
+
+ESTIMATOR_MODES: tuple[str, ...] = ("none", *MODES)
+
+#: What an unset (None) retrofit setting means, unless a saved directory says otherwise.
+DEFAULT_SETTINGS: dict[str, Any] = {
+    "mode": "full-o",
+    "tau": 1.0,
+    "support": "count",
+    "eps_den": 1e-6,
+}
+
+
+class OTabPFNRegressor(RegressorMixin, BaseEstimator):
+    """TabPFN regression with the zero vector as a true NULL state.
+
+    Args:
+        mode: ``"none"`` (the unpatched host, same code path), ``"oattention"``
+            or ``"full-o"``. None: the saved directory's, else ``"full-o"``.
+        tau: Presence temperature ``> 0``. None: saved, else 1.0.
+        support: ``n_eff`` of the learned length scaling, ``"count"`` or
+            ``"mass"``. None: saved, else ``"count"``.
+        eps_den: OAttention denominator floor ``>= 0``. None: saved, else 1e-6.
+        model_path: ``"embedded"`` (the shipped host), ``"v3"``/``"v2"``, a
+            saved retrofit directory, or a checkpoint file.
+        n_estimators: Forward passes per prediction (tabpfn's ``"auto"``: the
+            checkpoint's inference config).
+        device: Passed to ``TabPFNRegressor`` (``"auto"``, ``"cpu"``, ...).
+        random_state: Passed to ``TabPFNRegressor``.
+        fit_mode: ``"fit_preprocessors"``, ``"low_memory"``, ``"fit_with_cache"``
+            or ``"batched"``; passed through.
+        inference_precision: ``"auto"``, ``"autocast"`` or a ``torch.dtype``.
+        memory_saving_mode: Passed through (chunked in-place evaluation).
+        ignore_pretraining_limits: Passed through.
+        kv_cache_precision: Storage of the ``fit_with_cache`` KV cache (None:
+            tabpfn's default, int8 for v3).
+
+    Attributes:
+        regressor_: The fitted inner ``tabpfn.TabPFNRegressor``.
+        model_: The (patched) host model it uses.
+        patch_report_: The :class:`~retrofit.PatchReport`, None for ``"none"``.
+        settings_: The resolved ``mode``, ``tau``, ``support``, ``eps_den``.
+        n_features_in_: Number of features seen in ``fit``.
+    """
+
+    def __init__(
+        self,
+        mode: str | None = None,
+        tau: float | None = None,
+        support: str | None = None,
+        eps_den: float | None = None,
+        model_path: str = "embedded",
+        n_estimators: int | str = "auto",
+        device: str = "auto",
+        random_state: int | None = 0,
+        fit_mode: str = "fit_preprocessors",
+        inference_precision: torch.dtype | str = "auto",
+        memory_saving_mode: bool | str | float = "auto",
+        ignore_pretraining_limits: bool = False,
+        kv_cache_precision: str | None = None,
+    ) -> None:
+        self.mode = mode
+        self.tau = tau
+        self.support = support
+        self.eps_den = eps_den
+        self.model_path = model_path
+        self.n_estimators = n_estimators
+        self.device = device
+        self.random_state = random_state
+        self.fit_mode = fit_mode
+        self.inference_precision = inference_precision
+        self.memory_saving_mode = memory_saving_mode
+        self.ignore_pretraining_limits = ignore_pretraining_limits
+        self.kv_cache_precision = kv_cache_precision
+
+    def __sklearn_tags__(self):
+        """TabPFN handles missing feature values itself."""
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        tags.non_deterministic = False
+        return tags
+
+    def _resolve_settings(self) -> dict[str, Any]:
+        """The retrofit settings, validated; a saved directory's are the defaults."""
+        from retrofit import saved
+
+        requested = {name: getattr(self, name) for name in DEFAULT_SETTINGS}
+        if saved.is_saved_dir(self.model_path):
+            settings = saved.merge_settings(
+                saved.load_saved(self.model_path).settings,
+                requested,
+                where=f"saved model {self.model_path}",
+            )
+        else:
+            settings = {k: (DEFAULT_SETTINGS[k] if v is None else v) for k, v in requested.items()}
+        if settings["mode"] not in ESTIMATOR_MODES:
+            raise InvalidPatchConfig(
+                f"mode must be one of {ESTIMATOR_MODES}, got {settings['mode']!r}"
+            )
+        # Validates tau, support and eps_den for every mode, "none" included.
+        checked = PatchConfig(
+            mode="oattention",
+            tau=settings["tau"],
+            support=settings["support"],
+            eps_den=settings["eps_den"],
+        )
+        return {
+            "mode": settings["mode"],
+            "tau": checked.tau,
+            "support": checked.support,
+            "eps_den": checked.eps_den,
+        }
+
+    def fit(self, X: Any, y: Any) -> OTabPFNRegressor:
+        """Loads a fresh host, patches it and fits the inner TabPFN regressor.
+
+        Args:
+            X: Features ``(n_samples, n_features)``; NaN allowed.
+            y: Finite targets ``(n_samples,)``.
+
+        Returns:
+            self.
+
+        Raises:
+            InvalidPatchConfig: On an unknown mode or support, or a bad tau/eps_den.
+            ValueError: On NaN/inf targets or malformed input.
+            retrofit.loading.CheckpointNotFound: If the checkpoint is missing.
+            retrofit.loading.CorruptCheckpoint: If it cannot be loaded.
+            retrofit.UnsupportedArchitecture: If the host has no patch table.
+        """
+        settings = self._resolve_settings()
+        X, y = validate_data(
+            self,
+            X,
+            y,
+            dtype=np.float64,
+            ensure_all_finite="allow-nan",
+            ensure_min_samples=2,
+            y_numeric=True,
+        )
+        specs = load_host(self.model_path)
+        report: PatchReport | None = None
+        if settings["mode"] != "none":
+            report = patch(
+                specs.model,
+                settings["mode"],
+                tau=settings["tau"],
+                support=settings["support"],
+                eps_den=settings["eps_den"],
+            )
+        regressor = TabPFNRegressor(
+            model_path=specs,
+            n_estimators=self.n_estimators,
+            device=self.device,
+            random_state=self.random_state,
+            fit_mode=self.fit_mode,
+            inference_precision=self.inference_precision,
+            memory_saving_mode=self.memory_saving_mode,
+            ignore_pretraining_limits=self.ignore_pretraining_limits,
+            kv_cache_precision=self.kv_cache_precision,
+        )
+        regressor.fit(X, y)
+        self.regressor_ = regressor
+        self.model_ = specs.model
+        self.patch_report_ = report
+        self.settings_ = settings
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Mean predictions ``(n_samples,)``.
+
+        Raises:
+            sklearn.exceptions.NotFittedError: Before ``fit``.
+            ValueError: If ``X`` has a different number of features than in ``fit``.
+        """
+        check_is_fitted(self, "regressor_")
+        X = validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite="allow-nan")
+        return np.asarray(self.regressor_.predict(X), dtype=np.float64)
