@@ -10,12 +10,14 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from tabpfn import model_loading
 from tabpfn.checkpoint import Checkpoint
 
-from retrofit import saved, weights
+from retrofit import loading, saved, weights
+from retrofit.estimator import OTabPFNRegressor
 from retrofit.saved import SavedModelError, SettingsConflictError
 from retrofit.weights import WeightsUnavailableError
 from tests._tiny_models import tiny_v3_checkpoint
@@ -212,3 +214,58 @@ def test_merge_settings_saved_are_defaults_and_explicit_must_agree():
         saved.merge_settings(SETTINGS, {**unset, "mode": "oattention"})
     with pytest.raises(SettingsConflictError, match=r"tau=2\.0"):
         saved.merge_settings(SETTINGS, {"tau": 2.0})
+
+
+# --- through the loader and the estimator -------------------------------------------
+
+
+def _xy(n=30, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    return X, X @ np.array([1.0, -1.0, 2.0]) + 0.1 * rng.normal(size=n)
+
+
+def _fit_predict(model_path, **kwargs):
+    X, y = _xy()
+    estimator = OTabPFNRegressor(
+        model_path=model_path,
+        n_estimators=1,
+        device="cpu",
+        inference_precision=torch.float32,
+        **kwargs,
+    )
+    return estimator.fit(X[:20], y[:20]), estimator.predict(X[20:])
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".ckpt"])
+def test_a_local_checkpoint_file_loads_and_fits(tmp_path, suffix):
+    source = tiny_v3_checkpoint(tmp_path, name="tiny_v3.safetensors")
+    path = source
+    if suffix == ".ckpt":  # the legacy pickled format of tabpfn's published files
+        path = tmp_path / "tiny_v3.ckpt"
+        torch.save(Checkpoint(source).load(), path)
+    assert loading.resolve_checkpoint(str(path)) == path.resolve()
+    estimator, prediction = _fit_predict(str(path), mode="oattention")
+    assert estimator.patch_report_.host == "TabPFNV3"
+    assert np.isfinite(prediction).all()
+
+
+def test_v3_alias_offline_fails_in_fit_with_the_exact_path(cache_dir, no_download):
+    with pytest.raises(WeightsUnavailableError, match=r"tabpfn-v3-regressor-v3_default\.ckpt"):
+        _fit_predict("v3")
+    assert len(no_download) == 1
+
+
+def test_v2_alias_uses_the_file_in_tabpfns_cache(cache_dir, no_download):
+    # A tiny v2 model saved under tabpfn's default v2 file name stands in for the real one.
+    from test_patch_v2 import build_tiny_v2, save_tiny_v2_checkpoint
+
+    tmp = cache_dir / "tiny.safetensors"
+    save_tiny_v2_checkpoint(build_tiny_v2(), tmp)
+    torch.save(Checkpoint(tmp).load(), cache_dir / "tabpfn-v2-regressor.ckpt")
+    tmp.unlink()
+    estimator, prediction = _fit_predict("v2", mode="full-o")
+    assert no_download == []
+    assert estimator.patch_report_.host == "TabPFNV2"
+    assert estimator.patch_report_.n_replaced == 2
+    assert np.isfinite(prediction).all()
