@@ -271,7 +271,11 @@ class OTransformerBlock(nn.Module):
         self.tau = check_tau(tau)
         self.attn = attn
         self.norm1 = ONorm(norm1, tau) if mode == "full-o" else norm1
-        self.ffn = OFFN(ffn, norm2, tau) if mode == "full-o" else nn.Sequential(norm2, ffn)
+        # Both modes keep the residual: h + FFN(Norm(h)), gated by presence in full-o.
+        if mode == "full-o":
+            self.ffn = OFFN(ffn, norm2, tau)
+        else:
+            self.ffn = _Residual(nn.Sequential(norm2, ffn))
 
     @classmethod
     def from_module(
@@ -301,6 +305,18 @@ class OTransformerBlock(nn.Module):
         x = self.norm1(h_BSE, p_BS) if self.mode == "full-o" else self.norm1(h_BSE)
         h_BSE = h_BSE + self.attn(x, p_BS=p_BS, mask=mask)
         return self.ffn(h_BSE)
+
+
+class _Residual(nn.Module):
+    """``h + f(h)``: the host's ungated pre-norm feed-forward update."""
+
+    def __init__(self, fn: nn.Module) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """Applies the residual update."""
+        return h + self.fn(h)
 
 
 class _Activation(nn.Module):
