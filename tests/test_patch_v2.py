@@ -296,3 +296,30 @@ def test_v2_5_v2_6_and_v3_5_stay_unsupported(name, config):
     with pytest.raises(retrofit.UnsupportedArchitecture, match=type(model).__name__):
         retrofit.patch(model, "oattention")
     assert not retrofit.is_patched(model)
+
+
+def test_estimator_fit_modes_agree_on_a_patched_v2_checkpoint(tmp_path):
+    import numpy as np
+
+    from retrofit.estimator import OTabPFNRegressor
+
+    path = save_tiny_v2_checkpoint(build_tiny_v2(), tmp_path / "tiny_v2_regressor.safetensors")
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(36, 3))
+    y = X @ np.array([1.0, -1.0, 2.0])
+
+    def predict(mode, **kwargs):
+        estimator = OTabPFNRegressor(
+            model_path=str(path),
+            mode=mode,
+            n_estimators=2,
+            device="cpu",
+            inference_precision=torch.float32,
+            **kwargs,
+        )
+        return estimator.fit(X[:28], y[:28]).predict(X[28:])
+
+    reference = predict("full-o")
+    assert np.abs(reference - predict("none")).max() > 1e-3  # the patch acts
+    for kwargs in ({"fit_mode": "fit_with_cache"}, {"memory_saving_mode": True}):
+        np.testing.assert_allclose(predict("full-o", **kwargs), reference, rtol=0, atol=1e-5)
