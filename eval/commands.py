@@ -9,7 +9,8 @@ settings (see :mod:`retrofit.saved`), which ``predict --model DIR`` and
 Every failure a user can cause ends in one line on stderr,
 ``tabpfn-retrofit <command>: error: <what and where>``, and exit status 2;
 outputs are written to a temporary name and renamed, so nothing half-written
-is left behind. :func:`add_subcommands` registers both commands on the
+is left behind (set ``TABPFN_RETROFIT_DEBUG=1`` for the full traceback of an
+unexpected error). :func:`add_subcommands` registers both commands on the
 ``tabpfn-retrofit`` parser (``eval/cli.py``).
 """
 
@@ -208,6 +209,8 @@ def _guarded(command: str, body: Callable[[argparse.Namespace], int]):
         except CommandError as exc:
             message = _one_line(exc)
         except Exception as exc:  # every failure is one line, typed errors by name
+            if os.environ.get("TABPFN_RETROFIT_DEBUG"):
+                raise
             message = f"{type(exc).__name__}: {_one_line(exc)}"
         print(f"{PROG} {command}: error: {message}", file=sys.stderr)
         return EXIT_ERROR
