@@ -1,0 +1,329 @@
+"""Two-block null-token ablation: ``python -m eval ablation``.
+
+Two pre-norm blocks (``nn.TransformerEncoderLayer(norm_first=True,
+batch_first=True)``: affine LayerNorm with bias, FFN with biases, non-zero
+attention in/out projections and biases) are run as three hosts that share
+the same weights:
+
+* ``standard``: the layers themselves;
+* ``oa-only``: ``OTransformerBlock.from_module(layer, mode="oattention")``:
+  OAttention with presence from the residual carrier, host norm and FFN;
+* ``otransformer``: ``OTransformerBlock.from_module(layer, mode="full-o")``.
+
+One null token (the zero carrier) is inserted (mid-sequence and appended);
+we report the L-inf drift of the old tokens' final states and the null
+token's final Euclidean norm, over seeds and weight scales, in float64 and
+float32. In float64 OAttention is evaluated two ways: with the float64
+reference oracle (per-row direct evaluation over live sources: bit-exact
+under insertion) and with the fused fast path (a different kernel shape after
+insertion, so rounding-level differences); float32 uses the fast path.
+
+Shape letters: B batch, S tokens, E embedding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import torch
+from torch import nn
+
+from eval.provenance import provenance_dict, write_json_atomic, write_text_atomic
+from patches import OTransformerBlock, oattention_reference
+
+__all__ = ["CONFIG", "build_layers", "drift", "run"]
+
+CONFIG: dict[str, Any] = {
+    "d_model": 32,
+    "nhead": 4,
+    "dim_feedforward": 64,
+    "activation": "gelu",
+    "n_blocks": 2,
+    "B": 4,
+    "S": 16,
+    "tokens": "x ~ N(0, 1) per coordinate (||x||^2 ~ E, presence ~ 0.97 at tau = 1)",
+    "tau": 1.0,
+    "eps_den": 1e-6,
+    "sigmas": [0.05, 0.1, 0.3, 1.0],
+    "quick_sigmas": [0.1, 1.0],
+    "n_seeds": 5,
+    "quick_n_seeds": 2,
+    "weights": "every attention/FFN matrix and bias ~ N(0, sigma^2); LayerNorm weight "
+    "~ 1 + N(0, sigma^2), LayerNorm bias ~ N(0, sigma^2); drawn in float64, the "
+    "float32 hosts use the same weights rounded",
+    "insert_positions": {"mid": "S // 2", "append": "S"},
+    "dropout": 0.0,
+}
+
+HOSTS = ("standard", "oa-only", "otransformer")
+
+
+def build_layers(sigma: float, seed: int) -> nn.ModuleList:
+    """Two float64 pre-norm encoder layers with every parameter re-drawn."""
+    gen = torch.Generator().manual_seed(seed)
+    layers = nn.ModuleList(
+        nn.TransformerEncoderLayer(
+            CONFIG["d_model"],
+            CONFIG["nhead"],
+            CONFIG["dim_feedforward"],
+            dropout=CONFIG["dropout"],
+            activation=CONFIG["activation"],
+            batch_first=True,
+            norm_first=True,
+            dtype=torch.float64,
+        )
+        for _ in range(CONFIG["n_blocks"])
+    )
+    with torch.no_grad():
+        for name, prm in layers.named_parameters():
+            draw = torch.randn(prm.shape, generator=gen, dtype=torch.float64) * sigma
+            if ".norm" in name and name.endswith("weight"):
+                draw = draw + 1.0
+            prm.copy_(draw)
+    return layers.eval()
+
+
+def _hosts(layers: nn.ModuleList) -> dict[str, nn.ModuleList]:
+    tau, eps = CONFIG["tau"], CONFIG["eps_den"]
+    return {
+        "standard": layers,
+        "oa-only": nn.ModuleList(
+            OTransformerBlock.from_module(layer, mode="oattention", tau=tau, eps_den=eps)
+            for layer in layers
+        ),
+        "otransformer": nn.ModuleList(
+            OTransformerBlock.from_module(layer, mode="full-o", tau=tau, eps_den=eps)
+            for layer in layers
+        ),
+    }
+
+
+@contextlib.contextmanager
+def _attention_path(path: str) -> Iterator[None]:
+    """``fast``: OAttention as shipped; ``reference``: the float64 oracle inside OAttention."""
+    if path == "fast":
+        yield
+        return
+    with mock.patch("patches.modules.oattention", oattention_reference):
+        yield
+
+
+def _forward(host: nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
+    for block in host:
+        x = block(x)
+    return x
+
+
+def drift(host: nn.ModuleList, x_BSE: torch.Tensor, pos: int) -> dict[str, float]:
+    """Insert a null token at ``pos``; L-inf drift of old tokens, null token's final norm."""
+    B, _, E = x_BSE.shape
+    null = x_BSE.new_zeros(B, 1, E)
+    x_ins = torch.cat([x_BSE[:, :pos], null, x_BSE[:, pos:]], dim=1)
+    with torch.no_grad():
+        y = _forward(host, x_BSE)
+        y_ins = _forward(host, x_ins)
+    old = torch.cat([y_ins[:, :pos], y_ins[:, pos + 1 :]], dim=1)
+    return {
+        "old_tokens_linf_drift": (old - y).abs().max().item(),
+        "null_final_norm": y_ins[:, pos].norm(dim=-1).max().item(),
+        "old_tokens_max_abs": y.abs().max().item(),
+        "finite": bool(torch.isfinite(y_ins).all() and torch.isfinite(y).all()),
+    }
+
+
+def _aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    keys = sorted({(r["dtype"], r["path"], r["host"], r["sigma"]) for r in rows})
+    for dt, path, host, sigma in keys:
+        sel = [
+            r
+            for r in rows
+            if (r["dtype"], r["path"], r["host"], r["sigma"]) == (dt, path, host, sigma)
+        ]
+        drifts = [r["old_tokens_linf_drift"] for r in sel]
+        norms = [r["null_final_norm"] for r in sel]
+        out.setdefault(f"{dt}/{path}", {}).setdefault(host, {})[f"{sigma:g}"] = {
+            "drift_max": max(drifts),
+            "drift_mean": sum(drifts) / len(drifts),
+            "drift_min": min(drifts),
+            "null_norm_max": max(norms),
+            "null_norm_min": min(norms),
+            "n": len(sel),
+        }
+    return out
+
+
+def _fmt(x: float) -> str:
+    return "0" if x == 0 else f"{x:.3g}"
+
+
+def _markdown(report: dict[str, Any]) -> str:
+    cfg, prov, s = report["config"], report["provenance"], report["summary"]
+    lines = [
+        "# Two-block null-token ablation",
+        "",
+        f"Written by `python -m eval ablation` on {prov['date_utc']} "
+        f"(commit `{prov['git_commit']}`, torch {prov['packages']['torch']}, "
+        f"tabpfn {prov['packages']['tabpfn']}, numpy {prov['packages']['numpy']}, "
+        f"tabpfn-retrofit {prov['packages']['tabpfn-retrofit']}; device {prov['device']}, "
+        f"CPU {prov['cpu_model']}, {prov['threads']} threads).",
+        "",
+        "## Setup",
+        "",
+        f"- {cfg['n_blocks']} x `nn.TransformerEncoderLayer(d_model={cfg['d_model']}, "
+        f"nhead={cfg['nhead']}, dim_feedforward={cfg['dim_feedforward']}, "
+        f"activation={cfg['activation']!r}, dropout=0, norm_first=True, batch_first=True)`, "
+        "eval mode.",
+        f"- Weights: {cfg['weights']}; sigma in {report['sigmas']}; seeds {report['seeds']}.",
+        f"- Tokens: B = {cfg['B']}, S = {cfg['S']}, {cfg['tokens']}.",
+        f"- OAttention: tau = {cfg['tau']:g}, eps_den = {cfg['eps_den']:g}.",
+        "- One null token (all zeros) inserted mid-sequence (S // 2) and appended (S); "
+        "drift = max over old tokens, batch, features, seeds and both positions of "
+        "|final state with null - final state without|; null norm = max over the batch "
+        "of the null token's final Euclidean norm.",
+        "- Hosts share one set of weights: `standard` (the layers), `oa-only` "
+        '(`OTransformerBlock.from_module(layer, mode="oattention")`), '
+        '`otransformer` (`mode="full-o"`).',
+        "- Paths: `float64/reference` evaluates OAttention with the float64 oracle "
+        "(per-row direct evaluation over live sources), `float64/fast` and `float32/fast` "
+        "with the fused CPU kernel.",
+        "",
+        "## Drift of old tokens (L-inf, max over seeds) and null token's final norm",
+        "",
+        "| dtype/path | host | sigma | drift max | drift min | null norm max |",
+        "|---|---|---|---|---|---|",
+    ]
+    for dp, hosts in report["aggregate"].items():
+        for host in HOSTS:
+            for sigma, a in hosts.get(host, {}).items():
+                lines.append(
+                    f"| {dp} | {host} | {sigma} | {_fmt(a['drift_max'])} "
+                    f"| {_fmt(a['drift_min'])} | {_fmt(a['null_norm_max'])} |"
+                )
+    lines += [
+        "",
+        "## Headline",
+        "",
+        f"- OTransformer, float64 (reference oracle): drift max "
+        f"{_fmt(s['otransformer_float64_reference_drift_max'])}, null norm max "
+        f"{_fmt(s['otransformer_float64_reference_null_norm_max'])} "
+        f"(exactly 0: {s['otransformer_float64_exact_zero']}).",
+        f"- OTransformer, float64 fast path: drift max "
+        f"{_fmt(s['otransformer_float64_fast_drift_max'])}; float32 fast path: "
+        f"{_fmt(s['otransformer_float32_fast_drift_max'])} (kernel rounding after "
+        "insertion changes its shape; the null token itself stays exactly 0: "
+        f"null norm max {_fmt(s['otransformer_null_norm_max_all'])}).",
+        f"- OA-only, float64: drift min {_fmt(s['oa_only_float64_drift_min'])}, "
+        f"max {_fmt(s['oa_only_float64_drift_max'])} (non-zero in every case: "
+        f"{s['oa_only_float64_all_nonzero']}); the null token is revived by the "
+        "LayerNorm bias and the FFN biases of block 1 and then acts as a source in block 2.",
+        f"- Standard host, float64: drift max {_fmt(s['standard_float64_drift_max'])}.",
+        "",
+        "The paper reports OA-only about 7.98 and OTransformer about 0. Our OA-only "
+        "magnitude depends on the weight scale (table above); its magnitude is not "
+        "comparable to the paper's (different widths, weights and data), the qualitative "
+        "result (OA-only clearly non-zero, OTransformer exactly 0 in float64) is.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def run(
+    out_dir: str | Path = "results/ablation",
+    *,
+    seed: int = 0,
+    quick: bool = False,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """Builds the ablation report, writes ``ablation.json`` and ``ablation.md``."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    t0 = time.perf_counter()
+    sigmas = CONFIG["quick_sigmas"] if quick else CONFIG["sigmas"]
+    n_seeds = CONFIG["quick_n_seeds"] if quick else CONFIG["n_seeds"]
+    seeds = [seed + i for i in range(n_seeds)]
+    B, S, E = CONFIG["B"], CONFIG["S"], CONFIG["d_model"]
+    rows: list[dict[str, Any]] = []
+    for sigma in sigmas:
+        for sd in seeds:
+            layers64 = build_layers(sigma, sd)
+            layers32 = copy.deepcopy(layers64).float()
+            gen = torch.Generator().manual_seed(10_000 + sd)
+            x64 = torch.randn(B, S, E, generator=gen, dtype=torch.float64)
+            for dt, layers, x, paths in (
+                ("float64", layers64, x64, ("reference", "fast")),
+                ("float32", layers32, x64.float(), ("fast",)),
+            ):
+                hosts = _hosts(layers)
+                for path in paths:
+                    for host in HOSTS:  # standard has no OAttention: same on both paths
+                        for pname, pos in (("mid", S // 2), ("append", S)):
+                            with _attention_path(path):
+                                d = drift(hosts[host], x, pos)
+                            rows.append(
+                                {
+                                    "dtype": dt,
+                                    "path": path,
+                                    "host": host,
+                                    "sigma": sigma,
+                                    "seed": sd,
+                                    "position": pname,
+                                    **d,
+                                }
+                            )
+    agg = _aggregate(rows)
+
+    def pick(dp, host, key, fn):
+        return fn(v[key] for v in agg[dp][host].values())
+
+    summary = {
+        "otransformer_float64_reference_drift_max": pick(
+            "float64/reference", "otransformer", "drift_max", max
+        ),
+        "otransformer_float64_reference_null_norm_max": pick(
+            "float64/reference", "otransformer", "null_norm_max", max
+        ),
+        "otransformer_float64_fast_drift_max": pick(
+            "float64/fast", "otransformer", "drift_max", max
+        ),
+        "otransformer_float32_fast_drift_max": pick(
+            "float32/fast", "otransformer", "drift_max", max
+        ),
+        "otransformer_null_norm_max_all": max(
+            r["null_final_norm"] for r in rows if r["host"] == "otransformer"
+        ),
+        "oa_only_float64_drift_min": pick("float64/reference", "oa-only", "drift_min", min),
+        "oa_only_float64_drift_max": pick("float64/reference", "oa-only", "drift_max", max),
+        "standard_float64_drift_max": pick("float64/reference", "standard", "drift_max", max),
+        "all_finite": all(r["finite"] for r in rows),
+    }
+    summary["otransformer_float64_exact_zero"] = (
+        summary["otransformer_float64_reference_drift_max"] == 0.0
+        and summary["otransformer_float64_reference_null_norm_max"] == 0.0
+    )
+    summary["oa_only_float64_all_nonzero"] = summary["oa_only_float64_drift_min"] > 0.0
+    report = {
+        "report": "ablation",
+        "seed": seed,
+        "seeds": seeds,
+        "sigmas": sigmas,
+        "quick": quick,
+        "config": CONFIG,
+        "rows": rows,
+        "aggregate": agg,
+        "summary": summary,
+        "runtime_s": time.perf_counter() - t0,
+    }
+    report["provenance"] = provenance_dict(
+        dtypes=["float64", "float32"], seeds=seeds, report="ablation", quick=quick
+    )
+    out_dir = Path(out_dir)
+    write_json_atomic(out_dir / "ablation.json", report)
+    write_text_atomic(out_dir / "ablation.md", _markdown(report))
+    return report
