@@ -63,9 +63,42 @@ def _run_ablation(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_eval(sub: argparse._SubParsersAction) -> None:
+    from eval.runner import add_eval_arguments
+
+    p = sub.add_parser(
+        "eval",
+        help="run the dataset-seed cases: unpatched host vs OAttention and Full-O retrofits",
+    )
+    add_eval_arguments(p)
+    p.set_defaults(handler=_run_eval)
+
+
+def _run_eval(args: argparse.Namespace) -> int:
+    from eval.runner import eval_command
+
+    return eval_command(args)
+
+
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    from eval.report import add_report_arguments
+
+    p = sub.add_parser("report", help="cases.csv, summary.md and figures from stored eval runs")
+    add_report_arguments(p)
+    p.set_defaults(handler=_run_report)
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from eval.report import report_command
+
+    return report_command(args)
+
+
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_exactness,
     _add_ablation,
+    _add_eval,
+    _add_report,
 ]
 
 
