@@ -116,10 +116,16 @@ def validate_oattention_inputs(
         for name, p in (("p_q", p_q), ("p_k", p_k)):
             if not torch.is_floating_point(p):
                 raise TypeError(f"{name} must be floating, got {p.dtype}")
-            if p.numel() and not bool(((p >= 0) & (p <= 1)).all()):
+            # One reduction; NaN propagates through aminmax and fails both tests.
+            if p.numel() and not _in_unit_interval(p):
                 raise ValueError(
                     f"{name} must be finite and in [0, 1] (got NaN, inf or out of range)"
                 )
+
+
+def _in_unit_interval(p: torch.Tensor) -> bool:
+    lo, hi = torch.aminmax(p)
+    return lo.item() >= 0 and hi.item() <= 1  # False for NaN
 
 
 def _mask_4d(mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -143,9 +149,8 @@ def _log_presence(p: torch.Tensor) -> torch.Tensor:
 def _empty_support(p_k: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """True where a receiver sees no live source (masked out or null).
 
-    Shape ``(B, 1, 1)`` without a mask, else the mask's broadcast of
-    ``(B, H, L)``. With no mask or a key-only mask this reduces ``(B, 1, 1, S)``
-    values, so no ``L x S`` tensor is built.
+    Shape: the mask's broadcast of ``(B, H, L)``. With a key-only mask this
+    reduces ``(B, 1, 1, S)`` values, so no ``L x S`` tensor is built.
     """
     live_B11S = (p_k > 0)[:, None, None, :]
     live = live_B11S if mask is None else live_B11S & _mask_4d(mask)
@@ -282,13 +287,16 @@ def oattention(
     wide = torch.float64 if q.dtype == torch.float64 else torch.float32
     p_k = p_k.to(wide)
     p_q = p_q.to(wide)
-    bias = _log_presence(p_k)[:, None, None, :]  # (B, 1, 1, S)
+    S = k.shape[2]
+    bias = _log_presence(p_k).view(B, 1, 1, S)
     if mask is not None:
         bias = bias.masked_fill(~_mask_4d(mask), float("-inf"))
-    empty = _empty_support(p_k, mask)
-    if mask is None:
-        # Fold empty support into the receiver presence: (B, L), not (B, H, L).
-        p_q = p_q.masked_fill(empty.view(B, 1), 0.0)
+        empty = _empty_support(p_k, mask)
+    else:
+        # Empty support is folded into the receiver presence, (B, L): a batch
+        # element whose sources are all null (max presence 0) gets p_i = 0.
+        p_q = p_q * (p_k.amax(dim=-1, keepdim=True) > 0)
+        empty = None
 
     # In-place post-processing on the kernel's fresh outputs, unless autograd
     # needs them (the kernels' backwards read their out and lse).
@@ -302,8 +310,8 @@ def oattention(
     else:
         out, lse_BHL = _cuda_efficient_with_lse(q, k, v, bias, scale)
     log_eps = math.log(eps_den) if (lse_BHL is not None and eps_den > 0) else None
-    p_q_B1L = p_q[:, None, :]
-    row_empty = empty if mask is not None else None  # else already folded into p_q
+    p_q_B1L = p_q.view(B, 1, L)
+    row_empty = empty  # None without a mask: already folded into p_q
     if inplace:
         _gate_(out, lse_BHL, p_q_B1L, log_eps, row_empty, wide)
     else:
@@ -318,6 +326,8 @@ def oattention(
     if route != "cpu-flash":
         # A fully masked row can come back NaN from a non-CPU kernel, and
         # NaN * 0 is NaN, so select rather than rely on the zero gate.
+        if empty is None:
+            empty = p_q.view(B, 1, L) == 0  # null receivers and empty support
         empty_1 = empty.unsqueeze(-1)
         out = out.masked_fill_(empty_1, 0.0) if inplace else out.masked_fill(empty_1, 0.0)
     return out
