@@ -94,11 +94,28 @@ def _run_report(args: argparse.Namespace) -> int:
     return report_command(args)
 
 
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    from eval.bench import add_bench_arguments
+
+    p = sub.add_parser(
+        "bench", help="OAttention vs plain SDPA: time, peak memory, fit+predict per mode"
+    )
+    add_bench_arguments(p)
+    p.set_defaults(handler=_run_bench)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from eval.bench import bench_command
+
+    return bench_command(args)
+
+
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_exactness,
     _add_ablation,
     _add_eval,
     _add_report,
+    _add_bench,
 ]
 
 
