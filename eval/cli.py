@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
+from eval import commands
+
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
 
@@ -111,6 +113,7 @@ def _run_bench(args: argparse.Namespace) -> int:
 
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    commands.add_subcommands,  # predict, patch (the one-command retrofit)
     _add_exactness,
     _add_ablation,
     _add_eval,
