@@ -1,0 +1,111 @@
+"""The benchmark's structure (never its speed) and the GPU check's no-CUDA path."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eval import bench
+from eval.cli import main
+
+
+def test_paired_ratio_median_and_ci_bracket_it():
+    den = [1.0] * 30
+    num = [1.1] * 10 + [1.2] * 10 + [1.3] * 10
+    r = bench.paired_ratio(num, den)
+    assert r["ratio"] == pytest.approx(1.2)
+    assert r["ci_low"] <= r["ratio"] <= r["ci_high"]
+    assert 1.1 <= r["ci_low"] and r["ci_high"] <= 1.3
+    with pytest.raises(ValueError):
+        bench.paired_ratio([1.0], [1.0, 2.0])
+
+
+def test_time_interleaved_runs_every_peer_every_round():
+    calls = {"a": 0, "b": 0}
+
+    def peer(name):
+        def fn():
+            calls[name] += 1
+
+        return fn
+
+    times, inner = bench.time_interleaved(
+        {"a": peer("a"), "b": peer("b")}, repeats=4, warmup=1, min_time_s=0.0
+    )
+    assert inner == 1
+    assert {k: len(v) for k, v in times.items()} == {"a": 4, "b": 4}
+    # warm-up, calibration and the timed rounds
+    assert calls == {"a": 1 + 1 + 4, "b": 1 + 1 + 4}
+
+
+def test_attention_inputs_have_sdpa_layout_and_null_tokens():
+    shape = bench.Shape(2, 3, 40, 300, 8)
+    x = bench.attention_inputs(shape, seed=1)
+    assert x["q"].shape == (2, 3, 40, 8) and x["k"].shape == (2, 3, 300, 8)
+    assert x["p_q"].shape == (2, 40) and x["p_k"].shape == (2, 300)
+    assert float(x["p_k"].min()) == 0.0 and float(x["p_k"].max()) < 1.0
+
+
+def test_icl_shapes_follow_the_host_config(tmp_path):
+    from _tiny_models import TINY_V3_CONFIG, tiny_v3_checkpoint
+
+    ckpt = tiny_v3_checkpoint(tmp_path)
+    shapes, source = bench.icl_shapes(str(ckpt))
+    width = TINY_V3_CONFIG["embed_dim"] * TINY_V3_CONFIG["feat_agg_num_cls_tokens"]
+    heads = TINY_V3_CONFIG["icl_num_heads"]
+    assert [s.label for s in shapes] == list(bench.ICL_DATASETS)
+    for s in shapes:
+        assert (s.B, s.H, s.D) == (1, heads, width // heads)
+        assert s.S == s.L - -(-s.L // 4)  # the 75/25 split's training rows
+    assert source["icl_width"] == width
+
+
+def test_quick_bench_writes_json_and_markdown(tmp_path):
+    from _tiny_models import tiny_v3_checkpoint
+
+    ckpt = tiny_v3_checkpoint(tmp_path / "model")
+    out = tmp_path / "bench"
+    status = main(["bench", "--quick", "--out", str(out), "--model", str(ckpt), "--threads", "1"])
+    assert status == 0
+    report = json.loads((out / "bench.json").read_text())
+    assert report["quick"] is True
+
+    rows = report["attention"]["rows"]
+    assert len(rows) == len(bench.QUICK_SHAPES) and report["attention"]["repeats"] == 5
+    for row in rows:
+        assert set(row["median_ms"]) == {"sdpa", "oattention", "oattention_trusted"}
+        for r in row["ratios"].values():
+            assert set(r) == {"ratio", "ci_low", "ci_high", "ratio_of_medians"}
+            assert 0 < r["ci_low"] <= r["ratio"] <= r["ci_high"]
+
+    mem = report["memory"]
+    assert "error" not in mem, mem
+    assert set(mem["peers"]) == {"sdpa", "oattention"}
+    for m in mem["peers"].values():
+        assert len(m["extra_peak_bytes"]) == 1 and m["output_bytes"] > 0
+
+    est = report["estimator"]
+    assert "skipped" not in est, est
+    (case,) = est["cases"]
+    assert case["dataset"] == "qsar_fish" and case["n_train"] == 120
+    assert set(case["median_s"]) == {"none", "oattention", "full-o"}
+    assert set(est["pooled"]) == {"oattention", "full-o"}
+
+    prov = report["provenance"]
+    for key in ("packages", "cpu_model", "threads", "date_utc", "git_commit"):
+        assert key in prov
+    assert prov["threads"] == 1
+    assert "busy_processes" in report["environment"]["start"]
+
+    md = (out / "bench.md").read_text()
+    for heading in ("## Attention", "## Peak memory", "## OTabPFNRegressor", "## Environment"):
+        assert heading in md
+
+
+def test_missing_host_is_reported_not_fatal(tmp_path):
+    report = bench.run(
+        tmp_path, quick=True, parts=("estimator",), model_path=str(tmp_path / "absent_v3.ckpt")
+    )
+    assert "skipped" in report["estimator"]
+    assert "Not measured" in (tmp_path / "bench.md").read_text()
