@@ -18,6 +18,7 @@ Shape letters: B batch, R rows, N train rows, C features, E ICL width.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,6 +26,7 @@ from _tiny_models import build_tiny_v3, tiny_v3_config
 from tabpfn.architectures.tabpfn_v3 import TabPFNV3
 
 import retrofit
+import retrofit.embedded
 from retrofit.hosts.v3_block import OICLBlock
 
 MODES = ("oattention", "full-o")
@@ -245,3 +247,82 @@ def test_identity_presence_is_exactly_one():
 
     h = torch.randn(5, 16) * 0.01
     assert torch.equal(presence(h, IDENTITY["tau"]), torch.ones(5))
+
+
+# ---- precision -------------------------------------------------------------------------
+
+HALF_TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-6}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("mode", MODES)
+def test_null_row_proof_in_reduced_precision(mode, dtype):
+    """Same proof with the whole model cast to ``dtype`` (tabpfn's forced precision)."""
+    drift, null_BE = _insertion_drift(mode, 3, True, dtype=dtype)
+    base_drift, _ = _insertion_drift("none", 3, True, dtype=dtype)
+    assert null_BE.dtype == dtype
+    assert torch.equal(null_BE, torch.zeros_like(null_BE))
+    assert drift <= HALF_TOL[dtype]
+    assert drift * 100 <= base_drift, (drift, base_drift)
+
+
+# ---- fit_with_cache: presence travels with the cached train keys ------------------------
+
+
+@pytest.mark.parametrize("kv_dtype", [None, torch.int8])
+@pytest.mark.parametrize("mode", MODES)
+def test_null_train_row_in_the_kv_cache_changes_no_prediction(mode, kv_dtype):
+    x, y = _data()
+    model = _model(mode)
+    opts = dataclasses.replace(model.get_default_performance_options(), kv_cache_dtype=kv_dtype)
+
+    def predict_from_cache(insert: bool):
+        rec = NullRow(model, 4, as_train=True) if insert else FinalCarriers(model)
+        try:
+            with torch.inference_mode():
+                _, cache = model(x[:N], y, return_kv_cache=True, performance_options=opts)
+        finally:
+            rec.close()
+        with torch.inference_mode():
+            out = model(x[N:], y, kv_cache=cache, x_is_test_only=True, performance_options=opts)
+        return out, cache
+
+    ref, _ = predict_from_cache(insert=False)
+    out, cache = predict_from_cache(insert=True)
+    assert all(entry.presence.shape == (B, N + 1) for entry in cache.kv.values())
+    assert all(bool((entry.presence[:, 4] == 0).all()) for entry in cache.kv.values())
+    assert _rel(out, ref) <= 1e-12
+
+
+# ---- the embedded host ---------------------------------------------------------------------
+
+
+def _embedded_or_skip():
+    from retrofit.embedded import EMBEDDED_FILENAME
+
+    path = Path(retrofit.embedded.__file__).parent / EMBEDDED_FILENAME
+    if not path.is_file():
+        pytest.skip(f"the embedded checkpoint {EMBEDDED_FILENAME} has not shipped yet")
+    return path
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_A_on_the_embedded_host(mode):
+    from retrofit.loading import load_host
+
+    _embedded_or_skip()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(30, 2, 5, generator=g, dtype=torch.float64)
+    y = torch.randn(20, 2, generator=g, dtype=torch.float64)
+    drifts = {}
+    for m in ("none", mode):
+        model = load_host("embedded").model.double()
+        if m != "none":
+            retrofit.patch(model, m)
+        _, ref = _run(model, x, y, FinalCarriers)
+        _, ins = _run(model, x, y, lambda mdl: NullRow(mdl, 7, as_train=True))
+        drifts[m] = _rel(ins.final_BRE, ref.final_BRE)
+        if m != "none":
+            assert torch.equal(ins.null_BE, torch.zeros_like(ins.null_BE))
+    assert drifts[mode] <= 1e-12
+    assert drifts[mode] * 1e6 <= drifts["none"], drifts
