@@ -1,0 +1,378 @@
+"""Contracts of OAttention, fast path and float64 reference, in every dtype.
+
+Contracts (DESIGN.md section 2): null receiver exactly 0; null-source
+insertion (append and mid-sequence) and self-insertion leave every other
+output unchanged; empty support gives 0, never NaN; identity (presence 1,
+eps_den 0) is softmax attention.
+
+Tolerances (measured on this CPU, torch 2.13, see tests/_oa_helpers.py):
+* float64 reference: insertion and self-insertion are bit-identical
+  (``torch.equal``), in every input dtype.
+* fast path under insertion: measured bit-identical when appending; mid-
+  sequence up to 8.9e-8 (fp32), 9.8e-4 (bf16), 1.2e-4 (fp16), 1.7e-16 (fp64)
+  at |out| <= 1; checked bound 2 * eps * max(1, max|v|).
+* fast vs float64 reference: measured fp32 5.3e-7, bf16 3.9e-3, fp16 7.8e-4,
+  fp64 1.1e-15; checked bound 4 * eps * max(1, max|v|).
+* identity: presence 1 and eps_den 0 is bit-identical to torch SDPA on CPU
+  (measured 0 difference in all dtypes, masks and GQA); checked with equality.
+* fp32 accuracy target: fast error against float64 <= 2x SDPA's own error
+  (presence 1, eps 0); measured ratio 1.0 (same kernel). With real presence
+  and eps 1e-6 the measured ratio is <= 1.0 at L = 128..2048
+  (results/exactness); checked <= 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from _oa_helpers import (
+    DTYPES,
+    K_INSERTION,
+    K_VS_REFERENCE,
+    drop,
+    insert,
+    insert_source,
+    make_mask,
+    make_presence,
+    make_qkv,
+    tol,
+)
+
+from patches import oattention, oattention_reference
+
+# ``patches.oattention`` the attribute is the function; the module is this:
+oa_mod = importlib.import_module("patches.oattention")
+
+PATHS = {"fast": oattention, "reference": oattention_reference}
+MASKS = ["none", "key", "full"]
+LAYOUTS = ["contig", "noncontig"]
+HEADS = [(4, 4), (4, 2)]  # (H, Hkv): MHA and GQA
+
+
+def _case(dtype_name, mask_kind, heads, layout, *, L=9, S=13, seed=0):
+    dtype = DTYPES[dtype_name]
+    H, Hkv = heads
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = make_qkv(dtype, 2, H, Hkv, L, S, 8, noncontig=layout == "noncontig", gen=gen)
+    p_q = make_presence(2, L, gen=gen)
+    p_k = make_presence(2, S, gen=gen, null_every=5)
+    mask = make_mask(mask_kind, 2, H, L, S, gen=gen)
+    return q, k, v, p_q, p_k, mask, gen
+
+
+def _cases():
+    return list(itertools.product(DTYPES, MASKS, HEADS, LAYOUTS))
+
+
+def _ids(c):
+    return "-".join([c[0], c[1], f"H{c[2][0]}kv{c[2][1]}", c[3]])
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+def test_null_receiver_exactly_zero(path, case):
+    q, k, v, p_q, p_k, mask, _ = _case(*case)
+    p_q[:, 3] = 0.0
+    p_q[1, 0] = 0.0
+    out = PATHS[path](q, k, v, p_q, p_k, mask=mask)
+    assert out.dtype == q.dtype and out.shape == (2, q.shape[1], q.shape[2], v.shape[-1])
+    assert torch.equal(out[:, :, 3], torch.zeros_like(out[:, :, 3]))
+    assert torch.equal(out[1, :, 0], torch.zeros_like(out[1, :, 0]))
+    assert not torch.isnan(out).any()
+
+
+@pytest.mark.parametrize("where", ["append", "mid", "front"])
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+def test_null_source_insertion(where, path, case):
+    q, k, v, p_q, p_k, mask, gen = _case(*case)
+    fn = PATHS[path]
+    S = k.shape[2]
+    pos = {"append": S, "mid": S // 2, "front": 0}[where]
+    base = fn(q, k, v, p_q, p_k, mask=mask)
+    k2, v2, p2, m2 = insert_source(q, k, v, p_k, mask, pos, gen=gen)
+    out = fn(q, k2, v2, p_q, p2, mask=m2)
+    if path == "reference":
+        assert torch.equal(out, base)  # bit-identical: null sources dropped before exp
+    else:
+        dev = (out.double() - base.double()).abs().max().item()
+        assert dev <= tol(q.dtype, v, K_INSERTION), dev
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+def test_self_insertion(path, case):
+    """A null token inserted as both query and source (self-attention, L == S)."""
+    _, _, (H, Hkv), _ = case
+    q, k, v, p_q, p_k, mask, gen = _case(*case, L=11, S=11)
+    p_k = p_q.clone()  # self-attention: one presence per token
+    fn = PATHS[path]
+    base = fn(q, k, v, p_q, p_k, mask=mask)
+    pos = 4
+    B, _, _, D = q.shape
+    q3 = insert(q, pos, torch.randn(B, H, 1, D, generator=gen).to(q.dtype), 2)
+    k3 = insert(k, pos, torch.randn(B, Hkv, 1, D, generator=gen).to(q.dtype), 2)
+    v3 = insert(v, pos, torch.randn(B, Hkv, 1, D, generator=gen).to(q.dtype), 2)
+    p3 = insert(p_q, pos, torch.zeros(B, 1), 1)
+    m3 = None
+    if mask is not None:
+        m3 = mask
+        if mask.shape[2] > 1:  # a full mask gets a query row for the new token
+            row = torch.rand(*mask.shape[:2], 1, mask.shape[3], generator=gen) > 0.5
+            m3 = insert(m3, pos, row, 2)
+        m3 = insert(m3, pos, torch.rand(*m3.shape[:3], 1, generator=gen) > 0.5, 3)
+    out = fn(q3, k3, v3, p3, p3, mask=m3)
+    assert torch.equal(out[:, :, pos], torch.zeros_like(out[:, :, pos]))
+    others = drop(out, pos, 2)
+    if path == "reference":
+        assert torch.equal(others, base)
+    else:
+        dev = (others.double() - base.double()).abs().max().item()
+        assert dev <= tol(q.dtype, v, K_INSERTION), dev
+
+
+@pytest.mark.parametrize("eps_den", [0.0, 1e-6, 0.5])
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype_name", DTYPES)
+def test_empty_support_is_zero_never_nan(eps_den, path, dtype_name):
+    dtype = DTYPES[dtype_name]
+    fn = PATHS[path]
+    B, H, Hkv, L, S = 2, 4, 2, 5, 6
+    q, k, v = make_qkv(dtype, B, H, Hkv, L, S, 8)
+    p_q = make_presence(B, L)
+    p_k = make_presence(B, S)
+    zeros = torch.zeros(B, H, L, 8, dtype=dtype)
+    # all masked (full and key-only masks)
+    for mask in (
+        torch.zeros(B, H, L, S, dtype=torch.bool),
+        torch.zeros(B, 1, 1, S, dtype=torch.bool),
+    ):
+        assert torch.equal(fn(q, k, v, p_q, p_k, mask=mask, eps_den=eps_den), zeros)
+    # all null
+    assert torch.equal(fn(q, k, v, p_q, torch.zeros_like(p_k), eps_den=eps_den), zeros)
+    # every live source masked: null where visible, masked where present
+    mask = torch.ones(B, 1, 1, S, dtype=torch.bool)
+    pk = p_k.clone()
+    pk[:, :3] = 0.0
+    mask[..., 3:] = False
+    assert torch.equal(fn(q, k, v, p_q, pk, mask=mask, eps_den=eps_den), zeros)
+    # one batch element empty, the other not: only the empty one is zero
+    pk = p_k.clone()
+    pk[0] = 0.0
+    out = fn(q, k, v, p_q, pk, eps_den=eps_den)
+    assert torch.equal(out[0], zeros[0]) and not torch.isnan(out).any()
+    assert out[1].abs().max() > 0
+    # single rows fully masked in a full mask
+    mask = torch.ones(B, H, L, S, dtype=torch.bool)
+    mask[1, 2, 3] = False
+    out = fn(q, k, v, p_q, p_k, mask=mask, eps_den=eps_den)
+    assert torch.equal(out[1, 2, 3], zeros[1, 2, 3]) and not torch.isnan(out).any()
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype_name", DTYPES)
+def test_zero_length_sources_or_queries(path, dtype_name):
+    """S = 0 (no source) and L = 0 (no receiver); the CPU kernel used to SIGFPE."""
+    dtype = DTYPES[dtype_name]
+    fn = PATHS[path]
+    q, k, v = make_qkv(dtype, 2, 4, 2, 5, 6, 8)
+    out = fn(q, k[:, :, :0], v[:, :, :0], make_presence(2, 5), torch.zeros(2, 0))
+    assert torch.equal(out, torch.zeros(2, 4, 5, 8, dtype=dtype))
+    out = fn(q[:, :, :0], k, v, torch.zeros(2, 0), make_presence(2, 6))
+    assert out.shape == (2, 4, 0, 8)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+def test_fast_matches_float64_reference(case):
+    q, k, v, p_q, p_k, mask, _ = _case(*case, L=17, S=40)
+    p_q[:, 2] = 0.0
+    for eps_den in (0.0, 1e-6, 0.3):
+        fast = oattention(q, k, v, p_q, p_k, mask=mask, eps_den=eps_den)
+        ref = oattention_reference(
+            q.double(),
+            k.double(),
+            v.double(),
+            p_q.double(),
+            p_k.double(),
+            mask=mask,
+            eps_den=eps_den,
+        )
+        dev = (fast.double() - ref).abs().max().item()
+        assert dev <= tol(q.dtype, v, K_VS_REFERENCE), (eps_den, dev)
+
+
+def test_explicit_scale_matches_reference():
+    q, k, v, p_q, p_k, _, _ = _case("fp64", "none", (4, 2), "contig")
+    for scale in (0.05, 1.0, 3.0):
+        fast = oattention(q, k, v, p_q, p_k, scale=scale)
+        ref = oattention_reference(q, k, v, p_q, p_k, scale=scale)
+        assert (fast - ref).abs().max().item() <= 1e-13
+
+
+def test_reference_no_nan_for_very_negative_scores_and_eps_zero():
+    """0 * exp(-M) was NaN in the reference when the max live score M < -709."""
+    q = torch.full((1, 1, 1, 4), 20.0, dtype=torch.float64)
+    k = -q.clone()  # score = -400 * 4 / 2 = -800
+    one = torch.ones(1, 1, dtype=torch.float64)
+    ref = oattention_reference(q, k, k, one, one, eps_den=0.0)
+    assert torch.equal(ref, k)  # a single live source: its value
+    assert torch.equal(oattention(q, k, k, one, one, eps_den=0.0), k)
+
+
+@pytest.mark.parametrize("mask_kind", MASKS)
+@pytest.mark.parametrize("heads", HEADS)
+@pytest.mark.parametrize("dtype_name", ["fp32", "bf16", "fp16", "fp64"])
+def test_identity_presence_one_eps_zero_is_sdpa(mask_kind, heads, dtype_name):
+    """Measured: bit-identical to torch SDPA on CPU (the same flash kernel)."""
+    H, Hkv = heads
+    dtype = DTYPES[dtype_name]
+    q, k, v = make_qkv(dtype, 2, H, Hkv, 10, 23, 8, noncontig=True)
+    mask = make_mask(mask_kind, 2, H, 10, 23)
+    ones_q, ones_k = torch.ones(2, 10), torch.ones(2, 23)
+    out = oattention(q, k, v, ones_q, ones_k, mask=mask, eps_den=0.0)
+    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=Hkv != H)
+    assert torch.equal(out, sdpa)
+    ref = oattention_reference(q, k, v, ones_q, ones_k, mask=mask, eps_den=0.0)
+    assert (ref.double() - sdpa.double()).abs().max().item() <= tol(dtype, v, K_VS_REFERENCE)
+
+
+@pytest.mark.parametrize("L", [64, 256, 1024])
+def test_fp32_error_at_most_twice_sdpa_error(L):
+    """Done criterion: fp32 error vs float64 <= ~2x plain SDPA's own error."""
+    gen = torch.Generator().manual_seed(L)
+    q, k, v = make_qkv(torch.float32, 1, 2, 2, L, L, 64, gen=gen)
+    rows = torch.randperm(L, generator=gen)[:48]
+    q64, k64, v64 = q.double(), k.double(), v.double()
+    one = torch.ones(1, L, dtype=torch.float64)
+    ref1 = oattention_reference(q64[:, :, rows], k64, v64, one[:, rows], one, eps_den=0.0)
+    sdpa_err = (F.scaled_dot_product_attention(q, k, v)[:, :, rows].double() - ref1).abs().max()
+    fast1 = oattention(q, k, v, one.float(), one.float(), eps_den=0.0)[:, :, rows]
+    assert (fast1.double() - ref1).abs().max() <= 2 * sdpa_err
+    p = make_presence(1, L, gen=gen, null_every=10)
+    ref = oattention_reference(q64[:, :, rows], k64, v64, p[:, rows].double(), p.double())
+    fast = oattention(q, k, v, p, p)[:, :, rows]
+    assert (fast.double() - ref).abs().max() <= 2 * sdpa_err
+
+
+# --- the portable sink route (used off CPU), exercised on CPU -------------------
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+def test_sink_route_contracts(monkeypatch, case):
+    monkeypatch.setattr(oa_mod, "oattention_route", lambda q: "sink")
+    q, k, v, p_q, p_k, mask, gen = _case(*case, L=9, S=13)
+    p_q[:, 1] = 0.0
+    for eps_den in (0.0, 1e-6):
+        out = oattention(q, k, v, p_q, p_k, mask=mask, eps_den=eps_den)
+        ref = oattention_reference(
+            q.double(),
+            k.double(),
+            v.double(),
+            p_q.double(),
+            p_k.double(),
+            mask=mask,
+            eps_den=eps_den,
+        )
+        assert torch.equal(out[:, :, 1], torch.zeros_like(out[:, :, 1]))
+        # the sink route casts the bias to the input dtype: bf16 log p rounding
+        k_ref = 8 * K_VS_REFERENCE if q.dtype == torch.bfloat16 else K_VS_REFERENCE
+        assert (out.double() - ref).abs().max().item() <= tol(q.dtype, v, k_ref)
+        empty = oattention(q, k, v, p_q, torch.zeros_like(p_k), mask=mask, eps_den=eps_den)
+        assert torch.equal(empty, torch.zeros_like(empty))
+    k2, v2, p2, m2 = insert_source(q, k, v, p_k, mask, 6, gen=gen)
+    base = oattention(q, k, v, p_q, p_k, mask=mask)
+    dev = (oattention(q, k2, v2, p_q, p2, mask=m2).double() - base.double()).abs().max().item()
+    assert dev <= tol(q.dtype, v, K_INSERTION)
+
+
+# --- bad input raises a clear error ---------------------------------------------
+
+
+def _good():
+    q, k, v = make_qkv(torch.float32, 2, 4, 2, 5, 6, 8)
+    return q, k, v, make_presence(2, 5), make_presence(2, 6)
+
+
+@pytest.mark.parametrize("fn", PATHS.values(), ids=list(PATHS))
+def test_bad_shapes_raise(fn):
+    q, k, v, pq, pk = _good()
+    bad = [
+        ((q[0], k, v, pq, pk), "4 dims"),
+        ((q, k[:1], v, pq, pk), "batch"),
+        ((q, k, v[:, :, :4], pq, pk), "disagree"),
+        ((q, k, v[:, :1], pq, pk), "disagree"),
+        ((q[..., :4], k, v, pq, pk), "head dims"),
+        ((q[:, :3], k, v, pq, pk), "multiple"),
+        ((q, k, v, pq[:, :4], pk), "p_q"),
+        ((q, k, v, pq, pk[:, :5]), "p_k"),
+        ((q, k, v, pq[None], pk), "p_q"),
+        ((q, k, v, pq, pk.T), "p_k"),
+        ((q, k.double(), v, pq, pk), "dtypes"),
+    ]
+    for args, match in bad:
+        with pytest.raises(ValueError, match=match):
+            fn(*args)
+    with pytest.raises(TypeError, match="floating"):
+        fn(q.int(), k.int(), v.int(), pq, pk)
+
+
+@pytest.mark.parametrize("fn", PATHS.values(), ids=list(PATHS))
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf"), -float("inf"), 1.5], ids=str)
+@pytest.mark.parametrize("which", ["p_q", "p_k"])
+def test_bad_presence_values_raise(fn, bad, which):
+    q, k, v, pq, pk = _good()
+    (pq if which == "p_q" else pk)[1, 2] = bad
+    with pytest.raises(ValueError, match=which):
+        fn(q, k, v, pq, pk)
+
+
+@pytest.mark.parametrize("fn", PATHS.values(), ids=list(PATHS))
+def test_integer_presence_raises(fn):
+    q, k, v, _, pk = _good()
+    with pytest.raises(TypeError, match="p_q"):
+        fn(q, k, v, torch.ones(2, 5, dtype=torch.int64), pk)
+
+
+@pytest.mark.parametrize("fn", PATHS.values(), ids=list(PATHS))
+def test_bad_mask_raises(fn):
+    q, k, v, pq, pk = _good()
+    for mask in (torch.ones(2, 4, 5, 6), torch.ones(2, 4, 5, 6, dtype=torch.int64)):
+        with pytest.raises(ValueError, match="boolean"):
+            fn(q, k, v, pq, pk, mask=mask)
+    for shape in [(2, 4, 5, 7), (3, 1, 1, 6), (1, 1, 1, 2, 6), (2, 8, 5, 6), (2, 4, 9, 6)]:
+        with pytest.raises(ValueError, match="mask"):
+            fn(q, k, v, pq, pk, mask=torch.ones(shape, dtype=torch.bool))
+
+
+def test_mask_that_only_broadcasts_the_other_way_raises():
+    """L = 1 and a mask with 5 query rows: broadcast_shapes succeeds but the mask is wrong."""
+    q, k, v, pq, pk = _good()
+    with pytest.raises(ValueError, match="does not broadcast"):
+        oattention(q[:, :, :1], k, v, pq[:, :1], pk, mask=torch.ones(1, 1, 5, 6, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("fn", PATHS.values(), ids=list(PATHS))
+@pytest.mark.parametrize(
+    "eps", [-1e-6, float("nan"), float("inf"), "1e-6", None, True, torch.tensor(1e-6)], ids=str
+)
+def test_bad_eps_den_raises(fn, eps):
+    q, k, v, pq, pk = _good()
+    with pytest.raises(ValueError, match="eps_den"):
+        fn(q, k, v, pq, pk, eps_den=eps)
+
+
+def test_ok_broadcast_masks():
+    q, k, v, pq, pk = _good()
+    ref = oattention_reference(q, k, v, pq, pk)
+    for shape in [(6,), (1, 6), (5, 6), (2, 1, 1, 6), (1, 4, 5, 6), (2, 4, 5, 6)]:
+        out = oattention(q, k, v, pq, pk, mask=torch.ones(shape, dtype=torch.bool))
+        assert (out - ref).abs().max().item() <= 1e-6
+    assert math.isfinite(out.sum().item())

@@ -1,0 +1,114 @@
+"""The two reports run end to end in a reduced configuration (``--quick``).
+
+``python -m eval exactness`` and ``python -m eval ablation`` through
+``eval.cli.main`` into a temporary directory: files exist, carry provenance,
+and the headline facts hold (fast fp32 within 2x SDPA's error and all
+contracts pass; OTransformer float64 drift exactly 0, OA-only > 0).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eval import cli
+from eval.provenance import provenance_dict, write_json_atomic, write_text_atomic
+
+PROVENANCE_KEYS = {
+    "packages",
+    "device",
+    "cpu_model",
+    "threads",
+    "date_utc",
+    "git_commit",
+    "seeds",
+    "dtypes",
+}
+PACKAGES = {"tabpfn-retrofit", "torch", "tabpfn", "numpy"}
+
+
+def _check_provenance(prov):
+    assert PROVENANCE_KEYS <= set(prov)
+    assert PACKAGES <= set(prov["packages"])
+    assert prov["packages"]["torch"] and prov["packages"]["numpy"]
+    assert prov["threads"] >= 1
+
+
+def test_exactness_quick(tmp_path):
+    out = tmp_path / "ex"
+    rc = cli.main(["exactness", "--quick", "--lengths", "32", "--out", str(out), "--seed", "3"])
+    assert rc == 0
+    report = json.loads((out / "exactness.json").read_text())
+    md = (out / "exactness.md").read_text()
+    _check_provenance(report["provenance"])
+    assert report["seed"] == 3 and report["provenance"]["seeds"] == [3]
+    assert {r["dtype"] for r in report["accuracy"]} == {"fp32", "bf16", "fp16"}
+    assert report["all_contracts_pass"] is True
+    for checks in report["contracts"].values():
+        assert all(c["pass"] for c in checks.values())
+        ref = [c for name, c in checks.items() if name.startswith("reference/")]
+        assert ref and all(c["max_dev"] == 0.0 for c in ref)  # bit-identical reference
+    s = report["summary"]
+    assert s["fp32_within_target"] is True and s["fp32_max_ratio_to_sdpa"] <= 2.0
+    assert s["fp32_fast_vs_float64_max"] < 1e-5 and not s["any_nan"]
+    for r in report["accuracy"]:
+        for key in ("fast_vs_float64", "fast_vs_direct_same_dtype", "sdpa_vs_float64"):
+            assert {"linf_abs", "linf_rel"} <= set(r[key])
+    assert "8.94e-8" in md and "same-dtype direct" in md and "SDPA" in md
+
+
+def test_ablation_quick(tmp_path):
+    out = tmp_path / "ab"
+    assert cli.main(["ablation", "--quick", "--out", str(out)]) == 0
+    report = json.loads((out / "ablation.json").read_text())
+    md = (out / "ablation.md").read_text()
+    _check_provenance(report["provenance"])
+    s = report["summary"]
+    assert s["otransformer_float64_reference_drift_max"] == 0.0
+    assert s["otransformer_float64_reference_null_norm_max"] == 0.0
+    assert s["otransformer_float64_exact_zero"] is True
+    assert s["oa_only_float64_drift_min"] > 0.0 and s["oa_only_float64_all_nonzero"]
+    assert s["otransformer_float64_fast_drift_max"] < 1e-9
+    assert s["all_finite"]
+    assert report["sigmas"] and "sigma" in md and "weights" in report["config"]
+    hosts = {r["host"] for r in report["rows"]}
+    assert hosts == {"standard", "oa-only", "otransformer"}
+    assert {r["dtype"] for r in report["rows"]} == {"float64", "float32"}
+
+
+def test_cli_help_and_unknown_command(capsys):
+    with pytest.raises(SystemExit) as err:
+        cli.main(["--help"])
+    assert err.value.code == 0
+    assert "exactness" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as err:
+        cli.main(["no-such-command"])
+    assert err.value.code != 0
+
+
+def test_python_dash_m_eval_entry_point():
+    root = Path(__file__).resolve().parents[1]
+    res = subprocess.run(
+        [sys.executable, "-m", "eval", "exactness", "--help"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0 and "--seed" in res.stdout and "--out" in res.stdout
+
+
+def test_atomic_writers_and_provenance(tmp_path):
+    path = write_json_atomic(tmp_path / "a" / "x.json", {"v": float("nan"), "t": (1, 2)})
+    assert json.loads(path.read_text()) == {"v": "NaN", "t": [1, 2]}
+    write_text_atomic(tmp_path / "a" / "x.md", "hello")
+    assert (tmp_path / "a" / "x.md").read_text() == "hello"
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["x.json", "x.md"]
+    prov = provenance_dict(seeds=[1], dtypes=["fp32"])
+    _check_provenance(prov)
+    with pytest.raises(ValueError, match="collide"):
+        provenance_dict(device="gpu")
