@@ -217,14 +217,8 @@ def aggregate(table: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _write_text(path: Path, text: str) -> None:
-    try:
-        from eval.provenance import write_text_atomic
-    except ImportError:  # pragma: no cover - until eval.provenance lands
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-        return
+    from eval.provenance import write_text_atomic
+
     write_text_atomic(path, text)
 
 
@@ -250,7 +244,8 @@ def _fmt(value: Any, spec: str = ".4f") -> str:
 
 
 def _pct(value: Any) -> str:
-    return "n/a" if value is None else f"{value:+.3f} %"
+    # Three significant digits: retrofit deltas span 1e-6 % to 1 %.
+    return "n/a" if value is None else f"{value:+.3g} %"
 
 
 def _plot_deltas(table: Sequence[dict[str, Any]], tau: float, path: Path) -> bool:
@@ -302,15 +297,14 @@ def _plot_sweep(
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for mode in ("oattention", "full-o"):
+    for mode, color in (("oattention", "tab:blue"), ("full-o", "tab:orange")):
         recs = sorted((r for r in sweep if r["mode"] == mode and r["n"]), key=lambda r: r["tau"])
         if recs:
             taus = [r["tau"] for r in recs]
-            ax.plot(taus, [r["mean_pct"] for r in recs], "o-", label=f"{_MODE_LABEL[mode]} mean")
-            ax.plot(
-                taus, [r["median_pct"] for r in recs], "x--", alpha=0.6,
-                label=f"{_MODE_LABEL[mode]} median",
-            )  # fmt: skip
+            label = _MODE_LABEL[mode]
+            ax.plot(taus, [r["mean_pct"] for r in recs], "o-", color=color, label=f"{label} mean")
+            ax.plot(taus, [r["median_pct"] for r in recs], "x--", color=color, alpha=0.5,
+                    label=f"{label} median")  # fmt: skip
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.axvline(default_tau, color="grey", linestyle=":", label=f"default tau = {default_tau:g}")
     if carriers and carriers.get("all"):
@@ -379,7 +373,7 @@ def _carrier_section(carriers: dict[str, Any] | None, taus: Sequence[float], def
         "squared norm, so live tokens are gated by about tau/||x||^2 and the active path "
         "changes little, while a carrier only counts as half-present once its squared norm "
         f"falls to tau. Larger tau (towards the median, {median:.3g}) would begin to treat "
-        "ordinary tokens as partly absent; the sweep below shows the cost.",
+        "ordinary tokens as partly absent; the tau sweep above shows what that costs.",
         "",
     ]
     return lines

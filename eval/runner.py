@@ -42,6 +42,7 @@ import platform
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -159,8 +160,9 @@ def resolve_n_estimators(model_path: str | Path) -> int:
     Returns:
         The ensemble size the suite is run with, fixed and recorded.
     """
-    from retrofit.loading import load_host
     from tabpfn.preprocessing.ensemble import DEFAULT_N_ESTIMATORS
+
+    from retrofit.loading import load_host
 
     value = load_host(model_path).inference_config.N_ESTIMATORS
     return DEFAULT_N_ESTIMATORS if value == "auto" else int(value)
@@ -434,6 +436,40 @@ def _patch_info(estimator: Any) -> dict[str, Any]:
     return {"patch_digest": report.digest(), "patch_report": as_dict}
 
 
+def _fit_predict(spec: RunSpec, model_path: str, row: dict[str, Any]) -> Any:
+    """Fit and predict one case, filling ``row``; exceptions are recorded in it."""
+    estimator = None
+    try:
+        X_train, X_test, y_train, y_test = case_data(spec)
+        row.update(n_train=len(y_train), n_test=len(y_test), n_features=int(X_train.shape[1]))
+        estimator = build_estimator(spec, model_path)
+        t0 = time.perf_counter()
+        estimator.fit(X_train, y_train)
+        row["fit_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        pred = np.asarray(estimator.predict(X_test), dtype=np.float64)
+        row["predict_s"] = time.perf_counter() - t0
+        finite = np.isfinite(pred)
+        row["nonfinite_predictions"] = int((~finite).sum())
+        if finite.all():
+            err = pred - y_test
+            row["rmse"] = float(np.sqrt(np.mean(err**2)))
+            row["mae"] = float(np.mean(np.abs(err)))
+            row["status"] = "ok"
+        else:
+            row["status"] = "nonfinite"
+            row["error"] = f"{row['nonfinite_predictions']} of {pred.size} predictions not finite"
+    except Exception as exc:  # recorded, never dropped
+        row["error"] = f"{type(exc).__name__}: {exc}"
+        row["traceback"] = traceback.format_exc(limit=8)[-4000:]
+    return estimator
+
+
+def _warning_line(w: warnings.WarningMessage) -> str:
+    first = (str(w.message).strip().splitlines() or [""])[0]
+    return f"{w.category.__name__}: {first[:300]}"
+
+
 def run_task(task: Task) -> dict[str, Any]:
     """Run one spec: fit, predict, measure; never raises for a failing case.
 
@@ -476,30 +512,11 @@ def run_task(task: Task) -> dict[str, Any]:
         "pid": os.getpid(),
         "started_at": _utc_now(),
     }
-    estimator = None
-    try:
-        X_train, X_test, y_train, y_test = case_data(spec)
-        row.update(n_train=len(y_train), n_test=len(y_test), n_features=int(X_train.shape[1]))
-        estimator = build_estimator(spec, task.model_path)
-        t0 = time.perf_counter()
-        estimator.fit(X_train, y_train)
-        row["fit_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        pred = np.asarray(estimator.predict(X_test), dtype=np.float64)
-        row["predict_s"] = time.perf_counter() - t0
-        finite = np.isfinite(pred)
-        row["nonfinite_predictions"] = int((~finite).sum())
-        if finite.all():
-            err = pred - y_test
-            row["rmse"] = float(np.sqrt(np.mean(err**2)))
-            row["mae"] = float(np.mean(np.abs(err)))
-            row["status"] = "ok"
-        else:
-            row["status"] = "nonfinite"
-            row["error"] = f"{row['nonfinite_predictions']} of {pred.size} predictions not finite"
-    except Exception as exc:  # recorded, never dropped
-        row["error"] = f"{type(exc).__name__}: {exc}"
-        row["traceback"] = traceback.format_exc(limit=8)[-4000:]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        estimator = _fit_predict(spec, task.model_path, row)
+    # Kept with the row (deduplicated) instead of flooding the progress bar.
+    row["warnings"] = sorted({_warning_line(w) for w in caught})
     if estimator is not None:
         row.update(_resolved_precision(estimator))
         try:
@@ -520,10 +537,8 @@ def run_task(task: Task) -> dict[str, Any]:
 
 
 def _provenance() -> dict[str, Any]:
-    try:
-        from eval.provenance import provenance_dict
-    except ImportError:
-        return {"python": platform.python_version(), "platform": platform.platform()}
+    from eval.provenance import provenance_dict
+
     return provenance_dict()
 
 
@@ -550,14 +565,8 @@ def _read_row(path: Path) -> dict[str, Any] | None:
 
 
 def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    try:
-        from eval.provenance import write_json_atomic
-    except ImportError:  # pragma: no cover - until eval.provenance lands
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-        return
+    from eval.provenance import write_json_atomic
+
     write_json_atomic(path, obj)
 
 
@@ -801,7 +810,7 @@ def _eval(args: Any, argv: Sequence[str] | None) -> int:
         carriers_written = carrier_path(store, ckpt)
         _write_json(carriers_written, stats)
     record = {
-        "command": "tabpfn-retrofit eval " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "tabpfn-retrofit " + " ".join(sys.argv[1:] if argv is None else ["eval", *argv]),
         "suite": args.suite,
         "model": args.model,
         "checkpoint_sha256": ckpt,

@@ -328,3 +328,51 @@ def test_report_is_built_from_stored_rows_only(ckpt: Path, tmp_path: Path) -> No
 
     with pytest.raises(ReportError, match="no stored runs"):
         build_report(tmp_path / "empty", "offline18")
+
+
+# --------------------------------------------------------------------------- #
+# Command line
+# --------------------------------------------------------------------------- #
+
+
+def test_cli_sweep_then_report(
+    ckpt: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from eval.cli import main
+    from eval.runner import SWEEP_TAUS
+
+    store = tmp_path / "offline18"
+    argv = ["eval", "--model", str(ckpt), "--datasets", "qsar_fish", "--seeds", "0",
+            "--max-train-rows", "40", "--max-test-rows", "12", "--n-estimators", "1",
+            "--modes", "none", "oattention", "--sweep", "--store", str(store),
+            "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    assert len(load_rows(store)) == 1 + len(SWEEP_TAUS)
+    assert len(list((store / "carriers").glob("*.json"))) == 1
+    assert main(argv) == 0  # resumes: nothing left to compute
+    assert "0 computed" in capsys.readouterr().out
+    sessions = sorted((store / "sessions").glob("*.json"))
+    assert [json.loads(p.read_text())["computed"] for p in sessions] == [1 + len(SWEEP_TAUS), 0]
+    assert main(["report", "--store", str(store)]) == 0
+    summary = (store / "summary.md").read_text()
+    assert "## Tau sweep" in summary and "**Default tau = 1.**" in summary
+    assert "## Carrier scale" in summary and "p(median)" in summary
+    with (store / "tau_sweep.csv").open() as fh:
+        sweep = list(csv.DictReader(fh))
+    assert sorted(float(r["tau"]) for r in sweep) == sorted(SWEEP_TAUS)
+
+
+def test_cli_user_errors_are_one_line_with_exit_2(
+    ckpt: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eval.cli import main
+
+    base = ["eval", "--model", str(ckpt), "--store", str(tmp_path), "--no-progress"]
+    assert main([*base, "--datasets", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tabpfn-retrofit eval: error: dataset 'nope'") and "\n" not in err
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    assert main([*base, "--executor", "dask"]) == 2
+    assert "needs dask.distributed" in capsys.readouterr().err
+    assert main(["report", "--store", str(tmp_path / "none")]) == 2
+    assert "no stored runs" in capsys.readouterr().err
