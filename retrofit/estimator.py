@@ -99,7 +99,6 @@ class OTabPFNRegressor(RegressorMixin, BaseEstimator):
         """TabPFN handles missing feature values itself."""
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True
-        tags.non_deterministic = False
         return tags
 
     def _resolve_settings(self) -> dict[str, Any]:

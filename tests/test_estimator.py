@@ -13,6 +13,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from tabpfn import TabPFNRegressor
 
 import retrofit
+import retrofit.embedded
 from retrofit import OTabPFNRegressor
 from retrofit.hosts.v3 import OTabPFNV3
 from retrofit.loading import load_host, resolve_checkpoint
@@ -194,6 +195,27 @@ def test_forced_half_precision_runs(mode, dtype):
     assert est.model_.icl_blocks[0].mlp[0].weight.dtype == dtype
     ref = _fit_predict(_est(mode=mode))
     assert _rel(pred, ref) <= 0.1
+
+
+@pytest.mark.parametrize("fit_mode", ["fit_preprocessors", "fit_with_cache"])
+def test_autocast_precision_runs(fit_mode):
+    est = _est(mode="full-o", inference_precision="autocast", fit_mode=fit_mode)
+    pred = _fit_predict(est)
+    assert est.regressor_.use_autocast_
+    assert np.isfinite(pred).all()
+    assert _rel(pred, _fit_predict(_est(mode="full-o"))) <= 0.1
+
+
+def test_embedded_host_fits_patched():
+    from retrofit.embedded import EMBEDDED_FILENAME
+
+    if not (Path(retrofit.embedded.__file__).parent / EMBEDDED_FILENAME).is_file():
+        pytest.skip(f"the embedded checkpoint {EMBEDDED_FILENAME} has not shipped yet")
+    base = _fit_predict(_est(mode="none", model_path="embedded"))
+    est = _est(mode="full-o", model_path="embedded")
+    pred = _fit_predict(est)
+    assert np.isfinite(pred).all() and _rel(pred, base) > 0
+    assert resolve_checkpoint("embedded") == retrofit.embedded_model_path()
 
 
 def test_clone_and_params_round_trip():
