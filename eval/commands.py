@@ -21,7 +21,7 @@ import math
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +35,6 @@ __all__ = [
     "SUPPORTS",
     "CommandError",
     "add_subcommands",
-    "build_parser",
     "run_patch",
     "run_predict",
 ]
@@ -183,13 +182,6 @@ def add_subcommands(subparsers: Any) -> None:
     """
     _add_predict(subparsers)
     _add_patch(subparsers)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """A stand-alone parser with just these two commands (for tests and ``main``)."""
-    parser = argparse.ArgumentParser(prog=PROG)
-    add_subcommands(parser.add_subparsers(dest="command", required=True))
-    return parser
 
 
 # --- shared helpers ---------------------------------------------------------------
@@ -409,8 +401,8 @@ def _predict(args: argparse.Namespace) -> int:
         _precision(args.precision)
     if args.n_estimators is not None and args.n_estimators < 1:
         raise CommandError(f"--n-estimators must be >= 1, got {args.n_estimators}")
-    _check_model_argument(args.model)
     X_train, y_train, X_test, y_test, rows, features = _load_predict_data(args)
+    _check_model_argument(args.model)  # after the cheap local checks: it may download
     settings = _resolve_settings(args.model, requested)
 
     from retrofit import OTabPFNRegressor
@@ -474,9 +466,3 @@ run_predict = _guarded("predict", _predict)
 run_predict.__doc__ = "Run ``predict`` on parsed arguments; returns the exit status."
 run_patch = _guarded("patch", _patch)
 run_patch.__doc__ = "Run ``patch`` on parsed arguments; returns the exit status."
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` with :func:`build_parser` and run the chosen command."""
-    args = build_parser().parse_args(argv)
-    return args.handler(args)
