@@ -256,6 +256,8 @@ class Task:
         state_hash: :func:`state_dict_sha256` of the file at the start of the run.
         threads: ``torch.set_num_threads`` in the worker (``None``: leave).
         executor: Description of the executor, for provenance.
+        ignore_pretraining_limits: Passed to tabpfn; only lifts its size checks
+            (e.g. real weights on CPU above 1000 train rows), so not in the key.
     """
 
     spec: RunSpec
@@ -263,6 +265,7 @@ class Task:
     state_hash: str
     threads: int | None = None
     executor: str = "serial"
+    ignore_pretraining_limits: bool = False
 
 
 def make_tasks(
@@ -282,6 +285,7 @@ def make_tasks(
     max_test_rows: int | None = None,
     threads: int | None = None,
     executor: str = "serial",
+    ignore_pretraining_limits: bool = False,
 ) -> list[Task]:
     """Every (case, variant, tau) of a suite as tasks, baselines first per case.
 
@@ -301,20 +305,26 @@ def make_tasks(
         max_test_rows: Keep only the first rows of each test split (tests).
         threads: Torch threads per worker.
         executor: Executor description for provenance.
+        ignore_pretraining_limits: See :class:`Task`.
 
     Returns:
         The tasks, dataset-major, then seed, then mode, then tau.
 
     Raises:
-        ValueError: On an unknown suite, mode, dataset or seed.
+        ValueError: On an unknown suite, mode, dataset or seed, or invalid
+            retrofit settings (``retrofit.InvalidPatchConfig``).
     """
     from eval.datasets import load_dataset, suite_cases
+    from retrofit import PatchConfig
 
     if suite not in _SUITE_SOURCE:
         raise ValueError(f"unknown suite {suite!r}; valid suites: {', '.join(_SUITE_SOURCE)}")
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
+    for tau in taus if any(m != "none" for m in modes) else ():
+        # Fail before any fit on a typo, instead of storing every case as failed.
+        PatchConfig(mode="oattention", tau=float(tau), support=support, eps_den=eps_den)
     cases = suite_cases(suite)
     names = {c.dataset for c in cases}
     for name in datasets or ():
@@ -360,7 +370,8 @@ def make_tasks(
                     for t in taus
                 )
         tasks.extend(
-            Task(spec, model_path, state_hash, threads=threads, executor=executor) for spec in specs
+            Task(spec, model_path, state_hash, threads, executor, ignore_pretraining_limits)
+            for spec in specs
         )
     return tasks
 
@@ -390,8 +401,8 @@ def case_data(spec: RunSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     return X_train, X_test, y_train, y_test
 
 
-def build_estimator(spec: RunSpec, model_path: str) -> Any:
-    """A fresh, unfitted ``retrofit.OTabPFNRegressor`` configured by ``spec``."""
+def build_estimator(spec: RunSpec, model_path: str, **extra: Any) -> Any:
+    """A fresh, unfitted ``retrofit.OTabPFNRegressor`` configured by ``spec`` (and ``extra``)."""
     import torch
 
     from retrofit import OTabPFNRegressor
@@ -408,6 +419,7 @@ def build_estimator(spec: RunSpec, model_path: str) -> Any:
         fit_mode=spec.fit_mode,
         inference_precision=getattr(torch, spec.dtype),
         **kwargs,
+        **extra,
     )
 
 
@@ -436,13 +448,14 @@ def _patch_info(estimator: Any) -> dict[str, Any]:
     return {"patch_digest": report.digest(), "patch_report": as_dict}
 
 
-def _fit_predict(spec: RunSpec, model_path: str, row: dict[str, Any]) -> Any:
+def _fit_predict(task: Task, row: dict[str, Any]) -> Any:
     """Fit and predict one case, filling ``row``; exceptions are recorded in it."""
-    estimator = None
+    spec, estimator = task.spec, None
     try:
         X_train, X_test, y_train, y_test = case_data(spec)
         row.update(n_train=len(y_train), n_test=len(y_test), n_features=int(X_train.shape[1]))
-        estimator = build_estimator(spec, model_path)
+        extra = {"ignore_pretraining_limits": True} if task.ignore_pretraining_limits else {}
+        estimator = build_estimator(spec, task.model_path, **extra)
         t0 = time.perf_counter()
         estimator.fit(X_train, y_train)
         row["fit_s"] = time.perf_counter() - t0
@@ -508,13 +521,14 @@ def run_task(task: Task) -> dict[str, Any]:
         "predict_s": None,
         "threads": torch.get_num_threads(),
         "executor": task.executor,
+        "ignore_pretraining_limits": task.ignore_pretraining_limits,
         "hostname": platform.node(),
         "pid": os.getpid(),
         "started_at": _utc_now(),
     }
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        estimator = _fit_predict(spec, task.model_path, row)
+        estimator = _fit_predict(task, row)
     # Kept with the row (deduplicated) instead of flooding the progress bar.
     row["warnings"] = sorted({_warning_line(w) for w in caught})
     if estimator is not None:
@@ -725,6 +739,11 @@ def add_eval_arguments(parser: Any) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads per worker")
     parser.add_argument("--store", default=None, help="results directory (default results/SUITE)")
     parser.add_argument("--retry-failed", action="store_true", help="recompute failed runs")
+    parser.add_argument(
+        "--ignore-pretraining-limits",
+        action="store_true",
+        help="let tabpfn exceed its size limits (e.g. real weights on CPU, >1000 rows)",
+    )
     parser.add_argument("--carriers", action="store_true", help="(re)measure carrier norms")
     parser.add_argument("--no-progress", action="store_true")
 
@@ -780,6 +799,7 @@ def _eval(args: Any, argv: Sequence[str] | None) -> int:
         max_test_rows=args.max_test_rows,
         threads=threads,
         executor=executor.describe(),
+        ignore_pretraining_limits=args.ignore_pretraining_limits,
     )
     print(
         f"eval {args.suite}: {len(tasks)} runs, model {model_path.name} "

@@ -66,8 +66,8 @@ class _Counter:
         self.fits = 0
         real = runner.build_estimator
 
-        def counting(spec: runner.RunSpec, model_path: str) -> Any:
-            est = real(spec, model_path)
+        def counting(spec: runner.RunSpec, model_path: str, **kw: Any) -> Any:
+            est = real(spec, model_path, **kw)
             fit = est.fit
 
             def counted_fit(*a: Any, **k: Any) -> Any:
@@ -203,10 +203,10 @@ def test_failures_and_nonfinite_are_recorded_not_dropped(
 ) -> None:
     real = runner.build_estimator
 
-    def factory(spec: runner.RunSpec, model_path: str) -> Any:
+    def factory(spec: runner.RunSpec, model_path: str, **kw: Any) -> Any:
         if spec.mode == "oattention":
             return _Broken("raise" if spec.seed == 0 else "nan")
-        return real(spec, model_path)
+        return real(spec, model_path, **kw)
 
     monkeypatch.setattr(runner, "build_estimator", factory)
     tasks = _tasks(ckpt)
@@ -371,6 +371,8 @@ def test_cli_user_errors_are_one_line_with_exit_2(
     assert main([*base, "--datasets", "nope"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("tabpfn-retrofit eval: error: dataset 'nope'") and "\n" not in err
+    assert main([*base, "--tau", "-1"]) == 2  # refused before any fit is stored
+    assert "tau" in capsys.readouterr().err and not runs_dir(tmp_path).exists()
     monkeypatch.setitem(sys.modules, "distributed", None)
     assert main([*base, "--executor", "dask"]) == 2
     assert "needs dask.distributed" in capsys.readouterr().err
