@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import numbers
 from collections.abc import Iterable
 from typing import Any, ClassVar, Literal
 
@@ -96,6 +97,8 @@ class PatchConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise InvalidPatchConfig(f"mode must be one of {MODES}, got {self.mode!r}")
+        if isinstance(self.tau, numbers.Real) and not isinstance(self.tau, bool):
+            object.__setattr__(self, "tau", float(self.tau))  # numpy scalars, ints
         try:
             object.__setattr__(self, "tau", check_tau(self.tau))
         except ValueError as err:
@@ -103,7 +106,7 @@ class PatchConfig:
         if self.support not in SUPPORTS:
             raise InvalidPatchConfig(f"support must be one of {SUPPORTS}, got {self.support!r}")
         eps = self.eps_den
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps):
+        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps):
             raise InvalidPatchConfig(f"eps_den must be a finite number >= 0, got {eps!r}")
         if eps < 0:
             raise InvalidPatchConfig(f"eps_den must be a finite number >= 0, got {eps!r}")

@@ -67,13 +67,11 @@ class OICLBlock(nn.Module):
         self.layernorm = original.layernorm
         self.layernorm_mlp = original.layernorm_mlp
         self.mlp = original.mlp
-        self.mode, self.tau, self.support, self.eps_den, self.path = (
-            mode,
-            tau,
-            support,
-            eps_den,
-            path,
-        )
+        self.mode = mode
+        self.tau = tau
+        self.support = support
+        self.eps_den = eps_den
+        self.path = path
         # The O-wrappers hold the same norm/MLP objects; kept out of the module
         # tree (plain attributes) so state_dict keys stay the host's.
         self.__dict__["_onorm"] = ONorm.from_module(self.layernorm, tau=tau)
