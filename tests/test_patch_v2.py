@@ -141,15 +141,19 @@ def test_a_real_patch_changes_the_output(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("at", [0, 3, N, R], ids=["train-first", "train-mid", "test-first", "end"])
-def test_inserted_null_row_changes_no_other_row_and_stays_null(mode, at):
-    x = _carriers(seed=1)
-    model = build_tiny_v2()
+@pytest.mark.parametrize(("dtype", "atol"), [(torch.float32, 2e-6), (torch.float64, 1e-13)])
+def test_inserted_null_row_changes_no_other_row_and_stays_null(mode, at, dtype, atol):
+    # The fused kernels see one more row, so other rows agree to the rounding of
+    # a different matmul shape (measured: 4.8e-7 in float32, 8.9e-16 in float64);
+    # the null row itself is exactly 0.
+    x = _carriers(seed=1).to(dtype)
+    model = build_tiny_v2().to(dtype)
     retrofit.patch(model, mode)
     base = _run_blocks(model, x, N)
     sep = N + 1 if at < N else N  # a null among the train rows adds a train row
     out = _run_blocks(model, _with_null_row(x, at), sep)
     keep = [i for i in range(R + 1) if i != at]
-    torch.testing.assert_close(out[:, keep], base, rtol=0, atol=1e-6)
+    torch.testing.assert_close(out[:, keep], base, rtol=0, atol=atol)
     assert torch.equal(out[:, at], torch.zeros_like(out[:, at]))
 
 
