@@ -297,3 +297,19 @@ def _expected_failed(estimator):
 )
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator.set_params(model_path=str(_checkpoint())))
+
+
+def test_saved_directory_settings_are_the_defaults(tmp_path):
+    from retrofit import saved
+
+    out = tmp_path / "patched"
+    saved.save_patched(_checkpoint(), out, mode="oattention", tau=0.5, support="mass")
+    est = _est(model_path=str(out)).fit(*_data(30))
+    assert est.settings_ == {"mode": "oattention", "tau": 0.5, "support": "mass", "eps_den": 1e-6}
+    assert est.patch_report_.tau == 0.5 and est.patch_report_.support == "mass"
+    expected = _est(mode="oattention", tau=0.5, support="mass").fit(*_data(30))
+    X_test = _data(40, seed=1)[0]
+    np.testing.assert_array_equal(est.predict(X_test), expected.predict(X_test))
+    _est(model_path=str(out), mode="oattention").fit(*_data(30))  # agreeing is fine
+    with pytest.raises(saved.SettingsConflictError, match="tau"):
+        _est(model_path=str(out), tau=1.0).fit(*_data(30))
