@@ -27,6 +27,7 @@ Two implementations share one signature:
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -222,6 +223,24 @@ def _cuda_efficient_with_lse(
     return out, lse
 
 
+_FALLBACKS_WARNED: set[tuple[str, torch.dtype, int]] = set()
+
+
+def _warn_fallback(q: torch.Tensor, err: RuntimeError) -> None:
+    """Warns once per (device type, dtype, head dim) that the sink route is used."""
+    key = (q.device.type, q.dtype, q.shape[-1])
+    if key not in _FALLBACKS_WARNED:
+        _FALLBACKS_WARNED.add(key)
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        warnings.warn(
+            f"oattention: the memory-efficient kernel rejected {q.dtype} queries of head "
+            f"dim {q.shape[-1]} on {q.device.type} ({first}); using the sink route, which "
+            "copies K and V",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
 def oattention_route(q: torch.Tensor) -> str:
     """The kernel route :func:`oattention` takes for queries like ``q``.
 
@@ -229,6 +248,8 @@ def oattention_route(q: torch.Tensor) -> str:
         ``"cpu-flash"`` (CPU flash kernel with lse), ``"cuda-efficient"``
         (CUDA memory-efficient kernel with lse, fp32/bf16/fp16) or ``"sink"``
         (portable: one extra zero key carrying ``log eps_den``; copies K/V).
+        Should the CUDA kernel reject a configuration, :func:`oattention`
+        warns once and takes the sink route.
     """
     if q.device.type == "cpu":
         return "cpu-flash"
@@ -308,7 +329,12 @@ def oattention(
     elif route == "cpu-flash":
         out, lse_BHL = _cpu_flash_with_lse(q, k, v, bias, scale)
     else:
-        out, lse_BHL = _cuda_efficient_with_lse(q, k, v, bias, scale)
+        try:
+            out, lse_BHL = _cuda_efficient_with_lse(q, k, v, bias, scale)
+        except RuntimeError as err:  # a configuration the kernel rejects (e.g. head dim)
+            _warn_fallback(q, err)
+            route = "sink"
+            out, _ = _sink_attention(q, k, v, bias, eps_den, scale)
     log_eps = math.log(eps_den) if (lse_BHL is not None and eps_den > 0) else None
     p_q_B1L = p_q.view(B, 1, L)
     row_empty = empty  # None without a mask: already folded into p_q
