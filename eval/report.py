@@ -324,7 +324,7 @@ def _carrier_section(carriers: dict[str, Any] | None, taus: Sequence[float], def
     if not carriers or not carriers.get("all"):
         lines += [
             "No carrier statistics stored for this checkpoint; run "
-            "`tabpfn-retrofit eval --sweep` (or `carriers`) to measure them.",
+            "`tabpfn-retrofit eval --sweep` (or `eval --carriers`) to measure them.",
             "",
         ]
         return lines
@@ -548,6 +548,12 @@ def _summary_text(
             for r in failures
         ]
     lines += ["", "## Times (sum over runs in this report)", ""]
+    if first.get("fit_mode") == "fit_preprocessors":
+        lines += [
+            "With fit_mode `fit_preprocessors` the forward pass of the model runs at predict, "
+            "so predict holds nearly all the model time.",
+            "",
+        ]
     lines += ["| variant | runs | fit (s) | predict (s) |", "|---|---|---|---|"]
     for mode in ("none", "oattention", "full-o"):
         recs = [r for r in table if r["mode"] == mode and (mode == "none" or r["tau"] == tau)]
