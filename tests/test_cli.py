@@ -498,19 +498,3 @@ def test_the_installed_console_script_runs_predict(data, model_arg, tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("RMSE ")
     assert len(pd.read_csv(out)) == round(0.2 * N_TRAIN)
-
-    bad = subprocess.run(
-        _args(
-            script,
-            "predict --train",
-            tmp_path / "missing.csv",
-            "--target y --holdout 0.2 --out",
-            out,
-        ),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert bad.returncode == 2
-    assert bad.stderr.count("\n") == 1 and "train file not found" in bad.stderr

@@ -316,7 +316,7 @@ def test_estimator_fit_modes_agree_on_a_patched_v2_checkpoint(tmp_path):
         estimator = OTabPFNRegressor(
             model_path=str(path),
             mode=mode,
-            n_estimators=2,
+            n_estimators=1,
             device="cpu",
             inference_precision=torch.float32,
             **kwargs,
