@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import torch
 
 from eval import bench
 from eval.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_paired_ratio_median_and_ci_bracket_it():
@@ -109,3 +115,19 @@ def test_missing_host_is_reported_not_fatal(tmp_path):
     )
     assert "skipped" in report["estimator"]
     assert "Not measured" in (tmp_path / "bench.md").read_text()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message only")
+def test_gpu_check_without_cuda_exits_2_with_a_clear_message(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "eval" / "gpu_check.py"), str(tmp_path / "gpu")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "CUDA" in proc.stderr and "not available" in proc.stderr
+    assert proc.stderr.count("\n") <= 2  # one line, no traceback
+    assert not (tmp_path / "gpu").exists()
