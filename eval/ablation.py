@@ -151,11 +151,14 @@ def _aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
             if (r["dtype"], r["path"], r["host"], r["sigma"]) == (dt, path, host, sigma)
         ]
         drifts = [r["old_tokens_linf_drift"] for r in sel]
+        rel = [r["old_tokens_linf_drift"] / max(r["old_tokens_max_abs"], 1e-300) for r in sel]
         norms = [r["null_final_norm"] for r in sel]
         out.setdefault(f"{dt}/{path}", {}).setdefault(host, {})[f"{sigma:g}"] = {
             "drift_max": max(drifts),
             "drift_mean": sum(drifts) / len(drifts),
             "drift_min": min(drifts),
+            "drift_rel_max": max(rel),
+            "old_state_max_abs": max(r["old_tokens_max_abs"] for r in sel),
             "null_norm_max": max(norms),
             "null_norm_min": min(norms),
             "n": len(sel),
@@ -200,15 +203,17 @@ def _markdown(report: dict[str, Any]) -> str:
         "",
         "## Drift of old tokens (L-inf, max over seeds) and null token's final norm",
         "",
-        "| dtype/path | host | sigma | drift max | drift min | null norm max |",
-        "|---|---|---|---|---|---|",
+        "| dtype/path | host | sigma | drift max | drift min | drift max / max abs state "
+        "| max abs old state | null norm max |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for dp, hosts in report["aggregate"].items():
         for host in HOSTS:
             for sigma, a in hosts.get(host, {}).items():
                 lines.append(
                     f"| {dp} | {host} | {sigma} | {_fmt(a['drift_max'])} "
-                    f"| {_fmt(a['drift_min'])} | {_fmt(a['null_norm_max'])} |"
+                    f"| {_fmt(a['drift_min'])} | {_fmt(a['drift_rel_max'])} "
+                    f"| {_fmt(a['old_state_max_abs'])} | {_fmt(a['null_norm_max'])} |"
                 )
     lines += [
         "",

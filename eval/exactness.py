@@ -376,14 +376,26 @@ def _markdown(report: dict[str, Any]) -> str:
         f"max over lengths of fast error / SDPA error = {_fmt(s['fp32_max_ratio_to_sdpa'])} "
         f"(target <= {s['fp32_ratio_target']:g}: "
         f"{'met' if s['fp32_within_target'] else 'NOT met'}).",
-        f"- fp32: max fast vs same-dtype direct evaluation {_fmt(s['fp32_fast_vs_direct_max'])}.",
+        f"- fp32 with presence 1 and eps_den 0 (the done criterion's setting): fast error / "
+        f"SDPA error = {_fmt(s['fp32_max_ratio_p1_to_sdpa'])} at every length (the same CPU "
+        "flash kernel; the log-presence bias is 0 and the gate is 1).",
+        f"- fp32: max fast vs same-dtype direct evaluation {_fmt(s['fp32_fast_vs_direct_max'])}; "
+        f"the same-dtype direct evaluation's own error against float64 is up to "
+        f"{_fmt(s['fp32_direct_vs_float64_max'])}, so two fp32 evaluations of the formula "
+        "differ by the sum of their roundings (a few ulp at |out| < 1).",
         f"- No NaN in any output: {not s['any_nan']}.",
+        "- Timings (best of 5 after a warm-up) are indicative only: a shared, loaded "
+        "2-core machine; the accuracy figures do not depend on them.",
         "",
         "**Which comparison matches the paper's.** The paper reports L-inf <= 8.94e-8 "
         '"against direct evaluation" (GPU; FP32, BF16, FP16). 8.94e-8 is 0.75 fp32 ulp at 1, '
         "so it is an fp32-precision comparison: our column *fast vs same-dtype direct* in "
         "fp32 is the like-for-like comparison (both sides fp32, the same formula, different "
-        "evaluation order). In bf16/fp16 an output stored in that dtype cannot be within "
+        "evaluation order). Ours is larger than 8.94e-8 (see the summary: 1-4 ulp at "
+        "|out| ~ 0.1-1 on CPU, where both sides round); we do not reproduce the paper's "
+        "figure on this hardware, and our fast path's error against float64 is at plain "
+        "SDPA's level, which is the property that matters. In bf16/fp16 an output "
+        "stored in that dtype cannot be within "
         "8.94e-8 of anything but itself (bf16 rounding is 7.8e-3 near 1, fp16 9.8e-4), so "
         "the paper's half-precision figures must compare computations done internally in "
         "fp32; our bf16/fp16 rows report both comparisons honestly and the errors are at "
@@ -437,12 +449,22 @@ def run(
     fp32 = [r for r in accuracy if r["dtype"] == "fp32"]
     ratios = [r["ratio_fast_to_sdpa_error"] for r in fp32 if r["ratio_fast_to_sdpa_error"]]
     max_ratio = max(ratios) if ratios else None
+    ratios_p1 = [r["ratio_fast_p1_to_sdpa_error"] for r in fp32 if r["ratio_fast_p1_to_sdpa_error"]]
     summary = {
+        "fp32_max_ratio_p1_to_sdpa": max(ratios_p1) if ratios_p1 else None,
+        "fp32_direct_vs_float64_max": max(
+            r["direct_same_dtype_vs_float64"]["linf_abs"] for r in fp32
+        ),
         "fp32_fast_vs_float64_max": max(r["fast_vs_float64"]["linf_abs"] for r in fp32),
         "fp32_fast_vs_direct_max": max(r["fast_vs_direct_same_dtype"]["linf_abs"] for r in fp32),
         "fp32_max_ratio_to_sdpa": max_ratio,
         "fp32_ratio_target": 2.0,
-        "fp32_within_target": max_ratio is not None and max_ratio <= 2.0,
+        # The criterion: presence 1, eps 0 (both compute softmax attention); the
+        # realistic setting (presence with nulls, eps 1e-6) is held to it too.
+        "fp32_within_target": max_ratio is not None
+        and max_ratio <= 2.0
+        and bool(ratios_p1)
+        and max(ratios_p1) <= 2.0,
         "any_nan": any(r["any_nan"] for r in accuracy),
     }
     all_pass = all(c["pass"] for checks in contracts.values() for c in checks.values())

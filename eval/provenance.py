@@ -70,7 +70,8 @@ def provenance_dict(**extra: Any) -> dict[str, Any]:
     Returns:
         A JSON-serialisable dict with ``packages`` (tabpfn-retrofit, torch,
         tabpfn, numpy, python), ``device``, ``cpu_model``, ``threads``,
-        ``platform``, ``date_utc``, ``git_commit``, ``git_dirty`` and ``extra``.
+        ``platform``, ``date_utc``, ``git_commit``, ``git_dirty``,
+        ``git_dirty_paths`` and the ``extra`` fields.
     """
     import torch  # local: provenance is also used by light tools
 
@@ -95,6 +96,12 @@ def provenance_dict(**extra: Any) -> dict[str, Any]:
         "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": commit,
         "git_dirty": None if status is None else bool(status),
+        # Which tracked files differ from the commit (the working tree may be
+        # shared with other work in progress): a dirty flag alone hides whether
+        # the code that produced a result is among them.
+        "git_dirty_paths": None
+        if status is None
+        else sorted(line[3:] for line in status.splitlines() if line.strip()),
     }
     clash = set(extra) & set(prov)
     if clash:
