@@ -191,7 +191,9 @@ def _one_line(message: object) -> str:
     return " ".join(str(message).split())
 
 
-def _guarded(command: str, body: Callable[[argparse.Namespace], int]):
+def _guarded(
+    command: str, body: Callable[[argparse.Namespace], int]
+) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         try:
             return body(args)
@@ -444,10 +446,10 @@ def _patch(args: argparse.Namespace) -> int:
     from retrofit import saved
 
     requested = _requested_settings(args)
-    _check_model_argument(args.model)
     out = Path(args.out).expanduser()
     if out.exists() and not args.force:
         raise CommandError(f"--out {out} already exists (use --force to replace it)")
+    _check_model_argument(args.model)
     # Re-patching a saved directory starts from its settings; any given here replace them.
     defaults = (
         saved.load_saved(args.model).settings
