@@ -269,3 +269,24 @@ def test_v2_alias_uses_the_file_in_tabpfns_cache(cache_dir, no_download):
     assert estimator.patch_report_.host == "TabPFNV2"
     assert estimator.patch_report_.n_replaced == 2
     assert np.isfinite(prediction).all()
+
+
+def test_a_v2_source_saves_as_a_v2_directory_that_loads_and_fits(cache_dir, no_download, tmp_path):
+    from test_patch_v2 import build_tiny_v2, save_tiny_v2_checkpoint
+
+    source = save_tiny_v2_checkpoint(build_tiny_v2(), tmp_path / "tiny_regressor.safetensors")
+    result = saved.save_patched(str(source), tmp_path / "v2dir", mode="oattention", tau=0.5)
+    assert result.checkpoint.name == "tabpfn_v2_regressor_retrofit.safetensors"
+    assert model_loading.resolve_model_version(result.checkpoint).value == "v2"
+    assert "architecture_name" not in Checkpoint(result.checkpoint).load()  # as in v2 files
+    assert result.manifest["architecture_name"] == "tabpfn_v2"
+    from_dir, prediction = _fit_predict(str(result.directory))
+    assert from_dir.settings_ == {
+        "mode": "oattention",
+        "tau": 0.5,
+        "support": "count",
+        "eps_den": 1e-6,
+    }
+    assert from_dir.patch_report_.host == "TabPFNV2"
+    _, direct = _fit_predict(str(source), mode="oattention", tau=0.5)
+    assert np.array_equal(prediction, direct)
