@@ -80,7 +80,12 @@ def test_quick_bench_writes_json_and_markdown(tmp_path):
     rows = report["attention"]["rows"]
     assert len(rows) == len(bench.QUICK_SHAPES) and report["attention"]["repeats"] == 5
     for row in rows:
-        assert set(row["median_ms"]) == {"sdpa", "oattention", "oattention_trusted"}
+        assert set(row["median_ms"]) == {
+            "sdpa",
+            "oattention",
+            "oattention_trusted",
+            "kernel_with_bias",
+        }
         for r in row["ratios"].values():
             assert set(r) == {"ratio", "ci_low", "ci_high", "ratio_of_medians"}
             assert 0 < r["ci_low"] <= r["ratio"] <= r["ci_high"]
