@@ -23,19 +23,16 @@ Shape letters: B batch, S tokens, E embedding.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import torch
 from torch import nn
 
 from eval.provenance import provenance_dict, write_json_atomic, write_text_atomic
-from patches import OTransformerBlock, oattention_reference
+from patches import OTransformerBlock
 
 __all__ = ["CONFIG", "build_layers", "drift", "run"]
 
@@ -89,33 +86,19 @@ def build_layers(sigma: float, seed: int) -> nn.ModuleList:
     return layers.eval()
 
 
-def _hosts(layers: nn.ModuleList) -> dict[str, nn.ModuleList]:
+def _hosts(layers: nn.ModuleList, kernel: str) -> dict[str, nn.ModuleList]:
+    """The three hosts on shared weights; ``kernel`` is OAttention's ("fast" or "reference")."""
     tau, eps = CONFIG["tau"], CONFIG["eps_den"]
     return {
         "standard": layers,
-        "oa-only": nn.ModuleList(
-            OTransformerBlock.from_module(layer, mode="oattention", tau=tau, eps_den=eps)
-            for layer in layers
-        ),
-        "otransformer": nn.ModuleList(
-            OTransformerBlock.from_module(layer, mode="full-o", tau=tau, eps_den=eps)
-            for layer in layers
-        ),
+        **{
+            host: nn.ModuleList(
+                OTransformerBlock.from_module(layer, mode=mode, tau=tau, eps_den=eps, kernel=kernel)
+                for layer in layers
+            )
+            for host, mode in (("oa-only", "oattention"), ("otransformer", "full-o"))
+        },
     }
-
-
-@contextlib.contextmanager
-def _attention_path(path: str) -> Iterator[None]:
-    """``fast``: OAttention as shipped; ``reference``: the float64 oracle inside OAttention."""
-    if path == "fast":
-        yield
-        return
-
-    def reference(*args, validate=True, **kw):
-        return oattention_reference(*args, **kw)
-
-    with mock.patch("patches.modules.oattention", reference):
-        yield
 
 
 def _forward(host: nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
@@ -269,12 +252,11 @@ def run(
                 ("float64", layers64, x64, ("reference", "fast")),
                 ("float32", layers32, x64.float(), ("fast",)),
             ):
-                hosts = _hosts(layers)
                 for path in paths:
+                    hosts = _hosts(layers, path)
                     for host in HOSTS:  # standard has no OAttention: same on both paths
                         for pname, pos in (("mid", S // 2), ("append", S)):
-                            with _attention_path(path):
-                                d = drift(hosts[host], x, pos)
+                            d = drift(hosts[host], x, pos)
                             rows.append(
                                 {
                                     "dtype": dt,

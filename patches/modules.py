@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from patches.oattention import oattention
+from patches.oattention import oattention, oattention_reference
 from patches.presence import check_tau, presence
 
 __all__ = [
@@ -31,6 +31,15 @@ __all__ = [
 ]
 
 SupportKind = Literal["count", "mass"]
+# "fast": the fused kernel; "reference": the float64 per-row oracle, bit-exact
+# under null insertion, for proofs and small ablations.
+AttentionKernel = Literal["fast", "reference"]
+
+
+def _check_kernel(kernel: str) -> str:
+    if kernel not in ("fast", "reference"):
+        raise ValueError(f"kernel must be 'fast' or 'reference', got {kernel!r}")
+    return kernel
 
 
 def support_size(p_BS: torch.Tensor, kind: SupportKind = "count") -> torch.Tensor:
@@ -168,6 +177,7 @@ class OAttention(nn.Module):
         bias: bool = True,
         tau: float = 1.0,
         eps_den: float = 1e-6,
+        kernel: AttentionKernel = "fast",
     ) -> None:
         super().__init__()
         if embed_dim % num_heads:
@@ -177,10 +187,16 @@ class OAttention(nn.Module):
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.tau = check_tau(tau)
         self.eps_den = eps_den
+        self.kernel = _check_kernel(kernel)
 
     @classmethod
     def from_module(
-        cls, mha: nn.MultiheadAttention, *, tau: float = 1.0, eps_den: float = 1e-6
+        cls,
+        mha: nn.MultiheadAttention,
+        *,
+        tau: float = 1.0,
+        eps_den: float = 1e-6,
+        kernel: AttentionKernel = "fast",
     ) -> OAttention:
         """Builds OAttention on a ``batch_first`` ``nn.MultiheadAttention``.
 
@@ -201,6 +217,7 @@ class OAttention(nn.Module):
             new.in_proj.bias = mha.in_proj_bias
         new.out_proj = mha.out_proj
         new.tau, new.eps_den = check_tau(tau), eps_den
+        new.kernel = _check_kernel(kernel)
         return new
 
     def forward(
@@ -228,7 +245,8 @@ class OAttention(nn.Module):
         H = self.num_heads
         qkv = F.linear(x_BSE, self.in_proj.weight, self.in_proj.bias)
         q, k, v = qkv.view(B, S, 3, H, E // H).unbind(dim=2)
-        o_BHSD = oattention(
+        attend = oattention if self.kernel == "fast" else oattention_reference
+        o_BHSD = attend(
             q.transpose(1, 2),
             k.transpose(1, 2),
             v.transpose(1, 2),
@@ -285,6 +303,7 @@ class OTransformerBlock(nn.Module):
         mode: Literal["full-o", "oattention"] = "full-o",
         tau: float = 1.0,
         eps_den: float = 1e-6,
+        kernel: AttentionKernel = "fast",
     ) -> OTransformerBlock:
         """Builds the block on a pre-norm ``nn.TransformerEncoderLayer``.
 
@@ -296,7 +315,7 @@ class OTransformerBlock(nn.Module):
         act = layer.activation
         act_module = act if isinstance(act, nn.Module) else _Activation(act)
         ffn = nn.Sequential(layer.linear1, act_module, layer.linear2)
-        attn = OAttention.from_module(layer.self_attn, tau=tau, eps_den=eps_den)
+        attn = OAttention.from_module(layer.self_attn, tau=tau, eps_den=eps_den, kernel=kernel)
         return cls(attn, layer.norm1, ffn, layer.norm2, mode=mode, tau=tau)
 
     def forward(self, h_BSE: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -19,7 +19,6 @@ float64, 30 seeds, |z| <= 4; appending is bit-identical); checked with
 from __future__ import annotations
 
 import contextlib
-from unittest import mock
 
 import pytest
 import torch
@@ -32,7 +31,6 @@ from patches import (
     ONorm,
     OStandardize,
     OTransformerBlock,
-    oattention_reference,
     presence,
     support_size,
 )
@@ -66,14 +64,17 @@ def _drop(x, pos, dim=1):
 
 
 @contextlib.contextmanager
-def reference_attention():
-    """OAttention modules evaluate the float64 reference instead of the fused kernel."""
-
-    def ref(*args, validate=True, **kw):
-        return oattention_reference(*args, **kw)
-
-    with mock.patch("patches.modules.oattention", ref):
+def reference_attention(*modules):
+    """OAttention inside ``modules`` evaluates the float64 reference oracle."""
+    attns = [m for mod in modules for m in mod.modules() if isinstance(m, OAttention)]
+    assert attns, "no OAttention to switch"
+    for attn in attns:
+        attn.kernel = "reference"
+    try:
         yield
+    finally:
+        for attn in attns:
+            attn.kernel = "fast"
 
 
 def _insertion_tol(dtype, out):
@@ -258,7 +259,7 @@ def test_oattention_module_null_token_insertion(dtype, pos):
         dev = (_drop(out, pos).double() - base.double()).abs().max().item()
         assert dev <= _insertion_tol(dtype, base)
         if dtype == torch.float64:
-            with reference_attention():
+            with reference_attention(oa):
                 base, out = oa(h), oa(h2)
             assert torch.equal(_drop(out, pos), base)
             assert torch.equal(out[:, pos], torch.zeros_like(out[:, pos]))
@@ -337,7 +338,7 @@ def test_full_o_block_null_token_stays_null_and_changes_nothing(dtype):
     # two residual adds of rounding-level attention differences
     assert dev <= 2 * _insertion_tol(dtype, base)
     if dtype == torch.float64:
-        with torch.no_grad(), reference_attention():
+        with torch.no_grad(), reference_attention(block):
             base, out = block(h), block(h2)
         assert torch.equal(_drop(out, pos), base)
         assert torch.equal(out[:, pos], torch.zeros_like(out[:, pos]))
@@ -353,7 +354,7 @@ def test_oattention_mode_revives_null_full_o_does_not(seed):
     results = {}
     for mode in ("full-o", "oattention"):
         blocks = [OTransformerBlock.from_module(layer, mode=mode) for layer in layers]
-        with torch.no_grad(), reference_attention():
+        with torch.no_grad(), reference_attention(*blocks):
             one = blocks[0](h2)
             y, y2 = blocks[1](blocks[0](h)), blocks[1](one)
         results[mode] = (
@@ -380,3 +381,24 @@ def test_block_errors():
         OTransformerBlock.from_module(seq_first)
     with pytest.raises(ValueError, match="norm_first"):
         OTransformerBlock.from_module(nn.Linear(E, E))
+
+
+def test_oattention_kernel_option_selects_the_reference_and_rejects_unknown():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(
+        16, 4, 32, dropout=0.0, batch_first=True, norm_first=True
+    ).double().eval()
+    with torch.no_grad():
+        layer.self_attn.out_proj.weight.normal_()
+    h = torch.randn(2, 5, 16, dtype=torch.float64)
+    fast = OTransformerBlock.from_module(layer, kernel="fast")(h)
+    ref_block = OTransformerBlock.from_module(layer, kernel="reference")
+    assert ref_block.attn.kernel == "reference"
+    torch.testing.assert_close(ref_block(h), fast, rtol=1e-12, atol=1e-12)
+    # Mid-sequence null insertion is bit-exact only through the reference kernel.
+    h0 = torch.cat([h[:, :2], torch.zeros(2, 1, 16, dtype=torch.float64), h[:, 2:]], dim=1)
+    out0 = ref_block(h0)
+    assert torch.equal(torch.cat([out0[:, :2], out0[:, 3:]], dim=1), ref_block(h))
+    assert torch.equal(out0[:, 2], torch.zeros_like(out0[:, 2]))
+    with pytest.raises(ValueError, match="kernel"):
+        OAttention(16, 4, kernel="exact")
