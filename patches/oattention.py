@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -180,6 +181,11 @@ _EFFICIENT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _EFFICIENT_BIAS_ALIGN = 16  # the memory-efficient kernel wants a 16-aligned bias row stride
 
 
+def _efficient_op() -> Any:
+    """The memory-efficient attention op (one indirection, so CPU tests can emulate it)."""
+    return torch.ops.aten._scaled_dot_product_efficient_attention
+
+
 def _cuda_efficient_with_lse(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -213,9 +219,7 @@ def _cuda_efficient_with_lse(
     bias_pad = bias.new_zeros(*bias.shape[:-1], s_pad, dtype=q.dtype)[..., :S]
     bias_pad.copy_(bias)
     bias_pad = bias_pad.expand(B, q_in.shape[1], q_in.shape[2], S)
-    out, lse, _, _ = torch.ops.aten._scaled_dot_product_efficient_attention(
-        q_in, k, v, bias_pad, True, 0.0, False, scale=scale
-    )
+    out, lse, _, _ = _efficient_op()(q_in, k, v, bias_pad, True, 0.0, False, scale=scale)
     lse = lse[..., : q_in.shape[2]]
     if group > 1:
         out = out.reshape(B, H, L, v.shape[-1])
