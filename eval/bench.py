@@ -895,7 +895,12 @@ def run(
 
 def add_bench_arguments(p: Any) -> None:
     """Registers the ``bench`` options on an ``argparse`` parser."""
-    p.add_argument("--out", default="results/bench", help="output directory")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="output directory (default results/bench; results/bench/quick with --quick, so a "
+        "smoke run never overwrites a measurement)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny shapes, few rounds (smoke run)")
     p.add_argument("--repeats", type=int, default=None, help="rounds per shape (default 25)")
     p.add_argument(
@@ -915,6 +920,8 @@ def add_bench_arguments(p: Any) -> None:
 
 def bench_command(args: Any) -> int:
     """``python -m eval bench``: runs :func:`run` and prints one line per measurement."""
+    if args.out is None:
+        args.out = "results/bench/quick" if args.quick else "results/bench"
     run(
         out_dir=args.out,
         quick=args.quick,
