@@ -362,6 +362,11 @@ def bench_attention(
                 n: paired_ratio(t, times["sdpa"], seed=i) for n, t in times.items() if n != "sdpa"
             },
         }
+        if "kernel_with_bias" in times:
+            # OAttention's own work on top of the kernel it calls.
+            row["oattention_vs_kernel_with_bias"] = paired_ratio(
+                times["oattention"], times["kernel_with_bias"], seed=i
+            )
         target = TARGETS.get(shape.group)
         row["target"] = target
         if target is not None:
@@ -667,6 +672,36 @@ def _mark(met: bool | None) -> str:
     return "—" if met is None else ("yes" if met else "**no**")
 
 
+def _summary_lines(report: dict[str, Any]) -> list[str]:
+    """One line per target: what was measured against it and whether it was met."""
+    out = ["## Targets", ""]
+    att = report.get("attention")
+    if att:
+        for group in ("large", "small"):
+            rows = [r for r in att["rows"] if r["group"] == group]
+            if rows:
+                highs = ", ".join(f"{r['ratios']['oattention']['ci_high']:.3f}" for r in rows)
+                met = all(r.get("met") for r in rows)
+                out.append(
+                    f"- attention, {group} shapes: upper CI bounds {highs} vs target "
+                    f"<= {TARGETS[group]}: {_mark(met)}"
+                )
+    mem = report.get("memory")
+    if mem and "ratio" in mem and mem["ratio"] is not None:
+        out.append(
+            f"- peak memory: OAttention / SDPA {mem['ratio']:.3f} vs target <= "
+            f"{mem['target']}: {_mark(mem['met'])}"
+        )
+    est = report.get("estimator")
+    if est and "pooled" in est:
+        for m, r in est["pooled"].items():
+            out.append(
+                f"- fit+predict, {m} / none: {_fmt_ratio(r)} vs target <= {est['target']} "
+                f"(upper CI): {_mark(est['met'][m])}"
+            )
+    return [*out, ""] if len(out) > 2 else []
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """The Markdown form of a benchmark report."""
     prov = report["provenance"]
@@ -685,23 +720,26 @@ def render_markdown(report: dict[str, Any]) -> str:
         "most the target. `oattention_trusted` is the `validate=False` entry.",
         "",
     ]
+    lines += _summary_lines(report)
     att = report.get("attention")
     if att:
         lines += [
             "## Attention (CPU, fp32 unless stated)",
             "",
             "| shape (B,H,L,S,D) | case | SDPA ms | OAttention ms | ratio [95% CI] | "
-            "trusted ratio | kernel+bias ratio | target | met |",
-            "|---|---|---:|---:|---|---|---|---:|---|",
+            "trusted ratio | kernel+bias ratio | OAttention / kernel+bias | target | met |",
+            "|---|---|---:|---:|---|---|---|---|---:|---|",
         ]
         for row in att["rows"]:
             kb = row["ratios"].get("kernel_with_bias")
+            own = row.get("oattention_vs_kernel_with_bias")
             lines.append(
                 f"| {tuple(row['shape'])} | {row['group']} {row['label']} | "
                 f"{row['median_ms']['sdpa']:.2f} | {row['median_ms']['oattention']:.2f} | "
                 f"{_fmt_ratio(row['ratios']['oattention'])} | "
                 f"{_fmt_ratio(row['ratios']['oattention_trusted'])} | "
                 f"{_fmt_ratio(kb) if kb else '—'} | "
+                f"{_fmt_ratio(own) if own else '—'} | "
                 f"{row['target'] if row['target'] is not None else '—'} | "
                 f"{_mark(row.get('met'))} |"
             )
