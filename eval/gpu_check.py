@@ -650,7 +650,22 @@ def _render(report: dict[str, Any]) -> str:
                 f"{r['median_ms']['sdpa']:.3f} | {cell(r, 'oattention')} | "
                 f"{cell(r, 'oattention_trusted')} | {cell(r, 'sdpa_efficient')} |"
             )
-        lines += ["", f"Peak memory: `{b['memory']}`", ""]
+        lines.append("")
+        mem = b["memory"]
+        if "skipped" in mem:
+            lines += [f"Peak memory: not measured ({mem['skipped']}).", ""]
+        else:
+            lines += [f"Peak device memory one call adds, shape {tuple(mem['shape'])}:", ""]
+            for dt, m in mem["dtypes"].items():
+                per = ", ".join(
+                    f"{n} {v / 2**20:.1f} MiB" for n, v in m["extra_peak_bytes"].items()
+                )
+                ratio = m["ratio_oattention_vs_sdpa"]
+                lines.append(
+                    f"- {dt}: {per}; OAttention / SDPA "
+                    + (f"{ratio:.3f}" if ratio is not None else "—")
+                )
+            lines.append("")
     for part in ("exactness", "host", "bench"):
         if report.get(part, {}).get("warnings"):
             lines += [f"Warnings in {part}:", ""]
