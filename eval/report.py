@@ -305,6 +305,10 @@ def _plot_sweep(
             ax.plot(taus, [r["mean_pct"] for r in recs], "o-", color=color, label=f"{label} mean")
             ax.plot(taus, [r["median_pct"] for r in recs], "x--", color=color, alpha=0.5,
                     label=f"{label} median")  # fmt: skip
+    values = [abs(v) for r in sweep for v in (r["mean_pct"], r["median_pct"]) if v]
+    if values and max(values) / min(values) > 100:
+        # Deltas span orders of magnitude across tau: symlog keeps the small ones visible.
+        ax.set_yscale("symlog", linthresh=max(min(values), 1e-9))
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.axvline(default_tau, color="grey", linestyle=":", label=f"default tau = {default_tau:g}")
     if carriers and carriers.get("all"):
@@ -312,7 +316,8 @@ def _plot_sweep(
         ax.axvline(median, color="tab:red", linestyle="-.", label=f"median ||x||^2 = {median:.3g}")
     ax.set_xscale("log")
     ax.set_xlabel("tau")
-    ax.set_ylabel("RMSE change vs unpatched (%)")
+    ax.set_ylabel("RMSE change vs unpatched (%), symlog" if ax.get_yscale() == "symlog"
+                  else "RMSE change vs unpatched (%)")  # fmt: skip
     ax.set_title("Tau sweep: mean relative RMSE change over cases")
     ax.legend(fontsize=8)
     _save_figure(fig, path)
