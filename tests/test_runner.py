@@ -378,3 +378,18 @@ def test_cli_user_errors_are_one_line_with_exit_2(
     assert "needs dask.distributed" in capsys.readouterr().err
     assert main(["report", "--store", str(tmp_path / "none")]) == 2
     assert "no stored runs" in capsys.readouterr().err
+
+
+def test_report_keeps_one_context_and_says_what_it_left_out() -> None:
+    from eval.report import select_context
+
+    def row(ckpt: str, finished: str) -> dict[str, Any]:
+        return {"suite": "offline18", "checkpoint_sha256": ckpt, "n_estimators": 1,
+                "finished_at": finished, "key": ckpt + finished}  # fmt: skip
+
+    rows = [row("aa", "2026-01-01"), row("bb", "2026-01-02"), row("aa", "2026-01-03")]
+    kept, notes = select_context(rows, "offline18")
+    assert [r["finished_at"] for r in kept] == ["2026-01-01", "2026-01-03"]
+    assert notes and "1 stored runs of other contexts" in notes[0]
+    kept, _ = select_context(rows, "offline18", checkpoint="b")
+    assert [r["checkpoint_sha256"] for r in kept] == ["bb"]
