@@ -1,9 +1,12 @@
 r"""Command line: regenerate the embedded host checkpoint from a seed on CPU.
 
-Example (the shipped checkpoint; see MODEL_CARD.md for the exact command)::
+Example (the shipped checkpoint; MODEL_CARD.md records the exact run)::
 
-    python -m retrofit.embedded.pretrain --seed 0 --steps 6000 --minutes 80 \\
-        --out retrofit/embedded/tabpfn_v3_embedded_regressor.safetensors
+    python -m retrofit.embedded.pretrain --seed 0 --steps 6000 --minutes 85 \\
+        --threads 1 --out retrofit/embedded/tabpfn_v3_embedded_regressor.safetensors
+
+``--set-inference-config-only`` rewrites the stored inference config of an
+existing checkpoint (weights and training record unchanged).
 
 Progress lines go to stderr every ``--log-every`` steps; a checkpoint (and a
 resumable ``<out>.state.pt``) is written atomically every
@@ -25,11 +28,18 @@ from retrofit.embedded.train import (
     TINY_MODEL_CONFIG,
     TrainConfig,
     inference_config_dict,
+    rewrite_inference_config,
     train,
 )
 
 DEFAULT_STEPS = 6000
 """Planned steps of the shipped checkpoint (the cosine schedule spans them)."""
+
+DEFAULT_PREPROCESSING = "squashing_scaler_default"
+DEFAULT_APPEND_ORIGINAL = True
+DEFAULT_N_ESTIMATORS = 1
+"""Inference settings of the shipped checkpoint, chosen on the development suite
+(``python -m eval.host_quality --suite dev``; see MODEL_CARD.md)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,12 +79,27 @@ def _parser() -> argparse.ArgumentParser:
         "--max-rows", type=int, default=PriorConfig.max_rows, help="largest table the prior draws"
     )
     p.add_argument(
-        "--n-estimators", type=int, default=1, help="N_ESTIMATORS stored in the inference config"
+        "--n-estimators",
+        type=int,
+        default=DEFAULT_N_ESTIMATORS,
+        help="N_ESTIMATORS stored in the inference config",
     )
     p.add_argument(
         "--preprocessing",
-        default="quantile_norm",
+        default=DEFAULT_PREPROCESSING,
         help="PreprocessorConfig name stored in the inference config",
+    )
+    p.add_argument(
+        "--append-original",
+        action=argparse.BooleanOptionalAction,
+        default=DEFAULT_APPEND_ORIGINAL,
+        help="also give the model the untransformed features (inference config)",
+    )
+    p.add_argument(
+        "--set-inference-config-only",
+        action="store_true",
+        help="do not train: rewrite the inference config of the existing --out checkpoint "
+        "from the flags above, keeping its weights and training record",
     )
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--checkpoint-minutes", type=float, default=5.0)
@@ -88,6 +113,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "v3" not in args.out.name or args.out.suffix != ".safetensors":
         print("--out must be a .safetensors file whose name contains 'v3'", file=sys.stderr)
         return 2
+    inference = inference_config_dict(
+        n_estimators=args.n_estimators,
+        preprocessing=args.preprocessing,
+        append_original=args.append_original,
+    )
+    if args.set_inference_config_only:
+        digest = rewrite_inference_config(args.out, inference)
+        print(json.dumps({"rewrote": str(args.out), "sha256": digest}))
+        return 0
     cfg = TrainConfig(
         steps=args.steps,
         max_minutes=args.minutes,
@@ -104,9 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg,
         model_config=model_config,
         prior=PriorConfig(max_rows=args.max_rows),
-        inference_config=inference_config_dict(
-            n_estimators=args.n_estimators, preprocessing=args.preprocessing
-        ),
+        inference_config=inference,
         log=lambda line: print(line, file=sys.stderr, flush=True),
         resume=not args.no_resume,
     )

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tabpfn.architectures import tabpfn_v3
 from tabpfn.architectures.shared.bar_distribution import FullSupportBarDistribution
-from tabpfn.checkpoint import save_as_safetensors
+from tabpfn.checkpoint import Checkpoint, save_as_safetensors
 from tabpfn.inference_config import InferenceConfig
 from tabpfn.preprocessing import PreprocessorConfig
 
@@ -38,6 +38,7 @@ __all__ = [
     "TrainConfig",
     "build_model",
     "inference_config_dict",
+    "rewrite_inference_config",
     "save_checkpoint",
     "sha256_of",
     "train",
@@ -75,9 +76,9 @@ TINY_MODEL_CONFIG: dict[str, Any] = {
 
 def inference_config_dict(
     n_estimators: int = 1,
-    preprocessing: str = "quantile_norm",
+    preprocessing: str = "squashing_scaler_default",
     *,
-    append_original: bool = False,
+    append_original: bool = True,
     softmax_temperature: float = 1.0,
 ) -> dict[str, Any]:
     """The explicit inference config stored in the checkpoint.
@@ -179,6 +180,27 @@ def save_checkpoint(
     }
     if extra:
         checkpoint["training"] = extra
+    return _write_atomically(checkpoint, path)
+
+
+def rewrite_inference_config(path: str | Path, inference_config: dict[str, Any]) -> str:
+    """Replace the stored inference config of a checkpoint, keeping everything else.
+
+    Args:
+        path: A checkpoint written by :func:`save_checkpoint`.
+        inference_config: The new ``inference_config`` (see
+            :func:`inference_config_dict`).
+
+    Returns:
+        The rewritten file's SHA-256 (also written to ``<path>.sha256``).
+    """
+    path = Path(path)
+    checkpoint = Checkpoint(path).load()
+    checkpoint["inference_config"] = inference_config
+    return _write_atomically(checkpoint, path)
+
+
+def _write_atomically(checkpoint: dict[str, Any], path: Path) -> str:
     tmp = path.with_name(path.name + ".tmp.safetensors")
     save_as_safetensors(checkpoint, tmp)
     os.replace(tmp, path)
