@@ -114,6 +114,7 @@ DEFAULT_ESTIMATOR_CASES: tuple[tuple[str, int], ...] = (
     ("qsar_fish", 0),
     ("airfoil", 0),
     ("red_wine", 1),
+    ("abalone", 2),
 )
 
 
