@@ -310,23 +310,28 @@ def oattention(
     # Presence is handled in float32 at least: log p of a bf16 presence would
     # shift every weight by bf16 rounding.
     wide = torch.float64 if q.dtype == torch.float64 else torch.float32
-    p_k = p_k.to(wide)
-    p_q = p_q.to(wide)
+    if p_k.dtype != wide:
+        p_k = p_k.to(wide)
+    if p_q.dtype != wide:
+        p_q = p_q.to(wide)
     S = k.shape[2]
+    route = oattention_route(q)
     bias = _log_presence(p_k).view(B, 1, 1, S)
+    empty = None
     if mask is not None:
         bias = bias.masked_fill(~_mask_4d(mask), float("-inf"))
         empty = _empty_support(p_k, mask)
-    else:
+    elif route != "cpu-flash":
         # Empty support is folded into the receiver presence, (B, L): a batch
         # element whose sources are all null (max presence 0) gets p_i = 0.
+        # The CPU flash kernel needs no fold: it writes exact zeros for a row
+        # whose every score is -inf (and returns lse = 0 there, which is
+        # why emptiness is never read from lse); the contract tests pin it.
         p_q = p_q * (p_k.amax(dim=-1, keepdim=True) > 0)
-        empty = None
 
     # In-place post-processing on the kernel's fresh outputs, unless autograd
     # needs them (the kernels' backwards read their out and lse).
     inplace = not (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, p_q, p_k)))
-    route = oattention_route(q)
     lse_BHL = None
     if route == "sink":
         out, _ = _sink_attention(q, k, v, bias, eps_den, scale)
