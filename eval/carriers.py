@@ -15,6 +15,7 @@ Shape suffixes: ``B`` batch, ``R`` rows, ``E`` carrier width.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -136,18 +137,22 @@ def measure_carriers(
         spec = task.spec
         X_train, X_test, y_train, _ = case_data(spec)
         estimator = build_estimator(spec, task.model_path)
-        estimator.fit(X_train, y_train)
-        blocks = _icl_blocks(estimator)
-        recorder = _Recorder(len(blocks))
-        handles = [
-            block.register_forward_pre_hook(recorder.hook(i), with_kwargs=True)
-            for i, block in enumerate(blocks)
-        ]
-        try:
-            estimator.predict(X_test)
-        finally:
-            for handle in handles:
-                handle.remove()
+        with warnings.catch_warnings():
+            # tabpfn's "large on CPU" notices would break the progress bar; the
+            # evaluation rows already record them.
+            warnings.simplefilter("ignore", UserWarning)
+            estimator.fit(X_train, y_train)
+            blocks = _icl_blocks(estimator)
+            recorder = _Recorder(len(blocks))
+            handles = [
+                block.register_forward_pre_hook(recorder.hook(i), with_kwargs=True)
+                for i, block in enumerate(blocks)
+            ]
+            try:
+                estimator.predict(X_test)
+            finally:
+                for handle in handles:
+                    handle.remove()
         for i in range(len(blocks)):
             train = np.concatenate(recorder.train[i]) if recorder.train[i] else np.empty(0)
             test = np.concatenate(recorder.test[i]) if recorder.test[i] else np.empty(0)
