@@ -59,6 +59,7 @@ CASE_COLUMNS: tuple[str, ...] = (
     "n_estimators",
     "checkpoint_sha256",
     "state_dict_sha256",
+    "code_sha256",
     "tabpfn_retrofit_version",
     "tabpfn_version",
     "torch_version",
@@ -82,6 +83,7 @@ CASE_COLUMNS: tuple[str, ...] = (
 _CONTEXT_FIELDS = (
     "suite",
     "checkpoint_sha256",
+    "code_sha256",
     "n_estimators",
     "dtype",
     "device",
@@ -134,8 +136,8 @@ def select_context(
     notes = []
     if len(kept) < len(rows):
         notes.append(
-            f"{len(rows) - len(kept)} stored runs of other contexts (checkpoint, ensemble, "
-            "versions or row limits) are not in this report"
+            f"{len(rows) - len(kept)} stored runs of other contexts (checkpoint, code, "
+            "ensemble, versions or row limits) are not in this report"
         )
     return kept, notes
 

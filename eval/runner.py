@@ -118,6 +118,24 @@ def package_versions() -> dict[str, str]:
     return {name: _version(name) for name in _PACKAGES}
 
 
+def code_sha256() -> str:
+    """SHA-256 of the source of :mod:`patches` and :mod:`retrofit` (every ``.py``).
+
+    Part of every run key, so a change to the operators or the patcher makes
+    stored runs stale instead of silently mixing them with new ones.
+    """
+    import patches
+    import retrofit
+
+    digest = hashlib.sha256()
+    for package in (patches, retrofit):
+        root = Path(package.__file__).parent
+        for path in sorted(root.rglob("*.py")):
+            digest.update(f"{package.__name__}/{path.relative_to(root).as_posix()}\n".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def checkpoint_sha256(path: str | Path) -> str:
     """Hex SHA-256 of a checkpoint file's bytes."""
     digest = hashlib.sha256()
@@ -201,6 +219,7 @@ class RunSpec:
         fit_mode: tabpfn ``fit_mode``.
         max_train_rows: Train rows kept after the split (``None``: all).
         max_test_rows: Test rows kept after the split (``None``: all).
+        code_sha256: :func:`code_sha256` of the operators and patcher.
         versions: :func:`package_versions`.
     """
 
@@ -219,6 +238,7 @@ class RunSpec:
     fit_mode: str = "fit_preprocessors"
     max_train_rows: int | None = None
     max_test_rows: int | None = None
+    code_sha256: str = field(default_factory=code_sha256)
     versions: dict[str, str] = field(default_factory=package_versions, compare=False)
 
     def __post_init__(self) -> None:
@@ -344,6 +364,7 @@ def make_tasks(
     state_hash = state_dict_sha256(model_path)
     n_est = resolve_n_estimators(model_path) if n_estimators is None else int(n_estimators)
     versions = package_versions()
+    code = code_sha256()
     tasks: list[Task] = []
     for case in cases:
         data_sha = load_dataset(case.dataset, _SUITE_SOURCE[suite]).sha256
@@ -358,6 +379,7 @@ def make_tasks(
             fit_mode=fit_mode,
             max_train_rows=max_train_rows,
             max_test_rows=max_test_rows,
+            code_sha256=code,
             versions=versions,
         )
         specs: list[RunSpec] = []

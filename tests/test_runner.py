@@ -97,11 +97,13 @@ def test_keys_cover_config_and_baseline_is_shared_across_taus(ckpt: Path) -> Non
     assert len(keys) == 3
     none_key = tasks[0].spec.key
     assert all(baseline_key(t.spec) == none_key for t in tasks)
-    # Every field that can change a number changes the key.
+    # Every field that can change a number changes the key, the code included.
     spec = tasks[1].spec
+    assert spec.code_sha256 == runner.code_sha256()
     for change in (
         {"n_estimators": 2},
         {"checkpoint_sha256": "0" * 64},
+        {"code_sha256": "0" * 64},
         {"dtype": "float64"},
         {"seed": 2},
         {"eps_den": 1e-5},
