@@ -277,6 +277,7 @@ class OTabPFNBlockV2(nn.Module):
             p_BcL,
             p_BcN,
             eps_den=self.eps_den,
+            validate=False,  # presence and shapes are built by this block
         )
         return o_BcHLD.transpose(1, 2)
 

@@ -256,6 +256,7 @@ class OICLBlock(nn.Module):
             p_BL,
             p_BN,
             eps_den=self.eps_den,
+            validate=False,  # presence and shapes are built by this block
         )
         return o_BHLD.transpose(1, 2)  # memory already laid out as (B, L, H, D)
 
