@@ -14,6 +14,6 @@ os.environ.setdefault("TABPFN_DISABLE_TELEMETRY", "1")
 os.environ["TABPFN_MODEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="tabpfn-cache-")
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-import torch  # noqa: E402
+import torch
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))

@@ -385,9 +385,11 @@ def test_block_errors():
 
 def test_oattention_kernel_option_selects_the_reference_and_rejects_unknown():
     torch.manual_seed(0)
-    layer = nn.TransformerEncoderLayer(
-        16, 4, 32, dropout=0.0, batch_first=True, norm_first=True
-    ).double().eval()
+    layer = (
+        nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True, norm_first=True)
+        .double()
+        .eval()
+    )
     with torch.no_grad():
         layer.self_attn.out_proj.weight.normal_()
     h = torch.randn(2, 5, 16, dtype=torch.float64)
