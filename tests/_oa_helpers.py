@@ -87,3 +87,12 @@ def insert_source(q, k, v, p_k, mask, pos, *, gen):
         col = torch.rand(*mask.shape[:-1], 1, generator=gen) > 0.5
         m2 = insert(mask, pos, col, 3)
     return k2, v2, p2, m2
+
+
+def reference64(q, k, v, p_q, p_k, **kw) -> torch.Tensor:
+    """The float64 oracle on float64 copies of the inputs, so its output is float64."""
+    from patches import oattention_reference
+
+    return oattention_reference(
+        q.double(), k.double(), v.double(), p_q.double(), p_k.double(), **kw
+    )

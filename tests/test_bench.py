@@ -12,6 +12,7 @@ import torch
 
 from eval import bench
 from eval.cli import main
+from tests._oa_helpers import reference64
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -173,7 +174,7 @@ def _emulated_efficient_attention(calls):
 def test_cuda_route_logic_with_an_emulated_kernel(monkeypatch, dtype, mask_kind, dims):
     import importlib
 
-    from patches.oattention import oattention, oattention_reference
+    from patches.oattention import oattention
 
     oa_mod = importlib.import_module("patches.oattention")
     calls = []
@@ -196,15 +197,7 @@ def test_cuda_route_logic_with_an_emulated_kernel(monkeypatch, dtype, mask_kind,
         mask[0, 0, 1] = False
     for eps_den in (1e-6, 0.0):
         out = oattention(q, k, v, p_q, p_k, mask=mask, eps_den=eps_den)
-        ref = oattention_reference(
-            q.double(),
-            k.double(),
-            v.double(),
-            p_q.double(),
-            p_k.double(),
-            mask=mask,
-            eps_den=eps_den,
-        )
+        ref = reference64(q, k, v, p_q, p_k, mask=mask, eps_den=eps_den)
         assert out.dtype == dtype and torch.isfinite(out).all()
         assert torch.equal(out[0, :, 0], torch.zeros_like(out[0, :, 0]))
         if B > 1:
@@ -219,7 +212,7 @@ def test_cuda_route_falls_back_to_sink_with_one_warning(monkeypatch):
     import importlib
     import warnings
 
-    from patches.oattention import oattention, oattention_reference
+    from patches.oattention import oattention
 
     oa_mod = importlib.import_module("patches.oattention")
 
@@ -237,7 +230,7 @@ def test_cuda_route_falls_back_to_sink_with_one_warning(monkeypatch):
         warnings.simplefilter("always")
         outs = [oattention(q, k, v, p_q, p_k) for _ in range(3)]
     assert len([w for w in caught if "sink route" in str(w.message)]) == 1
-    ref = oattention_reference(q.double(), k.double(), v.double(), p_q.double(), p_k.double())
+    ref = reference64(q, k, v, p_q, p_k)
     for out in outs:
         assert (out.double() - ref).abs().max() <= 1e-6
         assert torch.equal(out[1], torch.zeros_like(out[1]))

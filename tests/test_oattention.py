@@ -44,6 +44,7 @@ from _oa_helpers import (
 )
 
 from patches import oattention, oattention_reference
+from tests._oa_helpers import reference64
 
 # ``patches.oattention`` the attribute is the function; the module is this:
 oa_mod = importlib.import_module("patches.oattention")
@@ -196,15 +197,7 @@ def test_fast_matches_float64_reference(case):
     p_q[:, 2] = 0.0
     for eps_den in (0.0, 1e-6, 0.3):
         fast = oattention(q, k, v, p_q, p_k, mask=mask, eps_den=eps_den)
-        ref = oattention_reference(
-            q.double(),
-            k.double(),
-            v.double(),
-            p_q.double(),
-            p_k.double(),
-            mask=mask,
-            eps_den=eps_den,
-        )
+        ref = reference64(q, k, v, p_q, p_k, mask=mask, eps_den=eps_den)
         dev = (fast.double() - ref).abs().max().item()
         assert dev <= tol(q.dtype, v, K_VS_REFERENCE), (eps_den, dev)
 
@@ -272,15 +265,7 @@ def test_sink_route_contracts(monkeypatch, case):
     p_q[:, 1] = 0.0
     for eps_den in (0.0, 1e-6):
         out = oattention(q, k, v, p_q, p_k, mask=mask, eps_den=eps_den)
-        ref = oattention_reference(
-            q.double(),
-            k.double(),
-            v.double(),
-            p_q.double(),
-            p_k.double(),
-            mask=mask,
-            eps_den=eps_den,
-        )
+        ref = reference64(q, k, v, p_q, p_k, mask=mask, eps_den=eps_den)
         assert torch.equal(out[:, :, 1], torch.zeros_like(out[:, :, 1]))
         # the sink route casts the bias to the input dtype: bf16 log p rounding
         k_ref = 8 * K_VS_REFERENCE if q.dtype == torch.bfloat16 else K_VS_REFERENCE

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from patches import oattention, oattention_reference, presence
+from tests._oa_helpers import reference64
 
 SETTINGS = settings(
     max_examples=25,
@@ -71,15 +72,7 @@ def _live(p_k, mask, H, L):
 def test_fast_matches_reference_and_nulls_are_zero(case):
     q, k, v, p_q, p_k, mask, eps_den, _ = case
     fast = oattention(q, k, v, p_q, p_k, mask=mask, eps_den=eps_den)
-    ref = oattention_reference(
-        q.double(),
-        k.double(),
-        v.double(),
-        p_q.double(),
-        p_k.double(),
-        mask=mask,
-        eps_den=eps_den,
-    )
+    ref = reference64(q, k, v, p_q, p_k, mask=mask, eps_den=eps_den)
     assert fast.shape == ref.shape and fast.dtype == q.dtype
     assert not torch.isnan(fast).any()
     assert (fast.double() - ref).abs().max().item() <= tol(q.dtype, v, K_VS_REFERENCE)
