@@ -113,10 +113,10 @@ def measure_carriers(
     from eval.runner import (
         build_estimator,
         case_data,
-        checkpoint_sha256,
         make_tasks,
         package_versions,
     )
+    from retrofit.hashing import sha256_file
 
     tasks = make_tasks(
         suite=suite,
@@ -169,7 +169,7 @@ def measure_carriers(
         "what": "||x||^2 of every row entering each of model.icl_blocks (forward pre-hooks), "
         "unpatched host, float32 or wider",
         "suite": suite,
-        "checkpoint_sha256": checkpoint_sha256(model_path),
+        "checkpoint_sha256": sha256_file(model_path),
         "n_estimators": n_estimators,
         "cases": [f"{t.spec.dataset}/{t.spec.seed}" for t in tasks],
         "max_train_rows": max_train_rows,

@@ -282,7 +282,7 @@ def _provenance(
 ) -> dict[str, Any]:
     from tabpfn.checkpoint import Checkpoint
 
-    from retrofit.embedded.train import sha256_of
+    from retrofit.hashing import sha256_file
 
     header = Checkpoint(model_path).load()
     return {
@@ -295,7 +295,7 @@ def _provenance(
             p: _version(p) for p in ("torch", "tabpfn", "scikit-learn", "numpy", "safetensors")
         },
         "checkpoint": str(model_path),
-        "checkpoint_sha256": sha256_of(model_path),
+        "checkpoint_sha256": sha256_file(model_path),
         "checkpoint_training": header.get("training"),
         "inference_config_stored": {
             k: header["inference_config"].get(k)

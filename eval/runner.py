@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from eval.executors import Executor, SerialExecutor
+from retrofit.hashing import sha256_file
 
 __all__ = [
     "DEFAULT_MODES",
@@ -66,7 +67,6 @@ __all__ = [
     "baseline_key",
     "build_estimator",
     "case_data",
-    "checkpoint_sha256",
     "load_rows",
     "make_tasks",
     "package_versions",
@@ -133,15 +133,6 @@ def code_sha256() -> str:
         for path in sorted(root.rglob("*.py")):
             digest.update(f"{package.__name__}/{path.relative_to(root).as_posix()}\n".encode())
             digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def checkpoint_sha256(path: str | Path) -> str:
-    """Hex SHA-256 of a checkpoint file's bytes."""
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
     return digest.hexdigest()
 
 
@@ -360,7 +351,7 @@ def make_tasks(
         if (datasets is None or c.dataset in datasets) and (seeds is None or c.seed in seeds)
     ]
     model_path = str(Path(model_path).resolve())
-    ckpt_sha = checkpoint_sha256(model_path)
+    ckpt_sha = sha256_file(model_path)
     state_hash = state_dict_sha256(model_path)
     n_est = resolve_n_estimators(model_path) if n_estimators is None else int(n_estimators)
     versions = package_versions()

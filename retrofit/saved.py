@@ -25,7 +25,6 @@ and renamed into place, so a crash never leaves a half-written ``DIR``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -38,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from tabpfn.checkpoint import Checkpoint, save_as_safetensors
+
+from retrofit.hashing import sha256_file
 
 __all__ = [
     "FORMAT",
@@ -88,15 +89,6 @@ class SavedRetrofit:
     checkpoint: Path
     settings: dict[str, Any]
     manifest: dict[str, Any]
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    """Hex SHA-256 of a file's bytes, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def is_saved_dir(path: object) -> bool:

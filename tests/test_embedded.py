@@ -21,7 +21,8 @@ from retrofit.embedded import (
     verify_checkpoint,
 )
 from retrofit.embedded.prior import PriorConfig, sample_batch, sample_task
-from retrofit.embedded.train import batch_rng, sha256_of
+from retrofit.embedded.train import batch_rng
+from retrofit.hashing import sha256_file
 
 
 def _linear_task(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -100,8 +101,8 @@ def test_short_pretrain_writes_a_checkpoint_tabpfn_loads_and_resumes(tmp_path, c
     common = ["--out", str(out), "--model", "tiny", "--max-rows", "80", "--log-every", "1"]
     assert pretrain.main([*common, "--steps", "3", "--seed", "1"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["steps_done"] == 3 and summary["sha256"] == sha256_of(out)
-    assert out.with_name(out.name + ".sha256").read_text().split()[0] == sha256_of(out)
+    assert summary["steps_done"] == 3 and summary["sha256"] == sha256_file(out)
+    assert out.with_name(out.name + ".sha256").read_text().split()[0] == sha256_file(out)
     log_lines = out.with_name(out.name + ".log.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in log_lines] == [1, 2, 3]
 
@@ -128,7 +129,7 @@ def test_short_pretrain_writes_a_checkpoint_tabpfn_loads_and_resumes(tmp_path, c
     assert rewritten["inference_config"]["PREPROCESS_TRANSFORMS"][0]["name"] == "none"
     for key, value in trained["state_dict"].items():
         assert torch.equal(value, rewritten["state_dict"][key])
-    assert out.with_name(out.name + ".sha256").read_text().split()[0] == sha256_of(out)
+    assert out.with_name(out.name + ".sha256").read_text().split()[0] == sha256_file(out)
 
 
 def test_pretrain_rejects_a_name_tabpfn_would_read_as_v2(tmp_path):
@@ -141,7 +142,7 @@ def test_pretrain_rejects_a_name_tabpfn_would_read_as_v2(tmp_path):
 def test_shipped_checkpoint_sha256_matches():
     path = embedded_model_path()
     assert path.name == EMBEDDED_FILENAME and "v3" in path.name
-    assert sha256_of(path) == embedded.EMBEDDED_SHA256
+    assert sha256_file(path) == embedded.EMBEDDED_SHA256
 
 
 def test_corrupted_or_missing_copy_is_rejected(tmp_path):

@@ -34,6 +34,7 @@ from eval.runner import (
     runs_dir,
     state_dict_sha256,
 )
+from retrofit.hashing import sha256_file
 from tests._tiny_models import tiny_inference_config, tiny_v3_checkpoint
 
 ROWS = {"max_train_rows": 40, "max_test_rows": 12}
@@ -144,7 +145,7 @@ def test_one_atomic_file_per_run_with_provenance_and_rerun_skips(
         row = json.loads(path.read_text())
         assert row["status"] == "ok", row["error"]
         assert np.isfinite(row["rmse"]) and row["rmse"] > 0
-        assert row["checkpoint_sha256"] == runner.checkpoint_sha256(ckpt)
+        assert row["checkpoint_sha256"] == sha256_file(ckpt)
         fields = ("tabpfn_version", "torch_version", "scikit_learn_version", "patch_digest",
                   "resolved_dtype", "autocast", "threads", "fit_s", "predict_s")  # fmt: skip
         assert set(fields) <= set(row)

@@ -16,8 +16,9 @@ is the expected digest.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
+
+from retrofit.hashing import sha256_file
 
 __all__ = [
     "EMBEDDED_FILENAME",
@@ -49,14 +50,6 @@ def _read_expected_sha256(sha_file: Path) -> str:
     return digest
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def verify_checkpoint(path: str | Path, expected_sha256: str) -> Path:
     """Check a checkpoint file against a SHA-256 digest.
 
@@ -76,7 +69,7 @@ def verify_checkpoint(path: str | Path, expected_sha256: str) -> Path:
             f"embedded checkpoint {path} is missing; reinstall tabpfn-retrofit or "
             "regenerate it with `python -m retrofit.embedded.pretrain` (see MODEL_CARD.md)"
         )
-    actual = _file_sha256(path)
+    actual = sha256_file(path)
     if actual != expected_sha256.lower():
         raise EmbeddedCheckpointError(
             f"embedded checkpoint {path} is corrupted or was replaced: SHA-256 {actual} "

@@ -116,7 +116,7 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
     """
     from tabpfn.checkpoint import Checkpoint
 
-    from retrofit.embedded.train import sha256_of
+    from retrofit.hashing import sha256_file
 
     header = Checkpoint(checkpoint).load()
     training = header.get("training", {})
@@ -168,7 +168,7 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
         "`tabpfn.TabPFNRegressor(model_path=retrofit.embedded.embedded_model_path(), "
         "inference_precision=torch.float32)`.",
         "",
-        f"- file: `{checkpoint.name}`, sha256 `{sha256_of(checkpoint)}` (checked on load "
+        f"- file: `{checkpoint.name}`, sha256 `{sha256_file(checkpoint)}` (checked on load "
         f"against `{checkpoint.name}.sha256`)",
         f"- parameters: {n_params:,}",
         f"- architecture config (non-default fields of `TabPFNV3Config`): `{json.dumps(changed)}`",

@@ -13,7 +13,6 @@ Shape suffixes: ``R`` rows, ``B`` tasks, ``C`` features, ``N`` context rows,
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -31,6 +30,7 @@ from tabpfn.inference_config import InferenceConfig
 from tabpfn.preprocessing import PreprocessorConfig
 
 from retrofit.embedded.prior import PriorConfig, sample_batch
+from retrofit.hashing import sha256_file
 
 __all__ = [
     "DEFAULT_MODEL_CONFIG",
@@ -40,7 +40,6 @@ __all__ = [
     "inference_config_dict",
     "rewrite_inference_config",
     "save_checkpoint",
-    "sha256_of",
     "train",
 ]
 
@@ -136,15 +135,6 @@ def build_model(model_config: dict[str, Any], seed: int = 0) -> tabpfn_v3.TabPFN
     return model.train()
 
 
-def sha256_of(path: str | Path) -> str:
-    """Hex SHA-256 of a file."""
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def save_checkpoint(
     model: tabpfn_v3.TabPFNV3,
     model_config: dict[str, Any],
@@ -204,7 +194,7 @@ def _write_atomically(checkpoint: dict[str, Any], path: Path) -> str:
     tmp = path.with_name(path.name + ".tmp.safetensors")
     save_as_safetensors(checkpoint, tmp)
     os.replace(tmp, path)
-    digest = sha256_of(path)
+    digest = sha256_file(path)
     sha_tmp = path.with_name(path.name + ".sha256.tmp")
     sha_tmp.write_text(f"{digest}  {path.name}\n")
     os.replace(sha_tmp, path.with_name(path.name + ".sha256"))
@@ -396,6 +386,6 @@ def train(
     checkpoint()
     summary = provenance()
     summary["final_loss_ema"] = ema
-    summary["sha256"] = sha256_of(out)
+    summary["sha256"] = sha256_file(out)
     log(f"done: {json.dumps(summary)}")
     return summary
