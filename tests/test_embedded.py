@@ -16,6 +16,7 @@ import retrofit.embedded as embedded
 from retrofit.embedded import (
     EMBEDDED_FILENAME,
     EmbeddedCheckpointError,
+    card,
     embedded_model_path,
     pretrain,
     verify_checkpoint,
@@ -124,12 +125,42 @@ def test_short_pretrain_writes_a_checkpoint_tabpfn_loads_and_resumes(tmp_path, c
     flags = ["--n-estimators", "3", "--preprocessing", "none", "--no-append-original"]
     assert pretrain.main([*common, *flags, "--set-inference-config-only"]) == 0
     rewritten = Checkpoint(out).load()
-    assert rewritten["training"] == trained["training"]
+    assert rewritten["training"] == {**trained["training"], "inference_config_rewritten": True}
     assert rewritten["inference_config"]["N_ESTIMATORS"] == 3
     assert rewritten["inference_config"]["PREPROCESS_TRANSFORMS"][0]["name"] == "none"
     for key, value in trained["state_dict"].items():
         assert torch.equal(value, rewritten["state_dict"][key])
     assert out.with_name(out.name + ".sha256").read_text().split()[0] == sha256_file(out)
+
+
+@pytest.mark.usefixtures("_keep_threads")
+def test_pretrain_regenerates_bit_identical_weights_from_the_seed(tmp_path, capsys):
+    # The model card promises this: the schedule depends on steps only, batches on (seed, step).
+    def run(name: str, seed: int) -> dict[str, torch.Tensor]:
+        out = tmp_path / name / "tiny_v3_test.safetensors"
+        out.parent.mkdir()
+        flags = ["--model", "tiny", "--max-rows", "80", "--steps", "4", "--threads", "1"]
+        assert pretrain.main(["--out", str(out), *flags, "--seed", str(seed)]) == 0
+        header = Checkpoint(out).load()
+        assert header["training"]["stopped_by"] == "steps"
+        assert header["training"]["time_aware_schedule"] is False
+        return header["state_dict"]
+
+    first, again, other = run("a", 3), run("b", 3), run("c", 4)
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert not all(torch.equal(first[k], other[k]) for k in first)
+    capsys.readouterr()
+
+    # The generated card gives the command that regenerates the run, and says so.
+    out = tmp_path / "a" / "tiny_v3_test.safetensors"
+    card_md = tmp_path / "a" / "MODEL_CARD.md"
+    log = out.with_name(out.name + ".log.jsonl")
+    card.write_card(out, log, tmp_path / "absent.json", tmp_path / "absent", card_md)
+    text = card_md.read_text()
+    assert "--seed 3 --steps 4 --minutes 88.0 --threads 1 --p-large 0.3" in text
+    assert "a run that finishes by steps is reproducible from the seed" in text
+    assert "4 of 4 planned steps (stopped by steps)" in text
+    assert card_md.with_name("loss_curve.png").stat().st_size > 0
 
 
 def test_pretrain_rejects_a_name_tabpfn_would_read_as_v2(tmp_path):

@@ -146,10 +146,23 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
         }
     }
     inf = header["inference_config"]
+    prior = training.get("prior", {})
     cmd = (
         f"python -m retrofit.embedded.pretrain --seed {training.get('seed')} "
         f"--steps {training.get('steps_planned')} --minutes {training.get('max_minutes')} "
-        f"--threads {training.get('threads')} --out retrofit/embedded/{EMBEDDED_FILENAME}"
+        f"--threads {training.get('threads')} --p-large {prior.get('p_large')} "
+        f"--out retrofit/embedded/{EMBEDDED_FILENAME}"
+    )
+    p_large = float(prior.get("p_large", 0.0))
+    rewritten = (
+        [
+            "- the run stored the inference config that was then the command's default; it "
+            "was replaced by the one chosen below with `python -m retrofit.embedded.pretrain "
+            f"--out retrofit/embedded/{EMBEDDED_FILENAME} --set-inference-config-only` (the "
+            "command's current defaults), which keeps weights and training record"
+        ]
+        if training.get("inference_config_rewritten")
+        else []
     )
     wall = training.get("wall_s", 0.0)
     lines = [
@@ -163,8 +176,8 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
         "A small regressor with the real TabPFN v3 architecture "
         "(`tabpfn.architectures.tabpfn_v3.TabPFNV3`), pretrained by tabpfn-retrofit on a "
         "synthetic prior, shipped so that everything works offline. It is *not* Prior Labs' "
-        "TabPFN: it is orders of magnitude smaller and was trained briefly on one CPU "
-        "thread (see Training). It loads through tabpfn's normal loader: "
+        "TabPFN: it is orders of magnitude smaller and was trained briefly on "
+        f"{training.get('threads')} CPU thread(s) (see Training). It loads through tabpfn's normal loader: "
         "`tabpfn.TabPFNRegressor(model_path=retrofit.embedded.embedded_model_path(), "
         "inference_precision=torch.float32)`.",
         "",
@@ -186,28 +199,33 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
         f"- seed {training.get('seed')}, {training.get('steps_done')} of "
         f"{training.get('steps_planned')} planned steps (stopped by "
         f"{training.get('stopped_by')}), {training.get('tasks_seen'):,} synthetic datasets "
-        f"seen, wall time {wall / 60:.1f} min on {training.get('threads')} CPU thread(s) of a "
-        "shared 2-core machine (other jobs ran alongside, so the step rate varied)",
-        "- the run stored the inference config that was then the command's default; it was "
-        "replaced by the one chosen below with `python -m retrofit.embedded.pretrain --out "
-        f"retrofit/embedded/{EMBEDDED_FILENAME} --set-inference-config-only` (the "
-        "command's current defaults), which keeps weights and training record",
+        f"seen, wall time {wall / 60:.1f} min on {training.get('threads')} CPU thread(s)",
+        *rewritten,
         f"- AdamW, peak lr {training.get('lr')}, linear warm-up then cosine to 2 % of the "
         "peak, gradient-norm clip 1, weight decay 0.01",
         f"- prior settings: `{json.dumps(training.get('prior'))}`",
         "- reproducibility: every batch is drawn from `numpy.random.default_rng([seed, "
-        "step])` and the initialisation from `torch.manual_seed(seed)`. The cosine "
-        "schedule advances by the larger of the step and wall-clock fractions, so a run "
-        "that finishes by steps (as above, if `stopped by steps`) is reproducible from "
-        "the seed on the same torch build and thread count; one slowed to the time cap "
-        "is not bit-identical.",
+        "step])` and the initialisation from `torch.manual_seed(seed)`. "
+        + (
+            "The cosine schedule advanced by the larger of the step and wall-clock "
+            "fractions, so the weights depend on the machine's speed and are not "
+            "bit-reproducible."
+            if training.get("time_aware_schedule", True)
+            else "The learning-rate schedule depends on the step alone, so a run that "
+            "finishes by steps is reproducible from the seed on the same torch build and "
+            "thread count; the `--minutes` cap only guards against a slow machine, and a "
+            "run stopped by it is not annealed."
+        ),
         "",
         "![loss curve](loss_curve.png)",
         "",
         "## The prior (`retrofit/embedded/prior.py`)",
         "",
-        "Tables of 24-512 rows (85 % of batches) or up to 3000 rows (15 %), 1-20 "
-        "features, 50-90 % of rows as context. 40 % structural causal models (random "
+        f"Tables of {prior.get('min_rows')}-{prior.get('small_max_rows')} rows "
+        f"({100 * (1 - p_large):.0f} % of batches) or up to {prior.get('max_rows')} rows "
+        f"({100 * p_large:.0f} %), 1-{prior.get('max_features')} features, "
+        f"{100 * prior.get('min_train_fraction', 0):.0f}-"
+        f"{100 * prior.get('max_train_fraction', 0):.0f} % of rows as context. 40 % structural causal models (random "
         "sparse MLP graphs with node noise; features and target are nodes); 60 % "
         "correlated (copula, sometimes clustered) inputs with a target that mixes "
         "sparse-linear, additive, MLP, random-Fourier, oblivious-tree-ensemble and "

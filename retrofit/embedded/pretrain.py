@@ -2,8 +2,8 @@ r"""Command line: regenerate the embedded host checkpoint from a seed on CPU.
 
 Example (the shipped checkpoint; MODEL_CARD.md records the exact run)::
 
-    python -m retrofit.embedded.pretrain --seed 0 --steps 6000 --minutes 85 \\
-        --threads 1 --out retrofit/embedded/tabpfn_v3_embedded_regressor.safetensors
+    python -m retrofit.embedded.pretrain --seed 0 --steps 7500 --minutes 88 \\
+        --threads 2 --out retrofit/embedded/tabpfn_v3_embedded_regressor.safetensors
 
 ``--set-inference-config-only`` rewrites the stored inference config of an
 existing checkpoint (weights and training record unchanged).
@@ -32,7 +32,7 @@ from retrofit.embedded.train import (
     train,
 )
 
-DEFAULT_STEPS = 6000
+DEFAULT_STEPS = 7500
 """Planned steps of the shipped checkpoint (the cosine schedule spans them)."""
 
 DEFAULT_PREPROCESSING = "squashing_scaler_default"
@@ -63,10 +63,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--minutes",
         type=float,
-        default=90.0,
+        default=88.0,
         help="wall-clock cap; stops early (schedule not finished)",
     )
-    p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument(
+        "--threads", type=int, default=2, help="torch threads (a run is bit-reproducible at the same count)"
+    )
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
     p.add_argument("--warmup-steps", type=int, default=300)
     p.add_argument(
@@ -77,6 +79,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-rows", type=int, default=PriorConfig.max_rows, help="largest table the prior draws"
+    )
+    p.add_argument(
+        "--p-large",
+        type=float,
+        default=PriorConfig.p_large,
+        help="share of batches drawn from the large tables",
     )
     p.add_argument(
         "--n-estimators",
@@ -137,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out,
         cfg,
         model_config=model_config,
-        prior=PriorConfig(max_rows=args.max_rows),
+        prior=PriorConfig(max_rows=args.max_rows, p_large=args.p_large),
         inference_config=inference,
         log=lambda line: print(line, file=sys.stderr, flush=True),
         resume=not args.no_resume,

@@ -56,7 +56,7 @@ class PriorConfig:
     min_rows: int = 24
     small_max_rows: int = 512
     max_rows: int = 3000
-    p_large: float = 0.15
+    p_large: float = 0.3
     max_features: int = 20
     cells_per_batch: int = 24_000
     max_tasks_per_batch: int = 32

@@ -186,6 +186,9 @@ def rewrite_inference_config(path: str | Path, inference_config: dict[str, Any])
     """
     path = Path(path)
     checkpoint = Checkpoint(path).load()
+    if checkpoint["inference_config"] != inference_config and "training" in checkpoint:
+        # The model card says when the stored config is not the one the run wrote.
+        checkpoint["training"] = {**checkpoint["training"], "inference_config_rewritten": True}
     checkpoint["inference_config"] = inference_config
     return _write_atomically(checkpoint, path)
 
@@ -217,7 +220,8 @@ class TrainConfig:
         log_every: Steps between log lines.
         checkpoint_every_s: Seconds between periodic checkpoints.
         time_aware_schedule: Let the wall clock advance the cosine schedule
-            (see :func:`_lr_factor`).
+            (see :func:`_lr_factor`). Off by default: it makes the learning
+            rate, and so the weights, depend on the machine's speed.
     """
 
     steps: int = 20_000
@@ -230,16 +234,17 @@ class TrainConfig:
     threads: int = 2
     log_every: int = 50
     checkpoint_every_s: float = 300.0
-    time_aware_schedule: bool = True
+    time_aware_schedule: bool = False
 
 
 def _lr_factor(step: int, cfg: TrainConfig, wall_s: float) -> float:
     """Linear warm-up, then cosine to 2 % of the peak.
 
-    Progress is the larger of the step fraction and the wall-clock fraction of
+    Progress is the step fraction, so the schedule, and a run that finishes by
+    steps, are reproducible from the seed. With ``time_aware_schedule`` progress
+    is the larger of the step fraction and the wall-clock fraction of
     ``max_minutes``, so a run slowed by a busy machine still anneals before its
-    time cap (a run that finishes by steps is exactly reproducible from the seed;
-    one that hits the time cap is not, and its log says which happened).
+    time cap, at the price of reproducibility.
     """
     if step < cfg.warmup_steps:
         return (step + 1) / cfg.warmup_steps
@@ -331,6 +336,7 @@ def train(
             "lr": cfg.lr,
             "params": n_params,
             "max_minutes": cfg.max_minutes,
+            "time_aware_schedule": cfg.time_aware_schedule,
             "stopped_by": "steps" if step >= cfg.steps else "time",
             "prior": dataclasses.asdict(prior),
         }
