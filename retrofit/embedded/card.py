@@ -177,7 +177,8 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
         "(`tabpfn.architectures.tabpfn_v3.TabPFNV3`), pretrained by tabpfn-retrofit on a "
         "synthetic prior, shipped so that everything works offline. It is *not* Prior Labs' "
         "TabPFN: it is orders of magnitude smaller and was trained briefly on "
-        f"{training.get('threads')} CPU thread(s) (see Training). It loads through tabpfn's normal loader: "
+        f"{training.get('threads')} CPU thread(s) (see Training). It loads through "
+        "tabpfn's normal loader: "
         "`tabpfn.TabPFNRegressor(model_path=retrofit.embedded.embedded_model_path(), "
         "inference_precision=torch.float32)`.",
         "",
@@ -225,7 +226,8 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
         f"({100 * (1 - p_large):.0f} % of batches) or up to {prior.get('max_rows')} rows "
         f"({100 * p_large:.0f} %), 1-{prior.get('max_features')} features, "
         f"{100 * prior.get('min_train_fraction', 0):.0f}-"
-        f"{100 * prior.get('max_train_fraction', 0):.0f} % of rows as context. 40 % structural causal models (random "
+        f"{100 * prior.get('max_train_fraction', 0):.0f} % of rows as context. "
+        "40 % structural causal models (random "
         "sparse MLP graphs with node noise; features and target are nodes); 60 % "
         "correlated (copula, sometimes clustered) inputs with a target that mixes "
         "sparse-linear, additive, MLP, random-Fourier, oblivious-tree-ensemble and "

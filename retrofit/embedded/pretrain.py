@@ -67,7 +67,10 @@ def _parser() -> argparse.ArgumentParser:
         help="wall-clock cap; stops early (schedule not finished)",
     )
     p.add_argument(
-        "--threads", type=int, default=2, help="torch threads (a run is bit-reproducible at the same count)"
+        "--threads",
+        type=int,
+        default=2,
+        help="torch threads (a run is bit-reproducible at the same count)",
     )
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
     p.add_argument("--warmup-steps", type=int, default=300)
