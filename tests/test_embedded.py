@@ -22,7 +22,7 @@ from retrofit.embedded import (
     verify_checkpoint,
 )
 from retrofit.embedded.prior import PriorConfig, sample_batch, sample_task
-from retrofit.embedded.train import batch_rng
+from retrofit.embedded.train import TINY_MODEL_CONFIG, TrainConfig, batch_rng, train
 from retrofit.hashing import sha256_file
 
 
@@ -157,10 +157,44 @@ def test_pretrain_regenerates_bit_identical_weights_from_the_seed(tmp_path, caps
     log = out.with_name(out.name + ".log.jsonl")
     card.write_card(out, log, tmp_path / "absent.json", tmp_path / "absent", card_md)
     text = card_md.read_text()
-    assert "--seed 3 --steps 4 --minutes 88.0 --threads 1 --p-large 0.3" in text
+    assert "--seed 3 --steps 4 --minutes 100.0 --threads 1 --p-large 0.3" in text
     assert "a run that finishes by steps is reproducible from the seed" in text
     assert "4 of 4 planned steps (stopped by steps)" in text
     assert card_md.with_name("loss_curve.png").stat().st_size > 0
+
+
+class _InterruptedError(Exception):
+    pass
+
+
+@pytest.mark.usefixtures("_keep_threads")
+def test_a_resumed_pretrain_ends_with_the_weights_of_an_uninterrupted_one(tmp_path):
+    def cfg(**kw: float) -> TrainConfig:
+        return TrainConfig(steps=4, warmup_steps=1, seed=2, threads=1, log_every=1, **kw)
+
+    def interrupt_at_step_3(line: str) -> None:
+        if line.startswith("step=3 "):
+            raise _InterruptedError
+
+    prior = PriorConfig(max_rows=80)
+    straight = tmp_path / "straight_v3.safetensors"
+    train(straight, cfg(), model_config=TINY_MODEL_CONFIG, prior=prior, log=lambda _: None)
+    resumed = tmp_path / "resumed_v3.safetensors"
+    with pytest.raises(_InterruptedError):  # the state of step 2 is on disk, step 3 is lost
+        train(
+            resumed,
+            cfg(checkpoint_every_s=0.0),
+            model_config=TINY_MODEL_CONFIG,
+            prior=prior,
+            log=interrupt_at_step_3,
+        )
+    lines: list[str] = []
+    train(resumed, cfg(), model_config=TINY_MODEL_CONFIG, prior=prior, log=lines.append)
+    assert lines[0].endswith("at step 2")
+    a, b = Checkpoint(straight).load()["state_dict"], Checkpoint(resumed).load()["state_dict"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    steps = [json.loads(x)["step"] for x in resumed.with_name(resumed.name + ".log.jsonl").open()]
+    assert steps == [1, 2, 3, 3, 4]  # step 3 ran twice: once lost, once kept
 
 
 def test_pretrain_rejects_a_name_tabpfn_would_read_as_v2(tmp_path):

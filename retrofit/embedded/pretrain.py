@@ -2,7 +2,7 @@ r"""Command line: regenerate the embedded host checkpoint from a seed on CPU.
 
 Example (the shipped checkpoint; MODEL_CARD.md records the exact run)::
 
-    python -m retrofit.embedded.pretrain --seed 0 --steps 7500 --minutes 88 \\
+    python -m retrofit.embedded.pretrain --seed 0 --steps 7500 --minutes 100 \\
         --threads 2 --out retrofit/embedded/tabpfn_v3_embedded_regressor.safetensors
 
 ``--set-inference-config-only`` rewrites the stored inference config of an
@@ -63,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--minutes",
         type=float,
-        default=88.0,
+        default=100.0,
         help="wall-clock cap; stops early (schedule not finished)",
     )
     p.add_argument(

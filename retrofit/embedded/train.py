@@ -303,6 +303,7 @@ def train(
     state_path = out.with_name(out.name + ".state.pt")
     log_path = out.with_name(out.name + ".log.jsonl")
     step, tasks_seen, prior_wall = 0, 0, 0.0
+    ema: float | None = None  # smoothed loss of the log; carried across a resume
     if resume and state_path.exists():
         state = torch.load(state_path, weights_only=False)
         model.load_state_dict(state["model"])
@@ -312,6 +313,7 @@ def train(
             state["tasks_seen"],
             state["wall_s"],
         )
+        ema = state.get("loss_ema")
         log(f"resumed from {state_path} at step {step}")
     elif log_path.exists():
         log_path.unlink()
@@ -320,7 +322,6 @@ def train(
     log(f"params={n_params} steps={cfg.steps} threads={cfg.threads} seed={cfg.seed}")
     start = time.monotonic()
     last_ckpt = start
-    ema: float | None = None
 
     def wall() -> float:
         return prior_wall + time.monotonic() - start
@@ -353,6 +354,7 @@ def train(
                 "step": step,
                 "tasks_seen": tasks_seen,
                 "wall_s": wall(),
+                "loss_ema": ema,
             },
             tmp,
         )
