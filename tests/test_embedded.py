@@ -123,11 +123,13 @@ def test_short_pretrain_writes_a_checkpoint_tabpfn_loads_and_resumes(tmp_path, c
 
     # Rewriting only the inference config keeps weights and training record.
     flags = ["--n-estimators", "3", "--preprocessing", "none", "--no-append-original"]
+    flags += ["--softmax-temperature", "0.9"]
     assert pretrain.main([*common, *flags, "--set-inference-config-only"]) == 0
     rewritten = Checkpoint(out).load()
     assert rewritten["training"] == {**trained["training"], "inference_config_rewritten": True}
     assert rewritten["inference_config"]["N_ESTIMATORS"] == 3
     assert rewritten["inference_config"]["PREPROCESS_TRANSFORMS"][0]["name"] == "none"
+    assert rewritten["inference_config"]["SOFTMAX_TEMPERATURE"] == 0.9
     for key, value in trained["state_dict"].items():
         assert torch.equal(value, rewritten["state_dict"][key])
     assert out.with_name(out.name + ".sha256").read_text().split()[0] == sha256_file(out)

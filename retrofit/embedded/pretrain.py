@@ -38,6 +38,7 @@ DEFAULT_STEPS = 7500
 DEFAULT_PREPROCESSING = "squashing_scaler_default"
 DEFAULT_APPEND_ORIGINAL = True
 DEFAULT_N_ESTIMATORS = 1
+DEFAULT_SOFTMAX_TEMPERATURE = 1.0
 """Inference settings of the shipped checkpoint, chosen on the development suite
 (``python -m eval.host_quality --suite dev``; see MODEL_CARD.md)."""
 
@@ -107,6 +108,12 @@ def _parser() -> argparse.ArgumentParser:
         help="also give the model the untransformed features (inference config)",
     )
     p.add_argument(
+        "--softmax-temperature",
+        type=float,
+        default=DEFAULT_SOFTMAX_TEMPERATURE,
+        help="SOFTMAX_TEMPERATURE stored in the inference config",
+    )
+    p.add_argument(
         "--set-inference-config-only",
         action="store_true",
         help="do not train: rewrite the inference config of the existing --out checkpoint "
@@ -128,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         n_estimators=args.n_estimators,
         preprocessing=args.preprocessing,
         append_original=args.append_original,
+        softmax_temperature=args.softmax_temperature,
     )
     if args.set_inference_config_only:
         digest = rewrite_inference_config(args.out, inference)
