@@ -101,6 +101,11 @@ def test_keys_cover_config_and_baseline_is_shared_across_taus(ckpt: Path) -> Non
     # Every field that can change a number changes the key, the code included.
     spec = tasks[1].spec
     assert spec.code_sha256 == runner.code_sha256()
+    # Training-only modules are left out of it; a renamed one must not slip back in unseen.
+    import retrofit
+
+    root = Path(retrofit.__file__).parent
+    assert all((root / name).is_file() for name in runner._TRAINING_ONLY)
     for change in (
         {"n_estimators": 2},
         {"checkpoint_sha256": "0" * 64},
