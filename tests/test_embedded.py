@@ -159,7 +159,7 @@ def test_pretrain_regenerates_bit_identical_weights_from_the_seed(tmp_path, caps
     log = out.with_name(out.name + ".log.jsonl")
     card.write_card(out, log, tmp_path / "absent.json", tmp_path / "absent", card_md)
     text = card_md.read_text()
-    assert "--seed 3 --steps 4 --minutes 100.0 --threads 1 --p-large 0.3" in text
+    assert "--seed 3 --steps 4 --minutes 110.0 --threads 1 --p-large 0.3" in text
     assert "a run that finishes by steps is reproducible from the seed" in text
     assert "4 of 4 planned steps (stopped by steps)" in text
     assert card_md.with_name("loss_curve.png").stat().st_size > 0
