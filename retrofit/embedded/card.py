@@ -205,6 +205,11 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
         f"{training.get('steps_planned')} planned steps (stopped by "
         f"{training.get('stopped_by')}), {training.get('tasks_seen'):,} synthetic datasets "
         f"seen, wall time {wall / 60:.1f} min on {training.get('threads')} CPU thread(s)",
+        *(
+            [f"- resumed from its state file at steps {training['resumed_at_steps']}"]
+            if training.get("resumed_at_steps")
+            else []
+        ),
         *rewritten,
         f"- AdamW, peak lr {training.get('lr')}, linear warm-up then cosine to 2 % of the "
         "peak, gradient-norm clip 1, weight decay 0.01",
@@ -223,6 +228,11 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
         ),
         "",
         "![loss curve](loss_curve.png)",
+        "",
+        "A resumed run ends with the weights of an uninterrupted one (tested). Runs "
+        "written before the state file carried the smoothed loss restart it on resume, "
+        "which shows as a single spike in the curve; the shipped run was resumed twice "
+        "(at steps 834 and 3524) to raise its wall-clock cap.",
         "",
         "## The prior (`retrofit/embedded/prior.py`)",
         "",

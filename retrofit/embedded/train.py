@@ -303,6 +303,7 @@ def train(
     state_path = out.with_name(out.name + ".state.pt")
     log_path = out.with_name(out.name + ".log.jsonl")
     step, tasks_seen, prior_wall = 0, 0, 0.0
+    resumed_at: list[int] = []  # steps a run continued from its state file
     ema: float | None = None  # smoothed loss of the log; carried across a resume
     if resume and state_path.exists():
         state = torch.load(state_path, weights_only=False)
@@ -314,6 +315,7 @@ def train(
             state["wall_s"],
         )
         ema = state.get("loss_ema")
+        resumed_at = [*state.get("resumed_at", []), step]
         log(f"resumed from {state_path} at step {step}")
     elif log_path.exists():
         log_path.unlink()
@@ -339,6 +341,7 @@ def train(
             "max_minutes": cfg.max_minutes,
             "time_aware_schedule": cfg.time_aware_schedule,
             "stopped_by": "steps" if step >= cfg.steps else "time",
+            "resumed_at_steps": resumed_at,
             "prior": dataclasses.asdict(prior),
         }
 
@@ -355,6 +358,7 @@ def train(
                 "tasks_seen": tasks_seen,
                 "wall_s": wall(),
                 "loss_ema": ema,
+                "resumed_at": resumed_at,
             },
             tmp,
         )
