@@ -229,10 +229,14 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
         "",
         "![loss curve](loss_curve.png)",
         "",
-        "A resumed run ends with the weights of an uninterrupted one (tested). Runs "
-        "written before the state file carried the smoothed loss restart it on resume, "
-        "which shows as a single spike in the curve; the shipped run was resumed twice "
-        "(at steps 834 and 3524) to raise its wall-clock cap.",
+        "A resumed run ends with the weights of an uninterrupted one (tested)."
+        + (
+            ""
+            if "resumed_at_steps" in training
+            else " This run predates the record of resume steps: it was resumed twice (at "
+            "steps 834 and 3524) to raise its wall-clock cap, and its smoothed loss, not yet "
+            "carried by the state file, restarted there, which shows as two spikes."
+        ),
         "",
         "## The prior (`retrofit/embedded/prior.py`)",
         "",
