@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from _oa_helpers import reference64
 
 from eval import bench
 from eval.cli import main
-from tests._oa_helpers import reference64
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -68,13 +68,14 @@ def reference_attention(*modules):
     """OAttention inside ``modules`` evaluates the float64 reference oracle."""
     attns = [m for mod in modules for m in mod.modules() if isinstance(m, OAttention)]
     assert attns, "no OAttention to switch"
+    before = [attn.kernel for attn in attns]
     for attn in attns:
         attn.kernel = "reference"
     try:
         yield
     finally:
-        for attn in attns:
-            attn.kernel = "fast"
+        for attn, kernel in zip(attns, before, strict=True):
+            attn.kernel = kernel
 
 
 def _insertion_tol(dtype, out):

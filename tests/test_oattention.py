@@ -40,11 +40,11 @@ from _oa_helpers import (
     make_mask,
     make_presence,
     make_qkv,
+    reference64,
     tol,
 )
 
 from patches import oattention, oattention_reference
-from tests._oa_helpers import reference64
 
 # ``patches.oattention`` the attribute is the function; the module is this:
 oa_mod = importlib.import_module("patches.oattention")

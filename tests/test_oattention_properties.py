@@ -9,12 +9,11 @@ the float64 reference: bit-identical under insertion).
 from __future__ import annotations
 
 import torch
-from _oa_helpers import DTYPES, K_INSERTION, K_VS_REFERENCE, insert_source, tol
+from _oa_helpers import DTYPES, K_INSERTION, K_VS_REFERENCE, insert_source, reference64, tol
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from patches import oattention, oattention_reference, presence
-from tests._oa_helpers import reference64
 
 SETTINGS = settings(
     max_examples=25,

@@ -101,11 +101,6 @@ def test_keys_cover_config_and_baseline_is_shared_across_taus(ckpt: Path) -> Non
     # Every field that can change a number changes the key, the code included.
     spec = tasks[1].spec
     assert spec.code_sha256 == runner.code_sha256()
-    # Training-only modules are left out of it; a renamed one must not slip back in unseen.
-    import retrofit
-
-    root = Path(retrofit.__file__).parent
-    assert all((root / name).is_file() for name in runner._TRAINING_ONLY)
     for change in (
         {"n_estimators": 2},
         {"checkpoint_sha256": "0" * 64},
@@ -401,3 +396,31 @@ def test_report_keeps_one_context_and_says_what_it_left_out() -> None:
     assert notes and "1 stored runs of other contexts" in notes[0]
     kept, _ = select_context(rows, "offline18", checkpoint="b")
     assert [r["checkpoint_sha256"] for r in kept] == ["bb"]
+
+
+def test_code_digest_follows_prediction_code_not_training_scripts(tmp_path, monkeypatch) -> None:
+    import shutil
+
+    import patches
+    import retrofit
+
+    for package in (patches, retrofit):
+        copy = tmp_path / package.__name__
+        shutil.copytree(Path(package.__file__).parent, copy)
+        monkeypatch.setattr(package, "__file__", str(copy / "__init__.py"))
+    root = tmp_path / "retrofit"
+    assert all((root / name).is_file() for name in runner._TRAINING_ONLY)
+    before = runner.code_sha256()
+    for name in runner._TRAINING_ONLY:  # the host they build is keyed by its checkpoint
+        with (root / name).open("a") as fh:
+            fh.write("\n# edited\n")
+    assert runner.code_sha256() == before
+    for name in ("hosts/v3_block.py", "embedded/__init__.py"):
+        with (root / name).open("a") as fh:
+            fh.write("\n# edited\n")
+        changed = runner.code_sha256()
+        assert changed != before
+        before = changed
+    with (tmp_path / "patches" / "oattention.py").open("a") as fh:
+        fh.write("\n# edited\n")
+    assert runner.code_sha256() != before
