@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from retrofit.settings import MODES
+
 __all__ = [
     "ICL_DATASETS",
     "LARGE_SHAPES",
@@ -109,7 +111,6 @@ ICL_DATASETS: dict[str, int] = {
 TARGETS: dict[str, float] = {"large": 1.05, "small": 1.25, "memory": 1.05, "estimator": 1.10}
 """Upper bounds on the ratio to the baseline (upper CI bound for timings)."""
 
-ESTIMATOR_MODES = ("none", "oattention", "full-o")
 DEFAULT_ESTIMATOR_CASES: tuple[tuple[str, int], ...] = (
     ("qsar_fish", 0),
     ("airfoil", 0),
@@ -530,7 +531,7 @@ def bench_estimator(
     model_path: str = "embedded",
     n_estimators: int | str = "auto",
     max_train: int | None = None,
-    modes: Sequence[str] = ESTIMATOR_MODES,
+    modes: Sequence[str] = MODES,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """``fit`` + ``predict`` per mode against ``mode="none"``, interleaved per case.

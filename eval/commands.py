@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from retrofit.settings import DEFAULT_SETTINGS, MODES, SUPPORTS, resolve_settings
+
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
@@ -40,8 +42,6 @@ __all__ = [
 ]
 
 PROG = "tabpfn-retrofit"
-MODES = ("none", "oattention", "full-o")
-SUPPORTS = ("count", "mass")
 EXIT_ERROR = 2
 
 _MODEL_HELP = (
@@ -238,22 +238,12 @@ def _precision(name: str) -> Any:
     return precisions[name]
 
 
-def _estimator_defaults() -> dict[str, Any]:
-    from retrofit.estimator import DEFAULT_SETTINGS
-
-    return dict(DEFAULT_SETTINGS)
-
-
 def _resolve_settings(model: str, requested: dict[str, Any]) -> dict[str, Any]:
     """The settings to fit with: a saved directory's (explicit ones must agree) or defaults."""
     from retrofit import saved
 
-    if saved.is_saved_dir(model):
-        return saved.merge_settings(
-            saved.load_saved(model).settings, requested, where=f"saved model {model}"
-        )
-    defaults = _estimator_defaults()
-    return {k: (v if v is not None else defaults[k]) for k, v in requested.items()}
+    saved_settings = saved.load_saved(model).settings if saved.is_saved_dir(model) else None
+    return resolve_settings(requested, saved_settings, where=f"saved model {model}").to_dict()
 
 
 def _check_model_argument(model: str) -> None:
@@ -443,7 +433,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _patch(args: argparse.Namespace) -> int:
-    from retrofit import saved
+    from retrofit import saved, saving
 
     requested = _requested_settings(args)
     out = Path(args.out).expanduser()
@@ -454,11 +444,11 @@ def _patch(args: argparse.Namespace) -> int:
     defaults = (
         saved.load_saved(args.model).settings
         if saved.is_saved_dir(args.model)
-        else _estimator_defaults()
+        else DEFAULT_SETTINGS
     )
     settings = {k: (v if v is not None else defaults[k]) for k, v in requested.items()}
     _status(args, f"patching {args.model} with mode {settings['mode']}")
-    result = saved.save_patched(args.model, out, **settings, overwrite=args.force)
+    result = saving.save_patched(args.model, out, **settings, overwrite=args.force)
     _status(args, f"saved {result.checkpoint.name} and retrofit.json")
     print(f"saved retrofitted model to {result.directory}")
     return 0

@@ -53,11 +53,11 @@ import numpy as np
 
 from eval.executors import Executor, SerialExecutor
 from retrofit.hashing import sha256_file
+from retrofit.settings import MODES, RetrofitSettings
 
 __all__ = [
     "DEFAULT_MODES",
     "DEFAULT_TAU",
-    "MODES",
     "PAPER_MEAN_DELTA_PCT",
     "SWEEP_TAUS",
     "CheckpointChangedError",
@@ -76,9 +76,6 @@ __all__ = [
     "runs_dir",
     "state_dict_sha256",
 ]
-
-MODES: tuple[str, ...] = ("none", "oattention", "full-o")
-"""Variants: unpatched host, hidden-carrier OAttention retrofit, Full-O retrofit."""
 
 DEFAULT_MODES = MODES
 DEFAULT_TAU = 1.0
@@ -333,10 +330,9 @@ def make_tasks(
 
     Raises:
         ValueError: On an unknown suite, mode, dataset or seed, or invalid
-            retrofit settings (``retrofit.InvalidPatchConfig``).
+            retrofit settings (``retrofit.InvalidPatchConfigError``).
     """
     from eval.datasets import load_dataset, suite_cases
-    from retrofit import PatchConfig
 
     if suite not in _SUITE_SOURCE:
         raise ValueError(f"unknown suite {suite!r}; valid suites: {', '.join(_SUITE_SOURCE)}")
@@ -345,7 +341,7 @@ def make_tasks(
             raise ValueError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
     for tau in taus if any(m != "none" for m in modes) else ():
         # Fail before any fit on a typo, instead of storing every case as failed.
-        PatchConfig(mode="oattention", tau=float(tau), support=support, eps_den=eps_den)
+        RetrofitSettings(mode="none", tau=float(tau), support=support, eps_den=eps_den)
     cases = suite_cases(suite)
     names = {c.dataset for c in cases}
     for name in datasets or ():

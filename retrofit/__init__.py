@@ -8,53 +8,40 @@ host architecture), :class:`PatchReport`, the scikit-learn estimator
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from retrofit import errors
+from retrofit.embedded import embedded_model_path
+from retrofit.errors import *  # noqa: F403 -- every error is public at the top level
 from retrofit.estimator import OTabPFNRegressor
-from retrofit.loading import CheckpointNotFound, CorruptCheckpoint, load_host, resolve_checkpoint
-from retrofit.patcher import (
-    AlreadyPatched,
-    InvalidPatchConfig,
-    NothingMatched,
-    NotPatched,
+from retrofit.loading import ResolvedModel, load_host, resolve_checkpoint, resolve_model
+from retrofit.patcher import PatchReport, ReplacedModule, is_patched, patch, unpatch
+from retrofit.saving import save_patched
+from retrofit.settings import (
+    DEFAULT_SETTINGS,
+    MODES,
+    PATCH_MODES,
+    SUPPORTS,
     PatchConfig,
-    PatchReport,
-    ReplacedModule,
-    RetrofitError,
-    UnsupportedArchitecture,
-    is_patched,
-    patch,
-    unpatch,
+    RetrofitSettings,
 )
 
 __all__ = [
-    "AlreadyPatched",
-    "CheckpointNotFound",
-    "CorruptCheckpoint",
-    "InvalidPatchConfig",
-    "NotPatched",
-    "NothingMatched",
+    *errors.__all__,
+    "DEFAULT_SETTINGS",
+    "MODES",
+    "PATCH_MODES",
+    "SUPPORTS",
     "OTabPFNRegressor",
     "PatchConfig",
     "PatchReport",
     "ReplacedModule",
-    "RetrofitError",
-    "UnsupportedArchitecture",
+    "ResolvedModel",
+    "RetrofitSettings",
     "embedded_model_path",
     "is_patched",
     "load_host",
     "patch",
     "resolve_checkpoint",
+    "resolve_model",
+    "save_patched",
     "unpatch",
 ]
-
-
-def embedded_model_path() -> Path:
-    """Path of the shipped embedded v3 host checkpoint.
-
-    Imported lazily from :mod:`retrofit.embedded`, so this package imports
-    before the checkpoint ships.
-    """
-    from retrofit.embedded import embedded_model_path as _embedded_model_path
-
-    return _embedded_model_path()

@@ -17,20 +17,11 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 from tabpfn import TabPFNRegressor
 
-from retrofit.loading import load_host
-from retrofit.patcher import MODES, InvalidPatchConfig, PatchConfig, PatchReport, patch
+from retrofit.loading import load_host, resolve_model
+from retrofit.patcher import PatchReport, patch
+from retrofit.settings import SETTING_NAMES, resolve_settings
 
-__all__ = ["DEFAULT_SETTINGS", "ESTIMATOR_MODES", "OTabPFNRegressor"]
-
-ESTIMATOR_MODES: tuple[str, ...] = ("none", *MODES)
-
-#: What an unset (None) retrofit setting means, unless a saved directory says otherwise.
-DEFAULT_SETTINGS: dict[str, Any] = {
-    "mode": "full-o",
-    "tau": 1.0,
-    "support": "count",
-    "eps_den": 1e-6,
-}
+__all__ = ["OTabPFNRegressor"]
 
 
 class OTabPFNRegressor(RegressorMixin, BaseEstimator):
@@ -101,37 +92,6 @@ class OTabPFNRegressor(RegressorMixin, BaseEstimator):
         tags.input_tags.allow_nan = True
         return tags
 
-    def _resolve_settings(self) -> dict[str, Any]:
-        """The retrofit settings, validated; a saved directory's are the defaults."""
-        from retrofit import saved
-
-        requested = {name: getattr(self, name) for name in DEFAULT_SETTINGS}
-        if saved.is_saved_dir(self.model_path):
-            settings = saved.merge_settings(
-                saved.load_saved(self.model_path).settings,
-                requested,
-                where=f"saved model {self.model_path}",
-            )
-        else:
-            settings = {k: (DEFAULT_SETTINGS[k] if v is None else v) for k, v in requested.items()}
-        if settings["mode"] not in ESTIMATOR_MODES:
-            raise InvalidPatchConfig(
-                f"mode must be one of {ESTIMATOR_MODES}, got {settings['mode']!r}"
-            )
-        # Validates tau, support and eps_den for every mode, "none" included.
-        checked = PatchConfig(
-            mode="oattention",
-            tau=settings["tau"],
-            support=settings["support"],
-            eps_den=settings["eps_den"],
-        )
-        return {
-            "mode": settings["mode"],
-            "tau": checked.tau,
-            "support": checked.support,
-            "eps_den": checked.eps_den,
-        }
-
     def fit(self, X: Any, y: Any) -> OTabPFNRegressor:
         """Loads a fresh host, patches it and fits the inner TabPFN regressor.
 
@@ -143,13 +103,18 @@ class OTabPFNRegressor(RegressorMixin, BaseEstimator):
             self.
 
         Raises:
-            InvalidPatchConfig: On an unknown mode or support, or a bad tau/eps_den.
+            InvalidPatchConfigError: On an unknown mode or support, or a bad tau/eps_den.
             ValueError: On NaN/inf targets or malformed input.
-            retrofit.loading.CheckpointNotFound: If the checkpoint is missing.
-            retrofit.loading.CorruptCheckpoint: If it cannot be loaded.
-            retrofit.UnsupportedArchitecture: If the host has no patch table.
+            retrofit.loading.CheckpointNotFoundError: If the checkpoint is missing.
+            retrofit.loading.CorruptCheckpointError: If it cannot be loaded.
+            retrofit.UnsupportedArchitectureError: If the host has no patch table.
         """
-        settings = self._resolve_settings()
+        model = resolve_model(self.model_path)
+        settings = resolve_settings(
+            {name: getattr(self, name) for name in SETTING_NAMES},
+            model.saved_settings,
+            where=f"saved model {self.model_path}",
+        )
         X, y = validate_data(
             self,
             X,
@@ -159,16 +124,10 @@ class OTabPFNRegressor(RegressorMixin, BaseEstimator):
             ensure_min_samples=2,
             y_numeric=True,
         )
-        specs = load_host(self.model_path)
+        specs = load_host(model)
         report: PatchReport | None = None
-        if settings["mode"] != "none":
-            report = patch(
-                specs.model,
-                settings["mode"],
-                tau=settings["tau"],
-                support=settings["support"],
-                eps_den=settings["eps_den"],
-            )
+        if settings.mode != "none":
+            report = patch(specs.model, **settings.to_dict())
         regressor = TabPFNRegressor(
             model_path=specs,
             n_estimators=self.n_estimators,
@@ -184,7 +143,7 @@ class OTabPFNRegressor(RegressorMixin, BaseEstimator):
         self.regressor_ = regressor
         self.model_ = specs.model
         self.patch_report_ = report
-        self.settings_ = settings
+        self.settings_ = settings.to_dict()
         return self
 
     def predict(self, X: Any) -> np.ndarray:

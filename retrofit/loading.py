@@ -24,72 +24,86 @@ from pathlib import Path
 from tabpfn import ModelSpecs, model_loading
 from tabpfn.inference_config import cpu_sample_limit
 
-from retrofit.patcher import RetrofitError
+from retrofit import saved, weights
+from retrofit.embedded import embedded_model_path
+from retrofit.errors import (
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    InvalidModelPathError,
+)
 
 __all__ = [
     "CHECKPOINT_SUFFIXES",
-    "CheckpointNotFound",
-    "CorruptCheckpoint",
     "ModelPathLike",
+    "ResolvedModel",
     "load_host",
     "resolve_checkpoint",
+    "resolve_model",
 ]
 
 ModelPathLike = str | os.PathLike
 CHECKPOINT_SUFFIXES = (".safetensors", ".ckpt")
 
 
-class CheckpointNotFound(RetrofitError, FileNotFoundError):  # noqa: N818
-    """The checkpoint a ``model_path`` names does not exist."""
-
-
-class CorruptCheckpoint(RetrofitError, ValueError):  # noqa: N818
-    """The checkpoint exists but tabpfn cannot build a model from it."""
-
-
 def _embedded(model_path: ModelPathLike) -> Path | None:
     if model_path != "embedded":
         return None
-    from retrofit.embedded import embedded_model_path
-
     return embedded_model_path()
 
 
 def _version_alias(model_path: ModelPathLike) -> Path | None:
-    from retrofit import weights
-
     if not weights.is_version_alias(model_path):
         return None
     return weights.default_weights(str(model_path))
 
 
-def _saved_directory(model_path: ModelPathLike) -> Path | None:
-    from retrofit import saved
-
+def _saved_directory(model_path: ModelPathLike) -> saved.SavedRetrofit | None:
     if not saved.is_saved_dir(model_path):
         return None
-    return saved.load_saved(model_path).checkpoint
+    return saved.load_saved(model_path)
 
 
 def _local_file(model_path: ModelPathLike) -> Path | None:
     path = Path(model_path).expanduser()
     if path.is_dir():
-        raise CheckpointNotFound(f"model_path {str(model_path)!r} is a directory, not a checkpoint")
+        raise CheckpointNotFoundError(
+            f"model_path {str(model_path)!r} is a directory, not a checkpoint"
+        )
     if not path.is_file():
-        raise CheckpointNotFound(
+        raise CheckpointNotFoundError(
             f"model_path {str(model_path)!r}: no such file, and not 'embedded', 'v3', 'v2' "
             "or a saved retrofit directory"
         )
     if path.suffix not in CHECKPOINT_SUFFIXES:
-        raise CorruptCheckpoint(
+        raise CorruptCheckpointError(
             f"model_path {str(path)!r} is not a TabPFN checkpoint "
             f"(expected {' or '.join(CHECKPOINT_SUFFIXES)})"
         )
     return path.resolve()
 
 
-#: Resolvers in order; each returns a path, None (not mine) or raises.
-RESOLVERS: list[Callable[[ModelPathLike], Path | None]] = [
+@dataclasses.dataclass(frozen=True)
+class ResolvedModel:
+    """A ``model_path`` resolved once (a saved directory's weights are hashed once).
+
+    Attributes:
+        label: How the user named the model (``"embedded"``, ``"v3"``, a path).
+        checkpoint: An existing checkpoint file.
+        saved: The verified saved directory, or None.
+    """
+
+    label: str
+    checkpoint: Path
+    saved: saved.SavedRetrofit | None = None
+
+    @property
+    def saved_settings(self) -> dict | None:
+        """The saved directory's retrofit settings, None for a plain checkpoint."""
+        return None if self.saved is None else dict(self.saved.settings)
+
+
+#: Resolvers in order; each returns a path (or a saved directory), None (not mine) or raises.
+RESOLVERS: list[Callable[[ModelPathLike], Path | saved.SavedRetrofit | None]] = [
     _embedded,
     _version_alias,
     _saved_directory,
@@ -97,7 +111,34 @@ RESOLVERS: list[Callable[[ModelPathLike], Path | None]] = [
 ]
 
 
-def resolve_checkpoint(model_path: ModelPathLike) -> Path:
+def resolve_model(model_path: ModelPathLike | ResolvedModel) -> ResolvedModel:
+    """Resolve ``model_path`` once: its checkpoint file and saved settings.
+
+    Args:
+        model_path: ``"embedded"``, ``"v3"``, ``"v2"``, a saved retrofit
+            directory, a checkpoint file, or an already resolved model.
+
+    Raises:
+        InvalidModelPathError: If ``model_path`` is not a string or path.
+        CheckpointNotFoundError: If a local file does not exist.
+        CorruptCheckpointError: If a local file is not a checkpoint type.
+    """
+    if isinstance(model_path, ResolvedModel):
+        return model_path
+    if not isinstance(model_path, (str, os.PathLike)):
+        raise InvalidModelPathError(
+            f"model_path must be a string or path, got {type(model_path).__name__}"
+        )
+    for resolver in RESOLVERS:
+        found = resolver(model_path)
+        if isinstance(found, saved.SavedRetrofit):
+            return ResolvedModel(str(model_path), found.checkpoint, found)
+        if found is not None:
+            return ResolvedModel(str(model_path), found)
+    raise CheckpointNotFoundError(f"cannot resolve model_path {str(model_path)!r}")  # unreachable
+
+
+def resolve_checkpoint(model_path: ModelPathLike | ResolvedModel) -> Path:
     """The checkpoint file behind ``model_path``.
 
     Args:
@@ -108,20 +149,14 @@ def resolve_checkpoint(model_path: ModelPathLike) -> Path:
         An existing checkpoint file.
 
     Raises:
-        TypeError: If ``model_path`` is not a string or path.
-        CheckpointNotFound: If a local file does not exist.
-        CorruptCheckpoint: If a local file is not a checkpoint type.
+        InvalidModelPathError: If ``model_path`` is not a string or path.
+        CheckpointNotFoundError: If a local file does not exist.
+        CorruptCheckpointError: If a local file is not a checkpoint type.
     """
-    if not isinstance(model_path, (str, os.PathLike)):
-        raise TypeError(f"model_path must be a string or path, got {type(model_path).__name__}")
-    for resolver in RESOLVERS:
-        path = resolver(model_path)
-        if path is not None:
-            return path
-    raise CheckpointNotFound(f"cannot resolve model_path {str(model_path)!r}")  # unreachable
+    return resolve_model(model_path).checkpoint
 
 
-def load_host(model_path: ModelPathLike = "embedded") -> ModelSpecs:
+def load_host(model_path: ModelPathLike | ResolvedModel = "embedded") -> ModelSpecs:
     """A freshly built host model with its configs, ready for ``TabPFNRegressor``.
 
     tabpfn's per-path limit on CPU training rows (``MAX_CPU_SAMPLES``), which
@@ -130,15 +165,15 @@ def load_host(model_path: ModelPathLike = "embedded") -> ModelSpecs:
     given by path would.
 
     Args:
-        model_path: See :func:`resolve_checkpoint`.
+        model_path: See :func:`resolve_model`.
 
     Returns:
         ``ModelSpecs(model, architecture_config, inference_config,
         norm_criterion)`` with a model object no one else holds.
 
     Raises:
-        CheckpointNotFound: If the checkpoint does not exist.
-        CorruptCheckpoint: If tabpfn cannot read or build it.
+        CheckpointNotFoundError: If the checkpoint does not exist.
+        CorruptCheckpointError: If tabpfn cannot read or build it.
     """
     path = resolve_checkpoint(model_path)
     try:
@@ -147,7 +182,7 @@ def load_host(model_path: ModelPathLike = "embedded") -> ModelSpecs:
         )
     except Exception as err:
         first = (str(err).strip().splitlines() or [""])[0][:200]
-        raise CorruptCheckpoint(
+        raise CorruptCheckpointError(
             f"cannot load TabPFN checkpoint {path}: {type(err).__name__}: {first}"
         ) from err
     if model_loading._get_built_model_cache_size() > 0:

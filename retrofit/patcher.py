@@ -13,104 +13,34 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
-import numbers
 from collections.abc import Iterable
 from typing import Any, ClassVar, Literal
 
 from torch import nn
 
-from patches.presence import check_tau
+from retrofit.errors import (
+    AlreadyPatchedError,
+    NothingMatchedError,
+    NotPatchedError,
+    UnsupportedArchitectureError,
+)
+from retrofit.settings import Mode, PatchConfig, Support
 
 __all__ = [
-    "MODES",
-    "SUPPORTS",
-    "AlreadyPatched",
     "HostPatcher",
-    "InvalidPatchConfig",
-    "NotPatched",
-    "NothingMatched",
-    "PatchConfig",
     "PatchReport",
     "ReplacedModule",
-    "RetrofitError",
     "Swap",
-    "UnsupportedArchitecture",
     "host_patcher_for",
     "is_patched",
     "patch",
+    "patch_config_of",
     "register_host_patcher",
     "unpatch",
 ]
 
-Mode = Literal["oattention", "full-o"]
-Support = Literal["count", "mass"]
-MODES: tuple[str, ...] = ("oattention", "full-o")
-SUPPORTS: tuple[str, ...] = ("count", "mass")
-
 _STATE_ATTR = "_retrofit_state"
 _REPORT_ATTR = "retrofit_report"
-
-
-class RetrofitError(Exception):
-    """Base class of the retrofit's errors."""
-
-
-class UnsupportedArchitecture(RetrofitError, TypeError):  # noqa: N818
-    """The model's class has no patch table."""
-
-
-class AlreadyPatched(RetrofitError, RuntimeError):  # noqa: N818
-    """The model is patched already; unpatch it first."""
-
-
-class NotPatched(RetrofitError, RuntimeError):  # noqa: N818
-    """``unpatch`` was called on a model that is not patched."""
-
-
-class NothingMatched(RetrofitError, LookupError):  # noqa: N818
-    """The patch table found nothing to replace in the model."""
-
-
-class InvalidPatchConfig(RetrofitError, ValueError):  # noqa: N818
-    """A patch setting (mode, tau, support, eps_den) is out of range."""
-
-
-@dataclasses.dataclass(frozen=True)
-class PatchConfig:
-    """Validated settings of one patch.
-
-    Attributes:
-        mode: ``"oattention"`` (attention and its length scaling only) or
-            ``"full-o"`` (also OFFN, ONorm and OInject of the target embedding).
-        tau: Presence temperature, ``> 0``.
-        support: ``n_eff`` fed to the learned length scaling: ``"count"`` (number
-            of non-null sources) or ``"mass"`` (sum of presence).
-        eps_den: OAttention's denominator floor, ``>= 0``.
-    """
-
-    mode: Mode
-    tau: float
-    support: Support = "count"
-    eps_den: float = 1e-6
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise InvalidPatchConfig(f"mode must be one of {MODES}, got {self.mode!r}")
-        if isinstance(self.tau, numbers.Real) and not isinstance(self.tau, bool):
-            object.__setattr__(self, "tau", float(self.tau))  # numpy scalars, ints
-        try:
-            object.__setattr__(self, "tau", check_tau(self.tau))
-        except ValueError as err:
-            raise InvalidPatchConfig(str(err)) from None
-        if self.support not in SUPPORTS:
-            raise InvalidPatchConfig(f"support must be one of {SUPPORTS}, got {self.support!r}")
-        eps = self.eps_den
-        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps):
-            raise InvalidPatchConfig(f"eps_den must be a finite number >= 0, got {eps!r}")
-        if eps < 0:
-            raise InvalidPatchConfig(f"eps_den must be a finite number >= 0, got {eps!r}")
-        object.__setattr__(self, "eps_den", float(eps))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,14 +148,14 @@ def host_patcher_for(model: nn.Module) -> HostPatcher:
     """The patch table for ``model``'s exact class.
 
     Raises:
-        UnsupportedArchitecture: If the class (not a subclass) has no table.
+        UnsupportedArchitectureError: If the class (not a subclass) has no table.
     """
     import retrofit.hosts  # noqa: F401 -- registers the shipped patch tables
 
     patcher = _HOST_PATCHERS.get(type(model))
     if patcher is None:
         supported = ", ".join(sorted(c.__name__ for c in _HOST_PATCHERS)) or "none"
-        raise UnsupportedArchitecture(
+        raise UnsupportedArchitectureError(
             f"no retrofit patch table for {type(model).__module__}.{type(model).__name__} "
             f"(supported: {supported})"
         )
@@ -252,10 +182,10 @@ def patch_config_of(model: nn.Module) -> PatchConfig:
     """The settings ``model`` was patched with.
 
     Raises:
-        NotPatched: If it is not patched.
+        NotPatchedError: If it is not patched.
     """
     if not is_patched(model):
-        raise NotPatched(f"{type(model).__name__} is not patched")
+        raise NotPatchedError(f"{type(model).__name__} is not patched")
     return model.__dict__[_STATE_ATTR].config
 
 
@@ -294,23 +224,23 @@ def patch(
         The :class:`PatchReport`, also stored as ``model.retrofit_report``.
 
     Raises:
-        InvalidPatchConfig: On an unknown mode or support, or a bad tau/eps_den.
-        AlreadyPatched: If ``model`` is patched already.
-        UnsupportedArchitecture: If ``model``'s class has no patch table.
-        NothingMatched: If the table found nothing to replace.
+        InvalidPatchConfigError: On an unknown mode or support, or a bad tau/eps_den.
+        AlreadyPatchedError: If ``model`` is patched already.
+        UnsupportedArchitectureError: If ``model``'s class has no patch table.
+        NothingMatchedError: If the table found nothing to replace.
     """
     import tabpfn
 
     config = PatchConfig(mode=mode, tau=tau, support=support, eps_den=eps_den)
     if is_patched(model):
         digest = model.__dict__[_STATE_ATTR].report.digest()
-        raise AlreadyPatched(
+        raise AlreadyPatchedError(
             f"{type(model).__name__} is already patched (report {digest}); call unpatch first"
         )
     patcher = host_patcher_for(model)
     swaps = patcher.plan(model, config)
     if not swaps:
-        raise NothingMatched(f"the {type(model).__name__} patch table matched no module")
+        raise NothingMatchedError(f"the {type(model).__name__} patch table matched no module")
 
     entries = [
         ReplacedModule(
@@ -368,10 +298,10 @@ def unpatch(model: nn.Module) -> PatchReport:
         The report of the patch that was removed.
 
     Raises:
-        NotPatched: If ``model`` is not patched.
+        NotPatchedError: If ``model`` is not patched.
     """
     if not is_patched(model):
-        raise NotPatched(f"{type(model).__name__} is not patched; nothing to undo")
+        raise NotPatchedError(f"{type(model).__name__} is not patched; nothing to undo")
     state: _PatchState = model.__dict__[_STATE_ATTR]
     _HOST_PATCHERS[state.host_class].detach(model)
     for path, original in state.originals:

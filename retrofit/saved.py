@@ -38,19 +38,21 @@ from typing import Any
 
 from tabpfn.checkpoint import Checkpoint, save_as_safetensors
 
+from retrofit.errors import (
+    SavedModelError,
+    SettingsConflictError,
+)
 from retrofit.hashing import sha256_file
+from retrofit.settings import SETTING_NAMES
 
 __all__ = [
     "FORMAT",
     "MANIFEST_NAME",
-    "SETTING_NAMES",
     "SavedModelError",
     "SavedRetrofit",
     "SettingsConflictError",
     "is_saved_dir",
     "load_saved",
-    "merge_settings",
-    "save_patched",
     "sha256_file",
     "write_saved",
 ]
@@ -58,20 +60,10 @@ __all__ = [
 #: Identifies the layout of ``retrofit.json``; bumped on incompatible changes.
 FORMAT = "tabpfn-retrofit-saved/1"
 MANIFEST_NAME = "retrofit.json"
-#: The retrofit settings a directory carries, in ``retrofit.patch``'s names.
-SETTING_NAMES = ("mode", "tau", "support", "eps_den")
 # The checkpoint keys tabpfn's loader reads (model_loading._build_model and
 # _get_inference_config_from_checkpoint); anything else is left out.
 _CHECKPOINT_KEYS = ("config", "architecture_name", "inference_config")
 _VERSIONED_PACKAGES = ("tabpfn-retrofit", "tabpfn", "torch", "safetensors")
-
-
-class SavedModelError(ValueError):
-    """A saved retrofit directory is missing, malformed, or fails its SHA-256 check."""
-
-
-class SettingsConflictError(ValueError):
-    """An explicit retrofit setting contradicts the one a saved directory carries."""
 
 
 @dataclass(frozen=True)
@@ -247,95 +239,3 @@ def load_saved(directory: str | os.PathLike[str]) -> SavedRetrofit:
             "(the file was modified or is incomplete)"
         )
     return SavedRetrofit(root, weights, settings, manifest)
-
-
-def save_patched(
-    model_path: str | os.PathLike[str],
-    out_dir: str | os.PathLike[str],
-    *,
-    mode: str,
-    tau: float = 1.0,
-    support: str = "count",
-    eps_den: float = 1e-6,
-    overwrite: bool = False,
-) -> SavedRetrofit:
-    """Patch the host at ``model_path`` with these settings and save it to ``out_dir``.
-
-    The host is loaded and patched first, so an unsupported architecture or a
-    bad setting fails before anything is written; the report's digest is
-    recorded in ``retrofit.json``.
-
-    Args:
-        model_path: ``"embedded"``, ``"v3"``, ``"v2"``, a checkpoint file or a saved
-            directory (its weights are re-saved with the new settings).
-        out_dir: The directory to create.
-        mode: ``"none"``, ``"oattention"`` or ``"full-o"``.
-        tau: Presence scale.
-        support: ``"count"`` or ``"mass"``.
-        eps_den: OAttention denominator floor.
-        overwrite: Replace an existing ``out_dir``.
-
-    Returns:
-        The verified saved directory.
-
-    Raises:
-        FileExistsError: ``out_dir`` exists and ``overwrite`` is false.
-        retrofit.UnsupportedArchitecture: The host has no patch table.
-        retrofit.weights.WeightsUnavailableError: The weights are not on disk.
-    """
-    # Imported here: retrofit.loading reads saved directories through this module.
-    from retrofit import patch
-    from retrofit.loading import load_host, resolve_checkpoint
-
-    out = Path(out_dir).expanduser()
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"output directory already exists: {out} (use --force to replace)")
-    source = resolve_checkpoint(model_path)
-    specs = load_host(model_path)
-    digest = None
-    if mode != "none":  # "none" keeps the host as it is; it is still loaded as a check
-        digest = patch(specs.model, mode, tau=tau, support=support, eps_den=eps_den).digest()
-    settings = {"mode": mode, "tau": tau, "support": support, "eps_den": eps_den}
-    return write_saved(
-        source,
-        out,
-        settings=settings,
-        patch_digest=digest,
-        source_label=str(model_path),
-        overwrite=overwrite,
-    )
-
-
-def merge_settings(
-    saved: Mapping[str, Any], requested: Mapping[str, Any], *, where: str = "the saved model"
-) -> dict[str, Any]:
-    """Apply the precedence rule: saved settings are the defaults, explicit ones must agree.
-
-    Args:
-        saved: The directory's settings.
-        requested: Settings given by the caller; ``None`` means "not given".
-        where: How to name the directory in the error message.
-
-    Returns:
-        The settings to use (the saved ones).
-
-    Raises:
-        SettingsConflictError: An explicit setting differs from the saved one.
-    """
-    conflicts = [
-        f"{name}={requested[name]!r} (saved: {saved[name]!r})"
-        for name in SETTING_NAMES
-        if requested.get(name) is not None and not _same(requested[name], saved[name])
-    ]
-    if conflicts:
-        raise SettingsConflictError(
-            f"{where} was retrofitted with other settings: {'; '.join(conflicts)}; "
-            "leave them unset to use the saved ones, or patch the source again"
-        )
-    return {name: saved[name] for name in SETTING_NAMES}
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return float(a) == float(b)
-    return a == b

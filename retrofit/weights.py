@@ -17,6 +17,8 @@ from pathlib import Path
 from tabpfn import model_loading
 from tabpfn.constants import ModelVersion
 
+from retrofit.errors import WeightsUnavailableError
+
 __all__ = [
     "DEFAULT_VERSIONS",
     "WeightsUnavailableError",
@@ -36,10 +38,6 @@ _MANUAL_URL = {
 }
 
 _TRUTHY_OFF = ("", "0", "false", "no", "off")
-
-
-class WeightsUnavailableError(RuntimeError):
-    """The requested TabPFN weights are not on disk and could not be downloaded."""
 
 
 def is_version_alias(model_path: object) -> bool:

@@ -406,7 +406,7 @@ def test_unsupported_architecture_is_refused_before_writing(capsys, tmp_path):
     save_as_safetensors(checkpoint, source)
     code, _, err = _run(["patch", "--model", source, "--out", tmp_path / "d", "--quiet"], capsys)
     assert code == 2 and err.count("\n") == 1
-    assert "UnsupportedArchitecture" in err and "TabPFNV2p6" in err
+    assert "UnsupportedArchitectureError" in err and "TabPFNV2p6" in err
     assert _listing(tmp_path) == [source.name]
 
 

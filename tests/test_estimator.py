@@ -17,6 +17,7 @@ import retrofit.embedded
 from retrofit import OTabPFNRegressor
 from retrofit.hosts.v3 import OTabPFNV3
 from retrofit.loading import load_host, resolve_checkpoint
+from retrofit.saving import save_patched
 
 _CKPT: dict[str, Path] = {}
 
@@ -76,12 +77,12 @@ def test_load_host_builds_a_fresh_model_every_call(monkeypatch):
 
 
 def test_resolve_checkpoint_errors(tmp_path):
-    with pytest.raises(retrofit.CheckpointNotFound, match=r"nope_v3\.safetensors"):
+    with pytest.raises(retrofit.CheckpointNotFoundError, match=r"nope_v3\.safetensors"):
         resolve_checkpoint(tmp_path / "nope_v3.safetensors")
-    with pytest.raises(FileNotFoundError):  # CheckpointNotFound is one
+    with pytest.raises(FileNotFoundError):  # CheckpointNotFoundError is one
         resolve_checkpoint(str(tmp_path / "missing.ckpt"))
     (tmp_path / "weights_v3.txt").write_text("x")
-    with pytest.raises(retrofit.CorruptCheckpoint, match="not a TabPFN checkpoint"):
+    with pytest.raises(retrofit.CorruptCheckpointError, match="not a TabPFN checkpoint"):
         resolve_checkpoint(tmp_path / "weights_v3.txt")
     with pytest.raises(TypeError, match="model_path"):
         resolve_checkpoint(3)
@@ -90,15 +91,15 @@ def test_resolve_checkpoint_errors(tmp_path):
 def test_corrupt_checkpoints_raise_a_typed_error(tmp_path):
     garbage = tmp_path / "garbage_v3.safetensors"
     garbage.write_bytes(b"\x00\x01 not a safetensors file")
-    with pytest.raises(retrofit.CorruptCheckpoint, match="garbage_v3"):
+    with pytest.raises(retrofit.CorruptCheckpointError, match="garbage_v3"):
         load_host(garbage)
     config = tiny_v3_config()
     model = build_tiny_v3(config)
     truncated = save_tiny_checkpoint(model, config, tmp_path / "trunc_v3.safetensors")
     truncated.write_bytes(truncated.read_bytes()[:-200])
-    with pytest.raises(retrofit.CorruptCheckpoint, match="trunc_v3"):
+    with pytest.raises(retrofit.CorruptCheckpointError, match="trunc_v3"):
         load_host(truncated)
-    with pytest.raises(retrofit.CorruptCheckpoint):
+    with pytest.raises(retrofit.CorruptCheckpointError):
         _est(model_path=str(garbage)).fit(*_data(10))
 
 
@@ -234,14 +235,14 @@ def test_clone_and_params_round_trip():
 @pytest.mark.parametrize(
     ("params", "error", "match"),
     [
-        ({"mode": "oa"}, retrofit.InvalidPatchConfig, "mode"),
-        ({"mode": "full-o", "tau": 0.0}, retrofit.InvalidPatchConfig, "tau"),
-        ({"mode": "none", "tau": -1.0}, retrofit.InvalidPatchConfig, "tau"),
-        ({"support": "sum"}, retrofit.InvalidPatchConfig, "support"),
-        ({"eps_den": -1.0}, retrofit.InvalidPatchConfig, "eps_den"),
+        ({"mode": "oa"}, retrofit.InvalidPatchConfigError, "mode"),
+        ({"mode": "full-o", "tau": 0.0}, retrofit.InvalidPatchConfigError, "tau"),
+        ({"mode": "none", "tau": -1.0}, retrofit.InvalidPatchConfigError, "tau"),
+        ({"support": "sum"}, retrofit.InvalidPatchConfigError, "support"),
+        ({"eps_den": -1.0}, retrofit.InvalidPatchConfigError, "eps_den"),
         (
             {"model_path": "/no/such/dir/tiny_v3.safetensors"},
-            retrofit.CheckpointNotFound,
+            retrofit.CheckpointNotFoundError,
             "no such",
         ),
     ],
@@ -303,7 +304,7 @@ def test_saved_directory_settings_are_the_defaults(tmp_path):
     from retrofit import saved
 
     out = tmp_path / "patched"
-    saved.save_patched(_checkpoint(), out, mode="oattention", tau=0.5, support="mass")
+    save_patched(_checkpoint(), out, mode="oattention", tau=0.5, support="mass")
     est = _est(model_path=str(out)).fit(*_data(30))
     assert est.settings_ == {"mode": "oattention", "tau": 0.5, "support": "mass", "eps_den": 1e-6}
     assert est.patch_report_.tau == 0.5 and est.patch_report_.support == "mass"

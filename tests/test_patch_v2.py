@@ -21,7 +21,7 @@ from tabpfn.checkpoint import save_as_safetensors
 
 import retrofit
 from retrofit.hosts.v2 import OTabPFNBlockV2
-from retrofit.hosts.v3_block import MissingPresence
+from retrofit.hosts.v3_block import MissingPresenceError
 
 MODES = ("oattention", "full-o")
 TINY_V2 = {
@@ -213,7 +213,7 @@ def test_kv_cache_carries_presence_and_matches_the_full_forward(mode):
 def test_cached_entry_without_presence_is_refused():
     block = OTabPFNBlockV2.from_module(build_tiny_v2().blocks[0], mode="oattention")
     entry = KVCacheEntry(key=torch.zeros(B * C, N, 1, E // 2), value=torch.zeros(B * C, N, 1, 4))
-    with pytest.raises(MissingPresence, match="blocks"):
+    with pytest.raises(MissingPresenceError, match="blocks"):
         block(_carriers()[:, N:], 0, None, cached_kv=entry)
 
 
@@ -297,7 +297,7 @@ def test_v2_5_v2_6_and_v3_5_stay_unsupported(name, config):
     arch = ARCHITECTURES[name]
     parsed, _ = arch.parse_config({"num_buckets": 8, "max_num_classes": 0, **config})
     model = arch.get_architecture(parsed)
-    with pytest.raises(retrofit.UnsupportedArchitecture, match=type(model).__name__):
+    with pytest.raises(retrofit.UnsupportedArchitectureError, match=type(model).__name__):
         retrofit.patch(model, "oattention")
     assert not retrofit.is_patched(model)
 

@@ -15,7 +15,7 @@ from tabpfn.architectures.tabpfn_v3 import ICLTransformerBlock, TabPFNV3, TabPFN
 
 import retrofit
 from retrofit.hosts.v3 import OTabPFNV3
-from retrofit.hosts.v3_block import MissingPresence, OICLBlock
+from retrofit.hosts.v3_block import MissingPresenceError, OICLBlock
 from retrofit.hosts.v3_cache import (
     PresenceKVCacheEntry,
     PresenceQuantizedKVCacheEntry,
@@ -105,10 +105,10 @@ def test_unpatch_is_bit_identical_and_restores_the_originals(mode):
 def test_patching_twice_and_unpatching_unpatched_raise():
     model = build_tiny_v3()
     retrofit.patch(model, "oattention")
-    with pytest.raises(retrofit.AlreadyPatched, match="TabPFNV3 is already patched"):
+    with pytest.raises(retrofit.AlreadyPatchedError, match="TabPFNV3 is already patched"):
         retrofit.patch(model, "full-o")
     retrofit.unpatch(model)
-    with pytest.raises(retrofit.NotPatched):
+    with pytest.raises(retrofit.NotPatchedError):
         retrofit.unpatch(model)
 
 
@@ -145,7 +145,7 @@ def test_other_architectures_are_unsupported(name, config):
     parsed, _ = arch.parse_config({"num_buckets": 8, **config})
     model = arch.get_architecture(parsed)
     cls = type(model).__name__
-    with pytest.raises(retrofit.UnsupportedArchitecture, match=cls):
+    with pytest.raises(retrofit.UnsupportedArchitectureError, match=cls):
         retrofit.patch(model, "oattention")
     assert not retrofit.is_patched(model)
 
@@ -156,22 +156,22 @@ def test_a_subclass_or_foreign_module_is_unsupported():
 
     model = build_tiny_v3()
     model.__class__ = MyV3
-    with pytest.raises(retrofit.UnsupportedArchitecture, match="MyV3"):
+    with pytest.raises(retrofit.UnsupportedArchitectureError, match="MyV3"):
         retrofit.patch(model, "oattention")
-    with pytest.raises(retrofit.UnsupportedArchitecture, match="Linear"):
+    with pytest.raises(retrofit.UnsupportedArchitectureError, match="Linear"):
         retrofit.patch(torch.nn.Linear(2, 2), "oattention")
 
 
 def test_nothing_matched_and_changed_blocks_raise_untouched():
     model = build_tiny_v3()
     model.icl_blocks = torch.nn.ModuleList()
-    with pytest.raises(retrofit.NothingMatched, match="TabPFNV3"):
+    with pytest.raises(retrofit.NothingMatchedError, match="TabPFNV3"):
         retrofit.patch(model, "oattention")
 
     model = build_tiny_v3(tiny_v3_config(nlayers=2))
     first = model.icl_blocks[0]
     model.icl_blocks[1] = torch.nn.Identity()
-    with pytest.raises(retrofit.UnsupportedArchitecture, match=r"icl_blocks\.1"):
+    with pytest.raises(retrofit.UnsupportedArchitectureError, match=r"icl_blocks\.1"):
         retrofit.patch(model, "oattention")
     # Planned first, committed all at once: block 0 was not swapped.
     assert model.icl_blocks[0] is first and type(model) is TabPFNV3
@@ -192,7 +192,7 @@ def test_nothing_matched_and_changed_blocks_raise_untouched():
 def test_bad_settings_raise_typed_errors(kwargs, match):
     model = build_tiny_v3()
     mode = kwargs.pop("mode")
-    with pytest.raises(retrofit.InvalidPatchConfig, match=match):
+    with pytest.raises(retrofit.InvalidPatchConfigError, match=match):
         retrofit.patch(model, mode, **kwargs)
     assert type(model) is TabPFNV3
 
@@ -290,7 +290,7 @@ def test_a_cache_without_presence_is_refused():
     assert type(cache) is TabPFNV3Cache
     model = build_tiny_v3()
     retrofit.patch(model, "oattention")
-    with pytest.raises(MissingPresence, match=r"icl_blocks\.0"), torch.inference_mode():
+    with pytest.raises(MissingPresenceError, match=r"icl_blocks\.0"), torch.inference_mode():
         model(x[8:], y, kv_cache=cache, x_is_test_only=True)
 
 

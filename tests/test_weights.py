@@ -17,8 +17,10 @@ from tabpfn import model_loading
 from tabpfn.checkpoint import Checkpoint
 
 from retrofit import loading, saved, weights
+from retrofit.errors import SavedModelError, SettingsConflictError
 from retrofit.estimator import OTabPFNRegressor
-from retrofit.saved import SavedModelError, SettingsConflictError
+from retrofit.saving import save_patched
+from retrofit.settings import resolve_settings
 from retrofit.weights import WeightsUnavailableError
 from tests._tiny_models import tiny_v3_checkpoint
 
@@ -206,14 +208,14 @@ def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == [source.name]
 
 
-def test_merge_settings_saved_are_defaults_and_explicit_must_agree():
+def test_resolve_settings_saved_are_defaults_and_explicit_must_agree():
     unset = dict.fromkeys(SETTINGS)
-    assert saved.merge_settings(SETTINGS, unset) == SETTINGS
-    assert saved.merge_settings(SETTINGS, {"mode": "full-o", "tau": 1}) == SETTINGS
+    assert resolve_settings(unset, SETTINGS).to_dict() == SETTINGS
+    assert resolve_settings({"mode": "full-o", "tau": 1}, SETTINGS).to_dict() == SETTINGS
     with pytest.raises(SettingsConflictError, match=r"mode='oattention' \(saved: 'full-o'\)"):
-        saved.merge_settings(SETTINGS, {**unset, "mode": "oattention"})
+        resolve_settings({**unset, "mode": "oattention"}, SETTINGS)
     with pytest.raises(SettingsConflictError, match=r"tau=2\.0"):
-        saved.merge_settings(SETTINGS, {"tau": 2.0})
+        resolve_settings({"tau": 2.0}, SETTINGS)
 
 
 # --- through the loader and the estimator -------------------------------------------
@@ -275,7 +277,7 @@ def test_a_v2_source_saves_as_a_v2_directory_that_loads_and_fits(cache_dir, no_d
     from test_patch_v2 import build_tiny_v2, save_tiny_v2_checkpoint
 
     source = save_tiny_v2_checkpoint(build_tiny_v2(), tmp_path / "tiny_regressor.safetensors")
-    result = saved.save_patched(str(source), tmp_path / "v2dir", mode="oattention", tau=0.5)
+    result = save_patched(str(source), tmp_path / "v2dir", mode="oattention", tau=0.5)
     assert result.checkpoint.name == "tabpfn_v2_regressor_retrofit.safetensors"
     assert model_loading.resolve_model_version(result.checkpoint).value == "v2"
     assert "architecture_name" not in Checkpoint(result.checkpoint).load()  # as in v2 files

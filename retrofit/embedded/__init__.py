@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from retrofit.errors import EmbeddedCheckpointError
 from retrofit.hashing import sha256_file
 
 __all__ = [
@@ -32,10 +33,6 @@ EMBEDDED_FILENAME = "tabpfn_v3_embedded_regressor.safetensors"
 """File name of the shipped checkpoint (tabpfn reads ``v3`` from it)."""
 
 _HERE = Path(__file__).resolve().parent
-
-
-class EmbeddedCheckpointError(ValueError):
-    """The embedded checkpoint is missing or does not match its SHA-256."""
 
 
 def _read_expected_sha256(sha_file: Path) -> str:

@@ -44,16 +44,20 @@ from tabpfn.architectures.tabpfn_v2 import TabPFNBlock, TabPFNV2
 from torch import nn
 
 from patches import OFFN, ONorm, oattention, presence
-from retrofit.hosts.v3_block import MissingPresence
+from retrofit.errors import (
+    InvalidPatchConfigError,
+    MissingPresenceError,
+    UnsupportedArchitectureError,
+)
 from retrofit.hosts.v3_cache import PresenceKVCacheEntry
 from retrofit.patcher import (
     HostPatcher,
-    PatchConfig,
     Swap,
     register_host_patcher,
 )
+from retrofit.settings import PatchConfig
 
-__all__ = ["MissingPresence", "OTabPFNBlockV2", "V2Patcher"]
+__all__ = ["MissingPresenceError", "OTabPFNBlockV2", "V2Patcher"]
 
 
 class OTabPFNBlockV2(nn.Module):
@@ -75,7 +79,9 @@ class OTabPFNBlockV2(nn.Module):
     ) -> None:
         super().__init__()
         if mode not in ("oattention", "full-o"):
-            raise ValueError(f"{path}: mode must be 'oattention' or 'full-o', got {mode!r}")
+            raise InvalidPatchConfigError(
+                f"{path}: mode must be 'oattention' or 'full-o', got {mode!r}"
+            )
         self.per_sample_attention_between_features = original.per_sample_attention_between_features
         self.per_column_attention_between_cells = original.per_column_attention_between_cells
         self.layernorm_mha1 = original.layernorm_mha1
@@ -120,7 +126,9 @@ class OTabPFNBlockV2(nn.Module):
             TypeError: If ``original`` is not exactly a v2 ``TabPFNBlock``.
         """
         if type(original) is not TabPFNBlock:
-            raise TypeError(f"{path}: expected TabPFNBlock, got {type(original).__name__}")
+            raise UnsupportedArchitectureError(
+                f"{path}: expected TabPFNBlock, got {type(original).__name__}"
+            )
         return cls(original, mode=mode, tau=tau, support=support, eps_den=eps_den, path=path)
 
     def extra_repr(self) -> str:
@@ -150,7 +158,7 @@ class OTabPFNBlockV2(nn.Module):
             ``(x_BRCE, kv_entry)``; ``kv_entry`` is None unless ``return_kv``.
 
         Raises:
-            MissingPresence: If ``cached_kv`` carries no presence.
+            MissingPresenceError: If ``cached_kv`` carries no presence.
         """
         if isinstance(x_BRCE_container, torch.Tensor):
             x_BRCE = x_BRCE_container
@@ -229,7 +237,7 @@ class OTabPFNBlockV2(nn.Module):
         if cached_kv is not None:
             p_BcN = getattr(cached_kv, "presence", None)
             if p_BcN is None:
-                raise MissingPresence(
+                raise MissingPresenceError(
                     f"{self.path}: cached K/V carry no train presence; build the cache "
                     "with the patched model"
                 )

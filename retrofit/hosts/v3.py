@@ -26,17 +26,17 @@ from tabpfn.architectures.tabpfn_v3 import ICLTransformerBlock, TabPFNV3
 from torch import nn
 
 from patches import presence
+from retrofit.errors import UnsupportedArchitectureError
 from retrofit.hosts.v3_block import OICLBlock
 from retrofit.hosts.v3_cache import PresenceTabPFNV3Cache
 from retrofit.patcher import (
     HostPatcher,
-    PatchConfig,
     ReplacedModule,
     Swap,
-    UnsupportedArchitecture,
     patch_config_of,
     register_host_patcher,
 )
+from retrofit.settings import PatchConfig
 
 __all__ = ["OTabPFNV3", "V3Patcher"]
 
@@ -94,14 +94,14 @@ class V3Patcher(HostPatcher):
         """One :class:`OICLBlock` per ``ICLTransformerBlock``; nothing is modified.
 
         Raises:
-            UnsupportedArchitecture: If an ICL block is not exactly an
+            UnsupportedArchitectureError: If an ICL block is not exactly an
                 ``ICLTransformerBlock`` (a changed host).
         """
         swaps = []
         for i, block in enumerate(getattr(model, "icl_blocks", [])):
             path = f"icl_blocks.{i}"
             if type(block) is not ICLTransformerBlock:
-                raise UnsupportedArchitecture(
+                raise UnsupportedArchitectureError(
                     f"{path}: expected ICLTransformerBlock, got {type(block).__name__}"
                 )
             replacement = OICLBlock.from_module(

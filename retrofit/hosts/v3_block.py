@@ -29,14 +29,14 @@ from tabpfn.architectures.tabpfn_v3 import ICLTransformerBlock
 from torch import nn
 
 from patches import OFFN, ONorm, oattention, presence, support_size
+from retrofit.errors import (
+    InvalidPatchConfigError,
+    MissingPresenceError,
+    UnsupportedArchitectureError,
+)
 from retrofit.hosts.v3_cache import PresenceKVCacheEntry
-from retrofit.patcher import RetrofitError
 
-__all__ = ["MissingPresence", "OICLBlock"]
-
-
-class MissingPresence(RetrofitError, ValueError):  # noqa: N818
-    """A cached KV entry reached an O-block without the train rows' presence."""
+__all__ = ["MissingPresenceError", "OICLBlock"]
 
 
 class OICLBlock(nn.Module):
@@ -62,7 +62,9 @@ class OICLBlock(nn.Module):
     ) -> None:
         super().__init__()
         if mode not in ("oattention", "full-o"):
-            raise ValueError(f"{path}: mode must be 'oattention' or 'full-o', got {mode!r}")
+            raise InvalidPatchConfigError(
+                f"{path}: mode must be 'oattention' or 'full-o', got {mode!r}"
+            )
         self.icl_attention = original.icl_attention
         self.layernorm = original.layernorm
         self.layernorm_mlp = original.layernorm_mlp
@@ -94,7 +96,9 @@ class OICLBlock(nn.Module):
             TypeError: If ``original`` is not exactly an ``ICLTransformerBlock``.
         """
         if type(original) is not ICLTransformerBlock:
-            raise TypeError(f"{path}: expected ICLTransformerBlock, got {type(original).__name__}")
+            raise UnsupportedArchitectureError(
+                f"{path}: expected ICLTransformerBlock, got {type(original).__name__}"
+            )
         return cls(original, mode=mode, tau=tau, support=support, eps_den=eps_den, path=path)
 
     def extra_repr(self) -> str:
@@ -123,7 +127,7 @@ class OICLBlock(nn.Module):
             ``(x_BRE, kv_entry)``; ``kv_entry`` is None unless ``return_kv``.
 
         Raises:
-            MissingPresence: If ``cached_kv`` carries no presence (a cache built
+            MissingPresenceError: If ``cached_kv`` carries no presence (a cache built
                 by an unpatched model).
         """
         kv_entry = None
@@ -189,7 +193,7 @@ class OICLBlock(nn.Module):
         if cached_kv is not None:
             p_BN = getattr(cached_kv, "presence", None)
             if p_BN is None:
-                raise MissingPresence(
+                raise MissingPresenceError(
                     f"{self.path}: cached K/V carry no train presence; build the cache "
                     "with the patched model"
                 )

@@ -27,6 +27,8 @@ from tabpfn.architectures.kv_cache import (
 )
 from tabpfn.architectures.tabpfn_v3 import TabPFNV3Cache
 
+from retrofit.errors import MissingPresenceError, UnsupportedArchitectureError
+
 __all__ = [
     "PresenceKVCacheEntry",
     "PresenceQuantizedKVCacheEntry",
@@ -97,7 +99,7 @@ def with_presence(entry, presence: torch.Tensor | None):
         return PresenceKVCacheEntry(
             key=entry.key, value=entry.value, grid_dtype=entry.grid_dtype, presence=presence
         )
-    raise TypeError(f"expected a KV cache entry, got {type(entry).__name__}")
+    raise UnsupportedArchitectureError(f"expected a KV cache entry, got {type(entry).__name__}")
 
 
 def _to(t: torch.Tensor | None, device: torch.device | str) -> torch.Tensor | None:
@@ -107,7 +109,9 @@ def _to(t: torch.Tensor | None, device: torch.device | str) -> torch.Tensor | No
 def _cat_presence(entries: Sequence[object]) -> torch.Tensor:
     parts = [getattr(e, "presence", None) for e in entries]
     if any(p is None for p in parts):
-        raise ValueError("cannot concatenate KV cache entries of which some carry no presence")
+        raise MissingPresenceError(
+            "cannot concatenate KV cache entries of which some carry no presence"
+        )
     return torch.cat(parts)
 
 

@@ -1,0 +1,101 @@
+"""Every exception the retrofit library raises.
+
+Each derives from :class:`RetrofitError` and from the builtin a caller would
+catch for that kind of failure (``TypeError`` for a model the retrofit cannot
+patch, ``FileNotFoundError`` for a missing checkpoint, ...), so code written
+against plain Python exceptions keeps working. The same failure has one type
+on every host. The short names without ``Error`` of the first release
+(``UnsupportedArchitecture``, ``AlreadyPatched``, ...) remain as aliases.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AlreadyPatched",
+    "AlreadyPatchedError",
+    "CheckpointNotFound",
+    "CheckpointNotFoundError",
+    "CorruptCheckpoint",
+    "CorruptCheckpointError",
+    "EmbeddedCheckpointError",
+    "InvalidModelPathError",
+    "InvalidPatchConfig",
+    "InvalidPatchConfigError",
+    "MissingPresenceError",
+    "NotPatched",
+    "NotPatchedError",
+    "NothingMatched",
+    "NothingMatchedError",
+    "RetrofitError",
+    "SavedModelError",
+    "SettingsConflictError",
+    "UnsupportedArchitecture",
+    "UnsupportedArchitectureError",
+    "WeightsUnavailableError",
+]
+
+
+class RetrofitError(Exception):
+    """Base class of every error the retrofit raises."""
+
+
+class UnsupportedArchitectureError(RetrofitError, TypeError):
+    """The model (or a submodule a patch table targets) has no patch table."""
+
+
+class AlreadyPatchedError(RetrofitError, RuntimeError):
+    """The model is patched already; unpatch it first."""
+
+
+class NotPatchedError(RetrofitError, RuntimeError):
+    """An operation that needs a patched model got an unpatched one."""
+
+
+class NothingMatchedError(RetrofitError, LookupError):
+    """The patch table found nothing to replace in the model."""
+
+
+class InvalidPatchConfigError(RetrofitError, ValueError):
+    """A retrofit setting (mode, tau, support, eps_den) is out of range."""
+
+
+class MissingPresenceError(RetrofitError, ValueError):
+    """A patched block or cache needs the presence of rows it was not given."""
+
+
+class InvalidModelPathError(RetrofitError, TypeError):
+    """``model_path`` is of a type the retrofit cannot load a model from."""
+
+
+class CheckpointNotFoundError(RetrofitError, FileNotFoundError):
+    """The model path names no checkpoint on disk."""
+
+
+class CorruptCheckpointError(RetrofitError, ValueError):
+    """The checkpoint exists but tabpfn cannot load it."""
+
+
+class WeightsUnavailableError(RetrofitError, RuntimeError):
+    """The requested TabPFN weights are not on disk and could not be downloaded."""
+
+
+class EmbeddedCheckpointError(RetrofitError, ValueError):
+    """The embedded checkpoint is missing or does not match its SHA-256."""
+
+
+class SavedModelError(RetrofitError, ValueError):
+    """A saved retrofit directory is missing, malformed, or fails its SHA-256 check."""
+
+
+class SettingsConflictError(RetrofitError, ValueError):
+    """An explicit retrofit setting contradicts the one a saved directory carries."""
+
+
+# The first release's names, kept so user code that catches them still works.
+UnsupportedArchitecture = UnsupportedArchitectureError
+AlreadyPatched = AlreadyPatchedError
+NotPatched = NotPatchedError
+NothingMatched = NothingMatchedError
+InvalidPatchConfig = InvalidPatchConfigError
+CheckpointNotFound = CheckpointNotFoundError
+CorruptCheckpoint = CorruptCheckpointError

@@ -1,0 +1,181 @@
+"""The retrofit's settings: their names, allowed values, defaults and validation.
+
+One vocabulary for the patcher, the estimator, saved directories, the command
+line and the evaluation runner:
+
+* :data:`MODES` are what a user may ask for (``"none"`` is the unpatched host
+  on the same code path); :data:`PATCH_MODES` are what :func:`retrofit.patch`
+  applies.
+* :class:`RetrofitSettings` validates one complete set (every mode, ``"none"``
+  included, so a bad ``tau`` is refused before anything is fitted);
+  :class:`PatchConfig` is the same set restricted to a patching mode.
+* :func:`resolve_settings` applies the precedence rule: explicit settings, else
+  a saved directory's, else :data:`DEFAULT_SETTINGS`; an explicit setting that
+  contradicts a saved one is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+from patches.presence import check_tau
+from retrofit.errors import InvalidPatchConfigError, SettingsConflictError
+
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "MODES",
+    "PATCH_MODES",
+    "SETTING_NAMES",
+    "SUPPORTS",
+    "PatchConfig",
+    "RetrofitSettings",
+    "resolve_settings",
+]
+
+Mode = Literal["oattention", "full-o"]
+Support = Literal["count", "mass"]
+
+#: Modes :func:`retrofit.patch` applies.
+PATCH_MODES: tuple[str, ...] = ("oattention", "full-o")
+#: Modes a user may ask for; ``"none"`` runs the unpatched host on the same code path.
+MODES: tuple[str, ...] = ("none", *PATCH_MODES)
+#: How ``n_eff`` for the learned length scaling is counted.
+SUPPORTS: tuple[str, ...] = ("count", "mass")
+#: The settings, in :func:`retrofit.patch`'s names.
+SETTING_NAMES: tuple[str, ...] = ("mode", "tau", "support", "eps_den")
+#: What an unset setting means, unless a saved directory says otherwise.
+DEFAULT_SETTINGS: Mapping[str, Any] = {
+    "mode": "full-o",
+    "tau": 1.0,
+    "support": "count",
+    "eps_den": 1e-6,
+}
+
+
+def _checked_tau(tau: Any) -> float:
+    if isinstance(tau, numbers.Real) and not isinstance(tau, bool):
+        tau = float(tau)  # numpy scalars, ints
+    try:
+        return check_tau(tau)
+    except ValueError as err:
+        raise InvalidPatchConfigError(str(err)) from None
+
+
+def _checked_eps_den(eps: Any) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps):
+        raise InvalidPatchConfigError(f"eps_den must be a finite number >= 0, got {eps!r}")
+    if eps < 0:
+        raise InvalidPatchConfigError(f"eps_den must be a finite number >= 0, got {eps!r}")
+    return float(eps)
+
+
+def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if not isinstance(value, str) or value not in allowed:
+        raise InvalidPatchConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrofitSettings:
+    """One complete, validated set of retrofit settings.
+
+    Attributes:
+        mode: One of :data:`MODES`.
+        tau: Presence temperature, ``> 0``.
+        support: One of :data:`SUPPORTS`.
+        eps_den: OAttention's denominator floor, ``>= 0``.
+    """
+
+    mode: str
+    tau: float
+    support: str = "count"
+    eps_den: float = 1e-6
+
+    allowed_modes: ClassVar[tuple[str, ...]] = MODES
+
+    def __post_init__(self) -> None:
+        _check_choice("mode", self.mode, self.allowed_modes)
+        object.__setattr__(self, "tau", _checked_tau(self.tau))
+        _check_choice("support", self.support, SUPPORTS)
+        object.__setattr__(self, "eps_den", _checked_eps_den(self.eps_den))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as a plain dict in :data:`SETTING_NAMES` order."""
+        return {name: getattr(self, name) for name in SETTING_NAMES}
+
+    def patch_config(self) -> PatchConfig | None:
+        """The :class:`PatchConfig` these settings apply, None for ``mode="none"``."""
+        if self.mode == "none":
+            return None
+        return PatchConfig(self.mode, self.tau, self.support, self.eps_den)
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchConfig(RetrofitSettings):
+    """Validated settings of one patch (``mode`` is one of :data:`PATCH_MODES`).
+
+    Attributes:
+        mode: ``"oattention"`` (attention and its length scaling only) or
+            ``"full-o"`` (also OFFN, ONorm and OInject of the target embedding).
+        tau: Presence temperature, ``> 0``.
+        support: ``n_eff`` fed to the learned length scaling: ``"count"`` (number
+            of non-null sources) or ``"mass"`` (sum of presence).
+        eps_den: OAttention's denominator floor, ``>= 0``.
+    """
+
+    mode: Mode
+    support: Support = "count"
+
+    allowed_modes: ClassVar[tuple[str, ...]] = PATCH_MODES
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return float(a) == float(b)
+    return a == b
+
+
+def resolve_settings(
+    requested: Mapping[str, Any],
+    saved: Mapping[str, Any] | None = None,
+    *,
+    where: str = "the saved model",
+) -> RetrofitSettings:
+    """Apply the precedence rule and validate the result.
+
+    Args:
+        requested: Settings given by the caller; a missing name or ``None`` means
+            "not given".
+        saved: A saved directory's settings, which then are the defaults; None
+            when the model is not a saved directory.
+        where: How to name the saved directory in an error message.
+
+    Returns:
+        The settings to use.
+
+    Raises:
+        SettingsConflictError: An explicit setting differs from the saved one.
+        InvalidPatchConfigError: A setting is out of range.
+    """
+    if saved is None:
+        base: Mapping[str, Any] = DEFAULT_SETTINGS
+    else:
+        conflicts = [
+            f"{name}={requested[name]!r} (saved: {saved[name]!r})"
+            for name in SETTING_NAMES
+            if requested.get(name) is not None and not _same(requested[name], saved[name])
+        ]
+        if conflicts:
+            raise SettingsConflictError(
+                f"{where} was retrofitted with other settings: {'; '.join(conflicts)}; "
+                "leave them unset to use the saved ones, or patch the source again"
+            )
+        base = saved
+    values = {
+        name: base[name] if requested.get(name) is None else requested[name]
+        for name in SETTING_NAMES
+    }
+    return RetrofitSettings(**values)
