@@ -301,12 +301,12 @@ def icl_shapes(model_path: str = "embedded") -> tuple[list[Shape], dict[str, Any
         }
         source["architecture"] = f"checkpoint {model_path!r}"
     except Exception as err:  # the checkpoint may not exist yet
-        from retrofit.embedded.train import DEFAULT_MODEL_CONFIG
+        from hostgen.train import DEFAULT_MODEL_CONFIG
 
         arch = DEFAULT_MODEL_CONFIG
 
         source["architecture"] = (
-            f"retrofit.embedded.train.DEFAULT_MODEL_CONFIG (checkpoint unavailable: "
+            f"hostgen.train.DEFAULT_MODEL_CONFIG (checkpoint unavailable: "
             f"{type(err).__name__}: {str(err)[:120]})"
         )
     heads = int(arch["icl_num_heads"])

@@ -356,7 +356,7 @@ def _load_host_model(model_path: str) -> tuple[Any, str]:
 
         return load_host(model_path).model, f"checkpoint {model_path!r}"
     except Exception as err:
-        from retrofit.embedded.train import DEFAULT_MODEL_CONFIG, build_model
+        from hostgen.train import DEFAULT_MODEL_CONFIG, build_model
 
         model = build_model(DEFAULT_MODEL_CONFIG, seed=0)
         g = torch.Generator().manual_seed(0)

@@ -115,17 +115,12 @@ def package_versions() -> dict[str, str]:
     return {name: _version(name) for name in _PACKAGES}
 
 
-_TRAINING_ONLY = frozenset(
-    {"embedded/card.py", "embedded/pretrain.py", "embedded/prior.py", "embedded/train.py"}
-)
-"""Modules of :mod:`retrofit` that only build the embedded host, never run at
-prediction; the host they make enters a run key through its checkpoint digest."""
-
-
 def code_sha256() -> str:
-    """SHA-256 of the source of :mod:`patches` and :mod:`retrofit` that runs at prediction.
+    """SHA-256 of the source of :mod:`patches` and :mod:`retrofit`, whole.
 
-    Every ``.py`` of both packages except :data:`_TRAINING_ONLY`. Part of every
+    Every ``.py`` of both packages (the host's training code lives in
+    :mod:`hostgen`, outside them; the host it builds enters a run key through
+    its checkpoint digest). Part of every
     run key, so a change to the operators or the patcher makes stored runs stale
     instead of silently mixing them with new ones.
     """
@@ -136,8 +131,6 @@ def code_sha256() -> str:
     for package in (patches, retrofit):
         root = Path(package.__file__).parent
         for path in sorted(root.rglob("*.py")):
-            if package is retrofit and path.relative_to(root).as_posix() in _TRAINING_ONLY:
-                continue
             digest.update(f"{package.__name__}/{path.relative_to(root).as_posix()}\n".encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()

@@ -13,16 +13,15 @@ from tabpfn.architectures import tabpfn_v3
 from tabpfn.checkpoint import Checkpoint
 
 import retrofit.embedded as embedded
+from hostgen import card, pretrain
+from hostgen.prior import PriorConfig, sample_batch, sample_task
+from hostgen.train import TINY_MODEL_CONFIG, TrainConfig, batch_rng, train
 from retrofit.embedded import (
     EMBEDDED_FILENAME,
     EmbeddedCheckpointError,
-    card,
     embedded_model_path,
-    pretrain,
     verify_checkpoint,
 )
-from retrofit.embedded.prior import PriorConfig, sample_batch, sample_task
-from retrofit.embedded.train import TINY_MODEL_CONFIG, TrainConfig, batch_rng, train
 from retrofit.hashing import sha256_file
 
 

@@ -2,7 +2,7 @@
 
 Real TabPFN weights need a licence acceptance and a download; this checkpoint
 works offline. It has the real ``TabPFNV3`` architecture, was pretrained by this
-project on a synthetic prior (``retrofit.embedded.pretrain``; see
+project on a synthetic prior (``hostgen.pretrain``; see
 ``MODEL_CARD.md``) and loads through tabpfn's normal loader::
 
     from retrofit.embedded import embedded_model_path
@@ -64,7 +64,7 @@ def verify_checkpoint(path: str | Path, expected_sha256: str) -> Path:
     if not path.is_file():
         raise EmbeddedCheckpointError(
             f"embedded checkpoint {path} is missing; reinstall tabpfn-retrofit or "
-            "regenerate it with `python -m retrofit.embedded.pretrain` (see MODEL_CARD.md)"
+            "regenerate it with `python -m hostgen.pretrain` (see MODEL_CARD.md)"
         )
     actual = sha256_file(path)
     if actual != expected_sha256.lower():

@@ -29,7 +29,7 @@ from tabpfn.checkpoint import Checkpoint, save_as_safetensors
 from tabpfn.inference_config import InferenceConfig
 from tabpfn.preprocessing import PreprocessorConfig
 
-from retrofit.embedded.prior import PriorConfig, sample_batch
+from hostgen.prior import PriorConfig, sample_batch
 from retrofit.hashing import sha256_file
 
 __all__ = [

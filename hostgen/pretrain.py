@@ -2,7 +2,7 @@ r"""Command line: regenerate the embedded host checkpoint from a seed on CPU.
 
 Example (the shipped checkpoint; MODEL_CARD.md records the exact run)::
 
-    python -m retrofit.embedded.pretrain --seed 0 --steps 7500 --minutes 110 \\
+    python -m hostgen.pretrain --seed 0 --steps 7500 --minutes 110 \\
         --threads 2 --out retrofit/embedded/tabpfn_v3_embedded_regressor.safetensors
 
 ``--set-inference-config-only`` rewrites the stored inference config of an
@@ -22,8 +22,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from retrofit.embedded.prior import PriorConfig
-from retrofit.embedded.train import (
+from hostgen.prior import PriorConfig
+from hostgen.train import (
     DEFAULT_MODEL_CONFIG,
     TINY_MODEL_CONFIG,
     TrainConfig,
@@ -40,12 +40,12 @@ DEFAULT_APPEND_ORIGINAL = True
 DEFAULT_N_ESTIMATORS = 4
 DEFAULT_SOFTMAX_TEMPERATURE = 0.9
 """Inference settings of the shipped checkpoint, chosen on the development suite
-(``python -m eval.host_quality --suite dev``; see MODEL_CARD.md)."""
+(``python -m hostgen.quality --suite dev``; see MODEL_CARD.md)."""
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m retrofit.embedded.pretrain",
+        prog="python -m hostgen.pretrain",
         description="Pretrain the embedded TabPFN-v3 regressor on the synthetic prior.",
     )
     p.add_argument(
