@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from eval.datasets import load_dataset
+from retrofit.loading import load_host
 from retrofit.settings import MODES
 
 __all__ = [
@@ -289,36 +291,17 @@ def icl_shapes(model_path: str = "embedded") -> tuple[list[Shape], dict[str, Any
         ``(shapes, source)``: one :class:`Shape` per dataset, and where the
         architecture and row counts were read from.
     """
-    source: dict[str, Any] = {}
-    try:
-        from retrofit.loading import load_host
-
-        cfg = load_host(model_path).architecture_config
-        arch = {
-            "embed_dim": cfg.embed_dim,
-            "feat_agg_num_cls_tokens": cfg.feat_agg_num_cls_tokens,
-            "icl_num_heads": cfg.icl_num_heads,
-        }
-        source["architecture"] = f"checkpoint {model_path!r}"
-    except Exception as err:  # the checkpoint may not exist yet
-        from hostgen.train import DEFAULT_MODEL_CONFIG
-
-        arch = DEFAULT_MODEL_CONFIG
-
-        source["architecture"] = (
-            f"hostgen.train.DEFAULT_MODEL_CONFIG (checkpoint unavailable: "
-            f"{type(err).__name__}: {str(err)[:120]})"
-        )
-    heads = int(arch["icl_num_heads"])
-    width = int(arch["embed_dim"]) * int(arch["feat_agg_num_cls_tokens"])
-    rows = dict(ICL_DATASETS)
-    try:
-        from eval.datasets import load_dataset
-
-        rows = {name: int(load_dataset(name).X.shape[0]) for name in ICL_DATASETS}
-        source["rows"] = "eval.datasets.load_dataset"
-    except Exception as err:
-        source["rows"] = f"built-in sizes ({type(err).__name__})"
+    # No fallback: a missing checkpoint or dataset raises its typed error
+    # (WeightsUnavailableError, CheckpointNotFoundError, DatasetUnavailableError)
+    # rather than benchmarking shapes of a model or data the user did not ask for.
+    cfg = load_host(model_path).architecture_config
+    heads = int(cfg.icl_num_heads)
+    width = int(cfg.embed_dim) * int(cfg.feat_agg_num_cls_tokens)
+    rows = {name: int(load_dataset(name).X.shape[0]) for name in ICL_DATASETS}
+    source: dict[str, Any] = {
+        "architecture": f"checkpoint {model_path!r}",
+        "rows": "eval.datasets.load_dataset",
+    }
     shapes = []
     for name, n in rows.items():
         n_test = math.ceil(0.25 * n)

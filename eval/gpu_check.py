@@ -43,6 +43,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from retrofit.loading import load_host
+
 _ROOT = Path(__file__).resolve().parents[1]
 
 FP32_HOST_TOL = 1e-5
@@ -348,26 +350,8 @@ class _Final:
 
 
 def _load_host_model(model_path: str) -> tuple[Any, str]:
-    """The host model, or a perturbed random one of the embedded architecture."""
-    import torch
-
-    try:
-        from retrofit.loading import load_host
-
-        return load_host(model_path).model, f"checkpoint {model_path!r}"
-    except Exception as err:
-        from hostgen.train import DEFAULT_MODEL_CONFIG, build_model
-
-        model = build_model(DEFAULT_MODEL_CONFIG, seed=0)
-        g = torch.Generator().manual_seed(0)
-        with torch.no_grad():  # zero-initialised projections would make every block identity
-            for p in model.parameters():
-                if p.dim() >= 1 and not bool(p.any()):
-                    p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-        return model, (
-            "random DEFAULT_MODEL_CONFIG host with perturbed zero-inits (checkpoint "
-            f"unavailable: {type(err).__name__}: {str(err)[:120]})"
-        )
+    """The host model; a checkpoint that cannot be loaded raises its typed error."""
+    return load_host(model_path).model, f"checkpoint {model_path!r}"
 
 
 def host_null_row(

@@ -234,3 +234,14 @@ def test_cuda_route_falls_back_to_sink_with_one_warning(monkeypatch):
     for out in outs:
         assert (out.double() - ref).abs().max() <= 1e-6
         assert torch.equal(out[1], torch.zeros_like(out[1]))
+
+
+def test_bench_and_gpu_check_raise_the_typed_error_instead_of_a_stand_in_host(tmp_path) -> None:
+    from eval import gpu_check
+    from retrofit.errors import CheckpointNotFoundError
+
+    missing = tmp_path / "absent_v3.safetensors"
+    with pytest.raises(CheckpointNotFoundError, match="absent_v3"):
+        bench.icl_shapes(str(missing))
+    with pytest.raises(CheckpointNotFoundError, match="absent_v3"):
+        gpu_check._load_host_model(str(missing))
