@@ -1,9 +1,12 @@
-"""The command line: ``python -m eval <subcommand>`` (console script ``tabpfn-retrofit``).
+"""The console script ``tabpfn-retrofit`` (also ``python -m eval``).
 
-Each subcommand is one small ``_add_<name>(subparsers)`` function that
-registers its parser and sets ``handler``; the handler imports its heavy
-module lazily, so ``--help`` and unrelated subcommands stay fast. To add a
-subcommand, write its ``_add_`` function and append it to ``SUBCOMMANDS``.
+It composes the library's own commands (``predict``, ``patch`` from
+:mod:`retrofit.cli`) with the evaluation's. Each subcommand is one small
+``_add_<name>(subparsers)`` function that registers its parser and sets
+``handler``; the handler imports its heavy module when it runs, so ``--help``
+imports neither tabpfn nor pandas. Every handler runs under
+:func:`retrofit.console.run_command` (one line on stderr and exit 2 on an error).
+To add a subcommand, write its ``_add_`` function and append it to ``SUBCOMMANDS``.
 """
 
 from __future__ import annotations
@@ -11,7 +14,18 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
-from eval import commands
+from eval.paper.executors import EXECUTORS
+from eval.paper.protocol import (
+    DEFAULT_EPS_DEN,
+    DEFAULT_MODES,
+    DEFAULT_SUPPORT,
+    DEFAULT_TAU,
+    SUITE_SOURCE,
+    SWEEP_TAUS,
+)
+from retrofit import cli as retrofit_cli
+from retrofit.console import PROG, OneLineArgumentParser, run_command
+from retrofit.settings import MODES
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
@@ -32,7 +46,7 @@ def _add_exactness(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_exactness(args: argparse.Namespace) -> int:
-    from eval import exactness
+    from eval.operators import exactness
 
     report = exactness.run(
         out_dir=args.out,
@@ -58,7 +72,7 @@ def _add_ablation(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_ablation(args: argparse.Namespace) -> int:
-    from eval import ablation
+    from eval.operators import ablation
 
     ablation.run(out_dir=args.out, seed=args.seed, quick=args.quick, threads=args.threads)
     print(f"wrote {args.out}/ablation.json and ablation.md")
@@ -66,54 +80,108 @@ def _run_ablation(args: argparse.Namespace) -> int:
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:
-    from eval.runner import add_eval_arguments
-
     p = sub.add_parser(
         "eval",
         help="run the dataset-seed cases: unpatched host vs OAttention and Full-O retrofits",
     )
-    add_eval_arguments(p)
+    p.add_argument("--suite", default="offline18", choices=sorted(SUITE_SOURCE))
+    p.add_argument(
+        "--model",
+        default="embedded",
+        help="'embedded' (the shipped host), 'v3' / 'v2' (tabpfn's real weights) or a path",
+    )
+    p.add_argument("--modes", nargs="+", default=list(DEFAULT_MODES), choices=MODES)
+    p.add_argument("--tau", nargs="+", type=float, default=[DEFAULT_TAU], help="presence scale(s)")
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help=f"also run taus {', '.join(f'{t:g}' for t in SWEEP_TAUS)} and measure carrier norms",
+    )
+    p.add_argument("--support", default=DEFAULT_SUPPORT, help="n_eff rule of the retrofits")
+    p.add_argument("--eps-den", type=float, default=DEFAULT_EPS_DEN)
+    p.add_argument(
+        "--n-estimators", type=int, default=None, help="default: the checkpoint's config"
+    )
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--datasets", nargs="+", default=None, help="subset of the suite")
+    p.add_argument("--seeds", nargs="+", type=int, default=None, help="subset of seeds")
+    p.add_argument("--max-train-rows", type=int, default=None, help="(smoke runs only)")
+    p.add_argument("--max-test-rows", type=int, default=None, help="(smoke runs only)")
+    p.add_argument("--jobs", type=int, default=1, help="parallel workers")
+    p.add_argument("--executor", default=None, choices=EXECUTORS,
+                        help="default: serial, or joblib when --jobs > 1")  # fmt: skip
+    p.add_argument("--address", default=None, help="dask scheduler / ray cluster address")
+    p.add_argument("--threads", type=int, default=None, help="torch threads per worker")
+    p.add_argument("--store", default=None, help="results directory (default results/SUITE)")
+    p.add_argument("--retry-failed", action="store_true", help="recompute failed runs")
+    p.add_argument(
+        "--ignore-pretraining-limits",
+        action="store_true",
+        help="let tabpfn exceed its size limits (e.g. real weights on CPU, >1000 rows)",
+    )
+    p.add_argument("--carriers", action="store_true", help="(re)measure carrier norms")
+    p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=_run_eval)
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    from eval.runner import eval_command
+    from eval.paper.command import eval_command
 
     return eval_command(args)
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:
-    from eval.report import add_report_arguments
-
     p = sub.add_parser("report", help="cases.csv, summary.md and figures from stored eval runs")
-    add_report_arguments(p)
+    p.add_argument("--suite", default="offline18", choices=sorted(SUITE_SOURCE))
+    p.add_argument("--store", default=None, help="results directory (default results/SUITE)")
+    p.add_argument("--out", default=None, help="where to write (default: the store)")
+    p.add_argument("--tau", type=float, default=DEFAULT_TAU, help="tau of the main table")
+    p.add_argument("--checkpoint", default=None, help="SHA-256 prefix to report")
     p.set_defaults(handler=_run_report)
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from eval.report import report_command
+    from eval.paper.report import report_command
 
     return report_command(args)
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
-    from eval.bench import add_bench_arguments
-
     p = sub.add_parser(
         "bench", help="OAttention vs plain SDPA: time, peak memory, fit+predict per mode"
     )
-    add_bench_arguments(p)
+    p.add_argument(
+        "--out",
+        default=None,
+        help="output directory (default results/bench; results/bench/quick with --quick, so a "
+        "smoke run never overwrites a measurement)",
+    )
+    p.add_argument("--quick", action="store_true", help="tiny shapes, few rounds (smoke run)")
+    p.add_argument("--repeats", type=int, default=None, help="rounds per shape (default 25)")
+    p.add_argument(
+        "--estimator-repeats", type=int, default=None, help="rounds per estimator case (default 5)"
+    )
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: keep)")
+    p.add_argument(
+        "--parts",
+        nargs="+",
+        choices=("attention", "memory", "estimator"),
+        default=["attention", "memory", "estimator"],
+        help="which parts to run",
+    )
+    p.add_argument("--model", default="embedded", help="host of the ICL shapes and estimator part")
+    p.add_argument("--seed", type=int, default=0)
     p.set_defaults(handler=_run_bench)
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from eval.bench import bench_command
+    from eval.benchmarks.speed import bench_command
 
     return bench_command(args)
 
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    commands.add_subcommands,  # predict, patch (the one-command retrofit)
+    retrofit_cli.add_subcommands,  # predict, patch (the library's commands)
     _add_exactness,
     _add_ablation,
     _add_eval,
@@ -124,11 +192,13 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every registered subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="tabpfn-retrofit",
+    parser = OneLineArgumentParser(
+        prog=PROG,
         description="tabpfn-retrofit: O-closed TabPFN, its reports and evaluations.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=OneLineArgumentParser
+    )
     sub.required = True
     for add in SUBCOMMANDS:
         add(sub)
@@ -137,5 +207,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit status."""
+    # --help exits 0 and a usage error exits 2 (one line) through SystemExit.
     args = build_parser().parse_args(argv)
-    return int(args.handler(args))
+    return run_command(f"{PROG} {args.command}", lambda: args.handler(args))

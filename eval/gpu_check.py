@@ -471,7 +471,7 @@ def device_bench(
     import numpy as np
     import torch
 
-    from eval import bench
+    from eval.benchmarks import speed as bench
 
     if quick:
         shapes = list(bench.QUICK_SHAPES)
@@ -529,7 +529,7 @@ def _device_memory(device: str, quick: bool) -> dict[str, Any]:
     """Peak device memory one call adds (CUDA allocator statistics)."""
     import torch
 
-    from eval import bench
+    from eval.benchmarks import speed as bench
 
     if not device.startswith("cuda"):
         return {"skipped": "peak device memory needs CUDA allocator statistics"}
@@ -687,7 +687,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from eval.provenance import provenance_dict, write_json_atomic, write_text_atomic
+    from eval.provenance import provenance_dict
+    from retrofit.files import write_json_atomic, write_text_atomic
 
     def progress(line: str) -> None:
         print(f"[{time.time() - t0:6.1f}s] {line}", flush=True)

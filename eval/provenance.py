@@ -1,36 +1,33 @@
-"""Provenance and atomic writing, shared by every report and the runner.
+"""Provenance: where and with what a result was produced.
 
 Every result file the project commits carries :func:`provenance_dict`: the
-versions of this package, torch, tabpfn and numpy, the device and CPU model,
-the thread count, the date, the git commit, plus whatever the caller adds
-(dtype, seeds, configuration). Files are written atomically: to a temporary
-file in the target directory, then ``os.replace``, so a reader never sees a
-half-written result and an interrupted run leaves no partial file.
+versions of the packages that change numbers, the device, the CPU model and
+torch's CPU capability (the BLAS and SIMD paths it selects), the thread count,
+the date, the git commit and which code paths differ from it, plus whatever
+the caller adds (dtype, seeds, configuration). Files are written through
+``retrofit.files`` (atomic, one JSON policy).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import math
 import os
 import platform
 import subprocess
-import tempfile
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["provenance_dict", "to_jsonable", "write_json_atomic", "write_text_atomic"]
+import torch
+
+from retrofit.versions import package_versions
+
+__all__ = ["CODE_PATHS", "cpu_identity", "git_dirty_paths", "provenance_dict"]
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
 
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
+#: What "dirty code" means for a result: the packages and the project file,
+#: not results/ or docs (a run row would otherwise list every result file).
+CODE_PATHS: tuple[str, ...] = ("patches", "retrofit", "eval", "hostgen", "pyproject.toml")
 
 
 def _cpu_model() -> str:
@@ -42,6 +39,15 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def cpu_identity() -> str:
+    """The CPU model and torch's CPU capability, e.g. ``"Intel(R) Xeon(R) | AVX512"``.
+
+    Part of every run key: the SIMD path torch and its BLAS pick changes the
+    last bits of a result, so rows from another CPU are not reused.
+    """
+    return f"{_cpu_model()} | {torch.backends.cpu.get_cpu_capability()}"
 
 
 def _git(*args: str) -> str | None:
@@ -56,13 +62,24 @@ def _git(*args: str) -> str | None:
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip()
+    return out.stdout
 
 
-def provenance_dict(**extra: Any) -> dict[str, Any]:
+def git_dirty_paths() -> list[str] | None:
+    """Code paths (:data:`CODE_PATHS`) that differ from the commit; None outside git."""
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
+    if status is None:
+        return None
+    # Porcelain v1: two status letters, a space, then the path; never strip before slicing.
+    return sorted(line[3:] for line in status.splitlines() if len(line) > 3)
+
+
+def provenance_dict(*, include_dirty_paths: bool = True, **extra: Any) -> dict[str, Any]:
     """Where and with what a result was produced.
 
     Args:
+        include_dirty_paths: Whether to list the dirty code paths (a run row
+            leaves them to its session record; ``git_dirty`` is always there).
         **extra: Caller-specific fields (dtype, seeds, configuration); they
             are added under their own names and override nothing silently:
             a key that collides with a standard one raises.
@@ -73,85 +90,32 @@ def provenance_dict(**extra: Any) -> dict[str, Any]:
         ``platform``, ``date_utc``, ``git_commit``, ``git_dirty``,
         ``git_dirty_paths`` and the ``extra`` fields.
     """
-    import torch  # local: provenance is also used by light tools
-
     commit = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    dirty = git_dirty_paths()
     device = "cpu"
     if torch.cuda.is_available():
         device = f"cuda ({torch.cuda.get_device_name(0)}), runs here on cpu unless stated"
     prov: dict[str, Any] = {
         "packages": {
-            "tabpfn-retrofit": _version("tabpfn-retrofit"),
-            "torch": torch.__version__,
-            "tabpfn": _version("tabpfn"),
-            "numpy": _version("numpy"),
+            **package_versions(),
             "python": platform.python_version(),
         },
         "device": device,
         "cpu_model": _cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "platform": platform.platform(),
         "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": commit,
-        "git_dirty": None if status is None else bool(status),
-        # Which tracked files differ from the commit (the working tree may be
-        # shared with other work in progress): a dirty flag alone hides whether
-        # the code that produced a result is among them.
-        "git_dirty_paths": None
-        if status is None
-        else sorted(line[3:] for line in status.splitlines() if line.strip()),
+        "git_commit": None if commit is None else commit.strip(),
+        "git_dirty": None if dirty is None else bool(dirty),
     }
+    if include_dirty_paths:
+        # Which code paths differ from the commit: a dirty flag alone hides
+        # whether the code that produced a result is among them.
+        prov["git_dirty_paths"] = dirty
     clash = set(extra) & set(prov)
     if clash:
         raise ValueError(f"provenance extra keys collide with standard keys: {sorted(clash)}")
     prov.update(extra)
     return prov
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Strict-JSON form of ``obj``.
-
-    Non-finite floats become the strings ``"NaN"``, ``"Infinity"``,
-    ``"-Infinity"`` (recorded, never dropped); tuples become lists; numpy and
-    torch scalars become Python numbers.
-    """
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 0) == 0:
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
-    return obj
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Writes ``text`` to ``path`` atomically (temp file in the same directory, then replace).
-
-    Parent directories are created. Returns the path written.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path
-
-
-def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> Path:
-    """Writes ``obj`` as strict, indented JSON to ``path`` atomically."""
-    text = json.dumps(to_jsonable(obj), indent=2, allow_nan=False) + "\n"
-    return write_text_atomic(path, text)

@@ -2,7 +2,7 @@
 
 ``python -m hostgen.quality`` fits, on every case of the offline suite (six
 OpenML-CTR23 datasets x split seeds 0, 1, 2, 75/25 split from
-``eval.datasets.split``), the embedded TabPFN-v3 host (through
+``eval.paper.datasets.split``), the embedded TabPFN-v3 host (through
 ``tabpfn.TabPFNRegressor``, float32, ``random_state=seed``, ``n_estimators`` from
 the checkpoint's inference config) and five baselines: the train-mean
 predictor, Ridge (standardised, ``RidgeCV``), k-NN (standardised, k=10,
@@ -24,14 +24,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +39,10 @@ from sklearn.model_selection import train_test_split
 from sklearn.neighbors import KNeighborsRegressor
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+
+from eval.paper.spec import model_label
+from eval.provenance import provenance_dict
+from retrofit.files import write_text_atomic
 
 __all__ = ["BASELINES", "DEV_DATASETS", "load_dev_dataset", "main", "run_cases", "summarize"]
 
@@ -115,7 +116,7 @@ def load_dev_dataset(name: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _case_data(suite: str, name: str, seed: int) -> tuple[np.ndarray, ...]:
     if suite == "offline":
-        from eval.datasets import load_dataset, split
+        from eval.paper.datasets import load_dataset, split
 
         return split(load_dataset(name), seed)
     X, y = load_dev_dataset(name)
@@ -152,7 +153,7 @@ def run_cases(
     """Fit every model on every (dataset, seed) case and record its RMSE.
 
     Args:
-        suite: ``"offline"`` (``eval.datasets``) or ``"dev"``.
+        suite: ``"offline"`` (``eval.paper.datasets``) or ``"dev"``.
         datasets: Dataset names of the suite.
         seeds: Split seeds.
         model_path: Host checkpoint.
@@ -260,23 +261,6 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def _version(pkg: str) -> str:
-    try:
-        return metadata.version(pkg)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
 def _provenance(
     model_path: Path, threads: int, seeds: Sequence[int], overrides: dict[str, Any] | None
 ) -> dict[str, Any]:
@@ -286,15 +270,10 @@ def _provenance(
 
     header = Checkpoint(model_path).load()
     return {
+        **provenance_dict(include_dirty_paths=False),
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name, "-m", "hostgen.quality", *sys.argv[1:]]),
-        "git_commit": _git_commit(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "versions": {
-            p: _version(p) for p in ("torch", "tabpfn", "scikit-learn", "numpy", "safetensors")
-        },
-        "checkpoint": str(model_path),
+        "checkpoint": model_label(model_path),
         "checkpoint_sha256": sha256_file(model_path),
         "checkpoint_training": header.get("training"),
         "inference_config_stored": {
@@ -376,13 +355,6 @@ def to_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the quality comparison; returns the exit status."""
     parser = argparse.ArgumentParser(
@@ -417,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         model_path = args.checkpoint.resolve()
     if args.suite == "offline":
-        from eval.datasets import OFFLINE18_DATASETS
+        from eval.paper.datasets import OFFLINE18_DATASETS
 
         datasets = args.datasets or list(OFFLINE18_DATASETS)
     else:
@@ -440,11 +412,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     text = json.dumps(result, indent=2, sort_keys=False) + "\n"
     if args.suite == "offline":
-        _write_atomic(args.out_dir / "quality.json", text)
-        _write_atomic(args.out_dir / "quality.md", to_markdown(result))
+        write_text_atomic(args.out_dir / "quality.json", text)
+        write_text_atomic(args.out_dir / "quality.md", to_markdown(result))
         print(f"wrote {args.out_dir / 'quality.json'} and quality.md")
     else:
-        _write_atomic(args.out_dir / "dev" / f"{args.tag}.json", text)
+        write_text_atomic(args.out_dir / "dev" / f"{args.tag}.json", text)
         print(f"wrote {args.out_dir / 'dev' / (args.tag + '.json')}")
     print(json.dumps(result["summary"]["mean_rel_rmse"]))
     return 0

@@ -30,6 +30,7 @@ from tabpfn.inference_config import InferenceConfig
 from tabpfn.preprocessing import PreprocessorConfig
 
 from hostgen.prior import PriorConfig, sample_batch
+from retrofit.files import atomic_path, write_text_atomic
 from retrofit.hashing import sha256_file
 
 __all__ = [
@@ -194,13 +195,10 @@ def rewrite_inference_config(path: str | Path, inference_config: dict[str, Any])
 
 
 def _write_atomically(checkpoint: dict[str, Any], path: Path) -> str:
-    tmp = path.with_name(path.name + ".tmp.safetensors")
-    save_as_safetensors(checkpoint, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path, suffix=".safetensors") as tmp:
+        save_as_safetensors(checkpoint, tmp)
     digest = sha256_file(path)
-    sha_tmp = path.with_name(path.name + ".sha256.tmp")
-    sha_tmp.write_text(f"{digest}  {path.name}\n")
-    os.replace(sha_tmp, path.with_name(path.name + ".sha256"))
+    write_text_atomic(path.with_name(path.name + ".sha256"), f"{digest}  {path.name}\n")
     return digest
 
 

@@ -8,40 +8,47 @@ host architecture), :class:`PatchReport`, the scikit-learn estimator
 
 from __future__ import annotations
 
-from retrofit import errors
-from retrofit.embedded import embedded_model_path
-from retrofit.errors import *  # noqa: F403 -- every error is public at the top level
-from retrofit.estimator import OTabPFNRegressor
-from retrofit.loading import ResolvedModel, load_host, resolve_checkpoint, resolve_model
-from retrofit.patcher import PatchReport, ReplacedModule, is_patched, patch, unpatch
-from retrofit.saving import save_patched
-from retrofit.settings import (
-    DEFAULT_SETTINGS,
-    MODES,
-    PATCH_MODES,
-    SUPPORTS,
-    PatchConfig,
-    RetrofitSettings,
-)
+import importlib
+from typing import Any
 
-__all__ = [
-    *errors.__all__,
-    "DEFAULT_SETTINGS",
-    "MODES",
-    "PATCH_MODES",
-    "SUPPORTS",
-    "OTabPFNRegressor",
-    "PatchConfig",
-    "PatchReport",
-    "ReplacedModule",
-    "ResolvedModel",
-    "RetrofitSettings",
-    "embedded_model_path",
-    "is_patched",
-    "load_host",
-    "patch",
-    "resolve_checkpoint",
-    "resolve_model",
-    "save_patched",
-    "unpatch",
-]
+from retrofit import errors
+from retrofit.errors import *  # noqa: F403 -- every error is public at the top level
+
+# Public names and the module that defines each. They are imported on first
+# use (PEP 562), so that ``import retrofit.cli`` or ``retrofit.settings`` (and
+# so ``tabpfn-retrofit --help``) does not import tabpfn, sklearn or pandas.
+_EXPORTS: dict[str, str] = {
+    "DEFAULT_SETTINGS": "retrofit.settings",
+    "MODES": "retrofit.settings",
+    "PATCH_MODES": "retrofit.settings",
+    "SUPPORTS": "retrofit.settings",
+    "PatchConfig": "retrofit.settings",
+    "RetrofitSettings": "retrofit.settings",
+    "OTabPFNRegressor": "retrofit.estimator",
+    "ResolvedModel": "retrofit.loading",
+    "load_host": "retrofit.loading",
+    "resolve_checkpoint": "retrofit.loading",
+    "resolve_model": "retrofit.loading",
+    "PatchReport": "retrofit.patcher",
+    "ReplacedModule": "retrofit.tables",
+    "is_patched": "retrofit.tables",
+    "patch": "retrofit.patcher",
+    "unpatch": "retrofit.patcher",
+    "save_patched": "retrofit.saving",
+    "embedded_model_path": "retrofit.embedded",
+}
+
+__all__ = [*errors.__all__, *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'retrofit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

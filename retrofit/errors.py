@@ -15,6 +15,7 @@ __all__ = [
     "AlreadyPatchedError",
     "CheckpointNotFound",
     "CheckpointNotFoundError",
+    "CommandError",
     "CorruptCheckpoint",
     "CorruptCheckpointError",
     "EmbeddedCheckpointError",
@@ -37,6 +38,10 @@ __all__ = [
 
 class RetrofitError(Exception):
     """Base class of every error the retrofit raises."""
+
+
+class CommandError(RetrofitError, ValueError):
+    """A user-facing failure of a command; its message is printed as one line."""
 
 
 class UnsupportedArchitectureError(RetrofitError, TypeError):

@@ -14,55 +14,26 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 from torch import nn
 
-from retrofit.errors import (
-    AlreadyPatchedError,
-    NothingMatchedError,
-    NotPatchedError,
-    UnsupportedArchitectureError,
-)
+import retrofit.hosts  # noqa: F401 -- registers the shipped patch tables
+from retrofit.errors import AlreadyPatchedError, NothingMatchedError, NotPatchedError
 from retrofit.settings import Mode, PatchConfig, Support
+from retrofit.tables import (
+    STATE_ATTR,
+    PatchState,
+    ReplacedModule,
+    Swap,
+    host_patcher_for,
+    is_patched,
+    registered_host_patchers,
+)
 
-__all__ = [
-    "HostPatcher",
-    "PatchReport",
-    "ReplacedModule",
-    "Swap",
-    "host_patcher_for",
-    "is_patched",
-    "patch",
-    "patch_config_of",
-    "register_host_patcher",
-    "unpatch",
-]
+__all__ = ["PatchReport", "is_patched", "patch", "unpatch"]
 
-_STATE_ATTR = "_retrofit_state"
 _REPORT_ATTR = "retrofit_report"
-
-
-@dataclasses.dataclass(frozen=True)
-class ReplacedModule:
-    """One entry of a :class:`PatchReport`.
-
-    Attributes:
-        path: Where in the model, e.g. ``icl_blocks.3`` (``""`` is the model).
-        old_class: Class name before the patch.
-        new_class: Class name after it.
-        shared_parameters: Number of parameter elements the replacement shares
-            with the original (no copies are made).
-        kind: ``"swap"`` (a submodule replaced in the tree), ``"override"`` (an
-            inline host computation gated through a method override) or
-            ``"class"`` (the model's class swapped for a subclass).
-    """
-
-    path: str
-    old_class: str
-    new_class: str
-    shared_parameters: int
-    kind: Literal["swap", "override", "class"] = "swap"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,98 +66,6 @@ class PatchReport:
     def n_replaced(self) -> int:
         """Number of submodules swapped in the tree."""
         return sum(m.kind == "swap" for m in self.modules)
-
-
-@dataclasses.dataclass
-class Swap:
-    """A planned replacement of the submodule at ``path``."""
-
-    path: str
-    original: nn.Module
-    replacement: nn.Module
-
-
-class HostPatcher:
-    """The patch table of one host class; subclasses live in ``retrofit/hosts/``.
-
-    A subclass names its ``host_class``, plans the swaps (building every
-    replacement, touching nothing), and may attach and detach model-level
-    overrides (for inline host computations that are not submodules).
-    """
-
-    host_class: ClassVar[type[nn.Module]]
-
-    def plan(self, model: nn.Module, config: PatchConfig) -> list[Swap]:
-        """Builds every replacement for ``model``; must not modify it."""
-        raise NotImplementedError
-
-    def overrides(self, model: nn.Module, config: PatchConfig) -> list[ReplacedModule]:
-        """Report entries for the model-level overrides :meth:`attach` installs."""
-        return []
-
-    def frozen_parameters(self, model: nn.Module, config: PatchConfig) -> list[nn.Parameter]:
-        """Parameters outside the swapped modules that the patch reads (frozen too)."""
-        return []
-
-    def attach(self, model: nn.Module, config: PatchConfig) -> None:
-        """Installs model-level overrides; called after the swaps are committed."""
-
-    def detach(self, model: nn.Module) -> None:
-        """Removes what :meth:`attach` installed."""
-
-
-_HOST_PATCHERS: dict[type[nn.Module], HostPatcher] = {}
-
-
-def register_host_patcher(patcher: HostPatcher) -> HostPatcher:
-    """Registers the patch table of ``patcher.host_class`` (exact class match)."""
-    _HOST_PATCHERS[patcher.host_class] = patcher
-    return patcher
-
-
-def host_patcher_for(model: nn.Module) -> HostPatcher:
-    """The patch table for ``model``'s exact class.
-
-    Raises:
-        UnsupportedArchitectureError: If the class (not a subclass) has no table.
-    """
-    import retrofit.hosts  # noqa: F401 -- registers the shipped patch tables
-
-    patcher = _HOST_PATCHERS.get(type(model))
-    if patcher is None:
-        supported = ", ".join(sorted(c.__name__ for c in _HOST_PATCHERS)) or "none"
-        raise UnsupportedArchitectureError(
-            f"no retrofit patch table for {type(model).__module__}.{type(model).__name__} "
-            f"(supported: {supported})"
-        )
-    return patcher
-
-
-@dataclasses.dataclass
-class _PatchState:
-    """Kept on a patched model, outside its module tree."""
-
-    config: PatchConfig
-    report: PatchReport
-    host_class: type[nn.Module]
-    originals: list[tuple[str, nn.Module]]
-    requires_grad: list[tuple[nn.Parameter, bool]]
-
-
-def is_patched(model: nn.Module) -> bool:
-    """Whether ``model`` carries a retrofit patch."""
-    return isinstance(model.__dict__.get(_STATE_ATTR), _PatchState)
-
-
-def patch_config_of(model: nn.Module) -> PatchConfig:
-    """The settings ``model`` was patched with.
-
-    Raises:
-        NotPatchedError: If it is not patched.
-    """
-    if not is_patched(model):
-        raise NotPatchedError(f"{type(model).__name__} is not patched")
-    return model.__dict__[_STATE_ATTR].config
 
 
 def _shared_numel(params: Iterable[nn.Parameter]) -> int:
@@ -233,7 +112,7 @@ def patch(
 
     config = PatchConfig(mode=mode, tau=tau, support=support, eps_den=eps_den)
     if is_patched(model):
-        digest = model.__dict__[_STATE_ATTR].report.digest()
+        digest = model.__dict__[STATE_ATTR].report.digest()
         raise AlreadyPatchedError(
             f"{type(model).__name__} is already patched (report {digest}); call unpatch first"
         )
@@ -264,7 +143,7 @@ def patch(
     frozen = [p for s in swaps for p in s.replacement.parameters()]
     frozen += patcher.frozen_parameters(model, config)
     frozen = list({id(p): p for p in frozen}.values())
-    state = _PatchState(
+    state = PatchState(
         config=config,
         report=report,
         host_class=type(model),
@@ -278,12 +157,12 @@ def patch(
         for s in swaps:
             _set_submodule(model, s.path, s.replacement)
             committed.append(s)
-        model.__dict__[_STATE_ATTR] = state
+        model.__dict__[STATE_ATTR] = state
         patcher.attach(model, config)
     except BaseException:
         for s in reversed(committed):
             _set_submodule(model, s.path, s.original)
-        model.__dict__.pop(_STATE_ATTR, None)
+        model.__dict__.pop(STATE_ATTR, None)
         raise
     for p, _ in state.requires_grad:
         p.requires_grad_(False)
@@ -302,12 +181,12 @@ def unpatch(model: nn.Module) -> PatchReport:
     """
     if not is_patched(model):
         raise NotPatchedError(f"{type(model).__name__} is not patched; nothing to undo")
-    state: _PatchState = model.__dict__[_STATE_ATTR]
-    _HOST_PATCHERS[state.host_class].detach(model)
+    state: PatchState = model.__dict__[STATE_ATTR]
+    registered_host_patchers()[state.host_class].detach(model)
     for path, original in state.originals:
         _set_submodule(model, path, original)
     for p, flag in state.requires_grad:
         p.requires_grad_(flag)
-    del model.__dict__[_STATE_ATTR]
+    del model.__dict__[STATE_ATTR]
     model.__dict__.pop(_REPORT_ATTR, None)
     return state.report

@@ -32,7 +32,6 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,7 @@ from retrofit.errors import (
 )
 from retrofit.hashing import sha256_file
 from retrofit.settings import SETTING_NAMES
+from retrofit.versions import package_versions
 
 __all__ = [
     "FORMAT",
@@ -95,16 +95,6 @@ def _weights_file_name(architecture_name: str) -> str:
     # tabpfn picks the version from the file name ("v3" in it -> v3, none of its
     # identifiers -> v2), so the architecture name, e.g. "tabpfn_v3", leads it.
     return f"{architecture_name}_regressor_retrofit.safetensors"
-
-
-def _package_versions() -> dict[str, str]:
-    versions = {}
-    for name in _VERSIONED_PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = "unknown"
-    return versions
 
 
 def write_saved(
@@ -172,7 +162,7 @@ def write_saved(
             },
             "architecture_name": architecture_name,
             "patch_digest": patch_digest,
-            "versions": _package_versions(),
+            "versions": package_versions(_VERSIONED_PACKAGES),
             "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")

@@ -11,7 +11,7 @@ import pytest
 import torch
 from _oa_helpers import reference64
 
-from eval import bench
+from eval.benchmarks import speed as bench
 from eval.cli import main
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from eval import datasets as D
-from eval.datasets import (
+from eval.paper import datasets as D
+from eval.paper.datasets import (
     OFFLINE18_DATASETS,
     SEEDS,
     Case,
@@ -127,7 +127,7 @@ def test_committed_manifests_are_generated_by_code() -> None:
         for manifest in (built, committed):  # package versions may move
             for entry in manifest["datasets"]:
                 entry.pop("source")
-        assert built == committed, f"{suite}: python -m eval.datasets --write-manifests"
+        assert built == committed, f"{suite}: python -m eval.paper.datasets --write-manifests"
 
 
 def _copy_suites(tmp_path: Path) -> Path:

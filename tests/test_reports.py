@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from eval import cli
-from eval.provenance import provenance_dict, write_json_atomic, write_text_atomic
+from eval.provenance import provenance_dict
+from retrofit.files import write_json_atomic, write_text_atomic
 
 PROVENANCE_KEYS = {
     "packages",

@@ -16,24 +16,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from eval import runner
-from eval.executors import (
-    ExecutorUnavailableError,
+from eval.errors import CheckpointChangedError, ExecutorUnavailableError
+from eval.paper import execution
+from eval.paper import spec as spec_module
+from eval.paper.execution import run_suite, run_task
+from eval.paper.executors import (
     JoblibExecutor,
     SerialExecutor,
     make_executor,
 )
-from eval.report import CASE_COLUMNS, build_report
-from eval.runner import (
-    CheckpointChangedError,
-    baseline_key,
-    load_rows,
-    make_tasks,
-    run_suite,
-    run_task,
-    runs_dir,
-    state_dict_sha256,
-)
+from eval.paper.report import CASE_COLUMNS, build_report
+from eval.paper.spec import baseline_key, make_tasks, state_dict_sha256
+from eval.paper.store import load_rows, runs_dir
 from retrofit.hashing import sha256_file
 from tests._tiny_models import tiny_inference_config, tiny_v3_checkpoint
 
@@ -45,7 +39,7 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_v3_checkpoint(tmp_path_factory.mktemp("ckpt"), seed=0)
 
 
-def _tasks(ckpt: Path, **kw: Any) -> list[runner.Task]:
+def _tasks(ckpt: Path, **kw: Any) -> list[spec_module.Task]:
     args: dict[str, Any] = {
         "suite": "offline18",
         "model_path": ckpt,
@@ -65,9 +59,9 @@ class _Counter:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.fits = 0
-        real = runner.build_estimator
+        real = execution.build_estimator
 
-        def counting(spec: runner.RunSpec, model_path: str, **kw: Any) -> Any:
+        def counting(spec: spec_module.RunSpec, model_path: str, **kw: Any) -> Any:
             est = real(spec, model_path, **kw)
             fit = est.fit
 
@@ -78,7 +72,7 @@ class _Counter:
             est.fit = counted_fit
             return est
 
-        monkeypatch.setattr(runner, "build_estimator", counting)
+        monkeypatch.setattr(execution, "build_estimator", counting)
 
 
 def _files(store: Path) -> list[Path]:
@@ -100,7 +94,7 @@ def test_keys_cover_config_and_baseline_is_shared_across_taus(ckpt: Path) -> Non
     assert all(baseline_key(t.spec) == none_key for t in tasks)
     # Every field that can change a number changes the key, the code included.
     spec = tasks[1].spec
-    assert spec.code_sha256 == runner.code_sha256()
+    assert spec.code_sha256 == spec_module.code_sha256()
     for change in (
         {"n_estimators": 2},
         {"checkpoint_sha256": "0" * 64},
@@ -110,7 +104,7 @@ def test_keys_cover_config_and_baseline_is_shared_across_taus(ckpt: Path) -> Non
         {"eps_den": 1e-5},
         {"versions": {**spec.versions, "tabpfn": "0.0"}},
     ):
-        assert runner.RunSpec(**{**spec.as_dict(), **change}).key != spec.key
+        assert spec_module.RunSpec(**{**spec.as_dict(), **change}).key != spec.key
 
 
 def test_n_estimators_defaults_to_the_checkpoint_config(tmp_path: Path) -> None:
@@ -160,7 +154,7 @@ def test_a_kill_mid_run_loses_only_the_case_in_flight(
     tasks = _tasks(ckpt)
     calls = {"n": 0}
 
-    def killed_on_third(task: runner.Task) -> dict[str, Any]:
+    def killed_on_third(task: spec_module.Task) -> dict[str, Any]:
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyboardInterrupt
@@ -204,14 +198,14 @@ class _Broken:
 def test_failures_and_nonfinite_are_recorded_not_dropped(
     ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = runner.build_estimator
+    real = execution.build_estimator
 
-    def factory(spec: runner.RunSpec, model_path: str, **kw: Any) -> Any:
+    def factory(spec: spec_module.RunSpec, model_path: str, **kw: Any) -> Any:
         if spec.mode == "oattention":
             return _Broken("raise" if spec.seed == 0 else "nan")
         return real(spec, model_path, **kw)
 
-    monkeypatch.setattr(runner, "build_estimator", factory)
+    monkeypatch.setattr(execution, "build_estimator", factory)
     tasks = _tasks(ckpt)
     summary = run_suite(tasks, tmp_path, progress=False)
     assert (summary.computed, summary.failed, summary.nonfinite) == (4, 1, 1)
@@ -223,7 +217,7 @@ def test_failures_and_nonfinite_are_recorded_not_dropped(
     assert nonfinite["rmse"] is None
     # Failures are stored, so a rerun skips them unless asked to retry.
     assert run_suite(tasks, tmp_path, progress=False).computed == 0
-    monkeypatch.setattr(runner, "build_estimator", real)
+    monkeypatch.setattr(execution, "build_estimator", real)
     retry = run_suite(tasks, tmp_path, progress=False, retry_failed=True)
     assert (retry.computed, retry.failed) == (2, 0)
     # The report lists them as failures with no delta.
@@ -238,7 +232,7 @@ def test_state_dict_hash_check_fires_when_the_checkpoint_changes(
     before = state_dict_sha256(path)
     calls = {"n": 0}
 
-    def swap_after_first(task: runner.Task) -> dict[str, Any]:
+    def swap_after_first(task: spec_module.Task) -> dict[str, Any]:
         calls["n"] += 1
         if calls["n"] == 2:  # someone rewrites the weights while case 2 runs
             tiny_v3_checkpoint(tmp_path / "ck", seed=1)
@@ -286,7 +280,7 @@ def test_cluster_executors_fail_clearly_without_their_package(
 
 
 def test_carrier_norms_are_recorded_for_every_row_and_block(ckpt: Path) -> None:
-    from eval.carriers import measure_carriers
+    from eval.paper.carriers import measure_carriers
     from tests._tiny_models import TINY_V3_CONFIG
 
     stats = measure_carriers(
@@ -327,7 +321,7 @@ def test_report_is_built_from_stored_rows_only(ckpt: Path, tmp_path: Path) -> No
     for name in ("deltas.png", "tau_sweep.png"):
         assert written[name].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Nothing but stored rows: a report from an empty store refuses.
-    from eval.report import ReportError
+    from eval.errors import ReportError
 
     with pytest.raises(ReportError, match="no stored runs"):
         build_report(tmp_path / "empty", "offline18")
@@ -342,7 +336,7 @@ def test_cli_sweep_then_report(
     ckpt: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from eval.cli import main
-    from eval.runner import SWEEP_TAUS
+    from eval.paper.protocol import SWEEP_TAUS
 
     store = tmp_path / "offline18"
     argv = ["eval", "--model", str(ckpt), "--datasets", "qsar_fish", "--seeds", "0",
@@ -373,7 +367,10 @@ def test_cli_user_errors_are_one_line_with_exit_2(
     base = ["eval", "--model", str(ckpt), "--store", str(tmp_path), "--no-progress"]
     assert main([*base, "--datasets", "nope"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("tabpfn-retrofit eval: error: dataset 'nope'") and "\n" not in err
+    assert (
+        err.startswith("tabpfn-retrofit eval: error: ValueError: dataset 'nope'")
+        and "\n" not in err
+    )
     assert main([*base, "--tau", "-1"]) == 2  # refused before any fit is stored
     assert "tau" in capsys.readouterr().err and not runs_dir(tmp_path).exists()
     monkeypatch.setitem(sys.modules, "distributed", None)
@@ -384,7 +381,7 @@ def test_cli_user_errors_are_one_line_with_exit_2(
 
 
 def test_report_keeps_one_context_and_says_what_it_left_out() -> None:
-    from eval.report import select_context
+    from eval.paper.report import select_context
 
     def row(ckpt: str, finished: str) -> dict[str, Any]:
         return {"suite": "offline18", "checkpoint_sha256": ckpt, "n_estimators": 1,
@@ -409,13 +406,13 @@ def test_code_digest_follows_every_module_of_patches_and_retrofit(tmp_path, monk
         shutil.copytree(Path(package.__file__).parent, copy)
         monkeypatch.setattr(package, "__file__", str(copy / "__init__.py"))
     root = tmp_path / "retrofit"
-    before = runner.code_sha256()
+    before = spec_module.code_sha256()
     for name in ("hosts/v3_block.py", "embedded/__init__.py", "settings.py"):
         with (root / name).open("a") as fh:
             fh.write("\n# edited\n")
-        changed = runner.code_sha256()
+        changed = spec_module.code_sha256()
         assert changed != before
         before = changed
     with (tmp_path / "patches" / "oattention.py").open("a") as fh:
         fh.write("\n# edited\n")
-    assert runner.code_sha256() != before
+    assert spec_module.code_sha256() != before

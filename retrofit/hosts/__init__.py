@@ -1,7 +1,7 @@
 """Patch tables, one per host architecture class.
 
 Importing this package registers every shipped table with
-:func:`retrofit.patcher.register_host_patcher`. Add a host as
+:func:`retrofit.tables.register_host_patcher`. Add a host as
 ``retrofit/hosts/<name>.py`` and import it here.
 """
 

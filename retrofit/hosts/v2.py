@@ -50,12 +50,12 @@ from retrofit.errors import (
     UnsupportedArchitectureError,
 )
 from retrofit.hosts.v3_cache import PresenceKVCacheEntry
-from retrofit.patcher import (
+from retrofit.settings import PatchConfig
+from retrofit.tables import (
     HostPatcher,
     Swap,
     register_host_patcher,
 )
-from retrofit.settings import PatchConfig
 
 __all__ = ["MissingPresenceError", "OTabPFNBlockV2", "V2Patcher"]
 

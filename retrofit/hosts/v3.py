@@ -29,14 +29,14 @@ from patches import presence
 from retrofit.errors import UnsupportedArchitectureError
 from retrofit.hosts.v3_block import OICLBlock
 from retrofit.hosts.v3_cache import PresenceTabPFNV3Cache
-from retrofit.patcher import (
+from retrofit.settings import PatchConfig
+from retrofit.tables import (
     HostPatcher,
     ReplacedModule,
     Swap,
     patch_config_of,
     register_host_patcher,
 )
-from retrofit.settings import PatchConfig
 
 __all__ = ["OTabPFNV3", "V3Patcher"]
 

@@ -1,7 +1,7 @@
 """Reports built only from stored results: cases.csv, summary.md, and the figures.
 
 Reads the run rows of a suite's results directory (``runs/*.json``, written by
-:mod:`eval.runner`), the carrier statistics (``carriers/``, :mod:`eval.carriers`)
+:mod:`eval.runner`), the carrier statistics (``carriers/``, :mod:`eval.paper.carriers`)
 and the session records (``sessions/``), and writes, atomically:
 
 * ``cases.csv``: one row per case x variant x tau, with its paired baseline
@@ -19,20 +19,22 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 import statistics
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from eval.carriers import load_carriers, presence_at
-from eval.datasets import OFFLINE18_DATASETS
-from eval.runner import DEFAULT_TAU, PAPER_MEAN_DELTA_PCT, iter_sessions, load_rows
+import torch
+
+from eval.errors import ReportError
+from eval.paper.datasets import OFFLINE18_DATASETS
+from eval.paper.protocol import DEFAULT_TAU, PAPER_MEAN_DELTA_PCT
+from eval.paper.store import iter_sessions, load_carriers, load_rows
+from patches.presence import presence
+from retrofit.files import atomic_path, write_text_atomic
 
 __all__ = [
     "CASE_COLUMNS",
-    "ReportError",
     "aggregate",
     "build_report",
     "case_table",
@@ -82,6 +84,7 @@ CASE_COLUMNS: tuple[str, ...] = (
 # case and the variant).
 _CONTEXT_FIELDS = (
     "suite",
+    "cpu",
     "checkpoint_sha256",
     "code_sha256",
     "n_estimators",
@@ -97,10 +100,6 @@ _CONTEXT_FIELDS = (
     "numpy_version",
 )
 _MODE_LABEL = {"none": "unpatched", "oattention": "OAttention", "full-o": "Full-O"}
-
-
-class ReportError(RuntimeError):
-    """The store holds nothing to report (or nothing matching the request)."""
 
 
 def _context(row: dict[str, Any]) -> tuple[Any, ...]:
@@ -213,15 +212,15 @@ def aggregate(table: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def presence_at(sq_norm: float, tau: float) -> float:
+    """Presence of a carrier with squared norm ``sq_norm`` (``patches.presence``)."""
+    carrier = torch.tensor([[math.sqrt(sq_norm)]], dtype=torch.float64)
+    return float(presence(carrier, tau)[0])
+
+
 # --------------------------------------------------------------------------- #
 # Writers
 # --------------------------------------------------------------------------- #
-
-
-def _write_text(path: Path, text: str) -> None:
-    from eval.provenance import write_text_atomic
-
-    write_text_atomic(path, text)
 
 
 def _csv_text(records: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
@@ -234,9 +233,8 @@ def _csv_text(records: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
 
 
 def _save_figure(fig: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.png")
-    fig.savefig(tmp, dpi=130, bbox_inches="tight")
-    os.replace(tmp, path)
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=130, bbox_inches="tight")
 
 
 def _fmt(value: Any, spec: str = ".4f") -> str:
@@ -432,17 +430,24 @@ def build_report(
     """
     store = Path(store)
     out = Path(out_dir) if out_dir is not None else store
-    out.mkdir(parents=True, exist_ok=True)
     rows, notes = select_context(load_rows(store), suite, checkpoint)
     table = case_table(rows)
     agg = aggregate(table)
+    stored_taus = sorted({a["tau"] for a in agg if a["tau"] is not None})
+    if stored_taus and tau not in stored_taus:
+        # Issue 15 item 10: an empty table would replace the store's summary.
+        raise ReportError(
+            f"no stored runs at tau {tau:g}; the store has tau "
+            + ", ".join(f"{t:g}" for t in stored_taus)
+        )
+    out.mkdir(parents=True, exist_ok=True)
     first = rows[0]
     ckpt = first["checkpoint_sha256"]
     carriers = load_carriers(store, ckpt)
     written: dict[str, Path] = {}
 
     written["cases.csv"] = out / "cases.csv"
-    _write_text(written["cases.csv"], _csv_text(table, CASE_COLUMNS))
+    write_text_atomic(written["cases.csv"], _csv_text(table, CASE_COLUMNS))
 
     main = [a for a in agg if a["tau"] == tau]
     sweep_taus = sorted({a["tau"] for a in agg})
@@ -451,7 +456,7 @@ def build_report(
         cols = ("mode", "tau", "support", "eps_den", "n", "mean_pct", "median_pct", "worse",
                 "better", "failed", "fit_s", "predict_s")  # fmt: skip
         written["tau_sweep.csv"] = out / "tau_sweep.csv"
-        _write_text(written["tau_sweep.csv"], _csv_text(sweep, cols))
+        write_text_atomic(written["tau_sweep.csv"], _csv_text(sweep, cols))
         written["tau_sweep.png"] = out / "tau_sweep.png"
         _plot_sweep(sweep, carriers, tau, written["tau_sweep.png"])
     if _plot_deltas(table, tau, out / "deltas.png"):
@@ -461,7 +466,7 @@ def build_report(
     text = _summary_text(
         store, suite, rows, table, agg, main, sweep, sweep_taus, carriers, tau, notes
     )
-    _write_text(written["summary.md"], text)
+    write_text_atomic(written["summary.md"], text)
     return written
 
 
@@ -623,25 +628,17 @@ def _summary_text(
 # --------------------------------------------------------------------------- #
 
 
-def add_report_arguments(parser: Any) -> None:
-    """Add the ``report`` subcommand's options to an ``argparse`` parser."""
-    parser.add_argument("--suite", default="offline18", choices=("offline18", "openml18"))
-    parser.add_argument("--store", default=None, help="results directory (default results/SUITE)")
-    parser.add_argument("--out", default=None, help="where to write (default: the store)")
-    parser.add_argument("--tau", type=float, default=DEFAULT_TAU, help="tau of the main table")
-    parser.add_argument("--checkpoint", default=None, help="SHA-256 prefix to report")
-
-
 def report_command(args: Any) -> int:
-    """Run ``tabpfn-retrofit report``; returns the exit status (2: nothing to report)."""
+    """Run ``tabpfn-retrofit report``; returns the exit status.
+
+    Raises:
+        ReportError: Nothing to report (the command line makes it one line, exit 2).
+        StoreError: A run file is unreadable.
+    """
     store = Path(args.store or Path("results") / args.suite)
-    try:
-        written = build_report(
-            store, args.suite, out_dir=args.out, tau=args.tau, checkpoint=args.checkpoint
-        )
-    except (ReportError, OSError) as exc:
-        print(f"tabpfn-retrofit report: error: {exc}", file=sys.stderr)
-        return 2
+    written = build_report(
+        store, args.suite, out_dir=args.out, tau=args.tau, checkpoint=args.checkpoint
+    )
     for path in written.values():
         print(f"wrote {path}")
     return 0

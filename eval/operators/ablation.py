@@ -31,8 +31,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from eval.provenance import provenance_dict, write_json_atomic, write_text_atomic
+from eval.provenance import provenance_dict
 from patches import OTransformerBlock
+from retrofit.files import write_json_atomic, write_text_atomic
 
 __all__ = ["CONFIG", "build_layers", "drift", "run"]
 

@@ -10,39 +10,29 @@ Every failure a user can cause ends in one line on stderr,
 ``tabpfn-retrofit <command>: error: <what and where>``, and exit status 2;
 outputs are written to a temporary name and renamed, so nothing half-written
 is left behind (set ``TABPFN_RETROFIT_DEBUG=1`` for the full traceback of an
-unexpected error). :func:`add_subcommands` registers both commands on the
-``tabpfn-retrofit`` parser (``eval/cli.py``).
+unexpected error; see :mod:`retrofit.console`). :func:`add_subcommands`
+registers both commands on the ``tabpfn-retrofit`` parser, which ``eval.cli``
+composes with eval's commands. Building the parsers imports nothing heavy:
+each command imports the estimator, pandas and tabpfn when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
-import sys
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from retrofit.console import PROG, one_line, run_command, status
+from retrofit.errors import CommandError
+from retrofit.files import atomic_path
 from retrofit.settings import DEFAULT_SETTINGS, MODES, SUPPORTS, resolve_settings
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-__all__ = [
-    "EXIT_ERROR",
-    "MODES",
-    "SUPPORTS",
-    "CommandError",
-    "add_subcommands",
-    "run_patch",
-    "run_predict",
-]
-
-PROG = "tabpfn-retrofit"
-EXIT_ERROR = 2
+__all__ = ["add_subcommands", "run_patch", "run_predict"]
 
 _MODEL_HELP = (
     "the host: 'embedded' (the small shipped TabPFN v3 regressor, works offline), "
@@ -55,10 +45,6 @@ _SETTINGS_NOTE = (
     "With --model DIR the directory's settings are used; a setting given here must "
     "equal the saved one."
 )
-
-
-class CommandError(Exception):
-    """A user-facing failure of a command; its message is printed as one line."""
 
 
 # --- argument parsing -------------------------------------------------------------
@@ -187,36 +173,6 @@ def add_subcommands(subparsers: Any) -> None:
 # --- shared helpers ---------------------------------------------------------------
 
 
-def _one_line(message: object) -> str:
-    return " ".join(str(message).split())
-
-
-def _guarded(
-    command: str, body: Callable[[argparse.Namespace], int]
-) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return body(args)
-        except KeyboardInterrupt:
-            print(f"{PROG} {command}: interrupted", file=sys.stderr)
-            return 130
-        except CommandError as exc:
-            message = _one_line(exc)
-        except Exception as exc:  # every failure is one line, typed errors by name
-            if os.environ.get("TABPFN_RETROFIT_DEBUG"):
-                raise
-            message = f"{type(exc).__name__}: {_one_line(exc)}"
-        print(f"{PROG} {command}: error: {message}", file=sys.stderr)
-        return EXIT_ERROR
-
-    return run
-
-
-def _status(args: argparse.Namespace, message: str) -> None:
-    if not getattr(args, "quiet", False):
-        print(f"[{PROG}] {message}", file=sys.stderr, flush=True)
-
-
 def _requested_settings(args: argparse.Namespace) -> dict[str, Any]:
     if args.mode is not None and args.mode not in MODES:
         raise CommandError(f"unknown mode {args.mode!r}; choose one of {', '.join(MODES)}")
@@ -267,7 +223,7 @@ def _read_csv(path_text: str, role: str) -> pd.DataFrame:
     except pd.errors.EmptyDataError as exc:
         raise CommandError(f"{role} file {path} is empty") from exc
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
-        raise CommandError(f"cannot read {role} file {path} as CSV: {_one_line(exc)}") from exc
+        raise CommandError(f"cannot read {role} file {path} as CSV: {one_line(exc)}") from exc
     if frame.shape[0] == 0:
         raise CommandError(f"{role} file {path} has a header but no data rows")
     if frame.columns.duplicated().any():
@@ -320,14 +276,8 @@ def _write_csv_atomic(frame: pd.DataFrame, path_text: str) -> Path:
         raise CommandError(f"--out {path} is a directory; give a file name")
     if not path.parent.is_dir():
         raise CommandError(f"--out {path}: folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            frame.to_csv(fh, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as fh:
+        frame.to_csv(fh, index=False)
     return path
 
 
@@ -407,14 +357,14 @@ def _predict(args: argparse.Namespace) -> int:
     if args.precision is not None:
         params["inference_precision"] = _precision(args.precision)
     estimator = OTabPFNRegressor(**params)
-    _status(
+    status(
         args,
         f"fitting on {len(y_train)} rows x {len(features)} features "
         f"(model {args.model}, mode {settings['mode']}, tau {settings['tau']}, "
         f"support {settings['support']}, eps_den {settings['eps_den']})",
     )
     estimator.fit(X_train, y_train)
-    _status(args, f"predicting {len(X_test)} rows")
+    status(args, f"predicting {len(X_test)} rows")
     prediction = np.asarray(estimator.predict(X_test), dtype=np.float64)
 
     out = pd.DataFrame({"row": rows})
@@ -422,7 +372,7 @@ def _predict(args: argparse.Namespace) -> int:
         out[args.target] = y_test
     out["prediction"] = prediction
     path = _write_csv_atomic(out, args.out)
-    _status(args, f"wrote {len(out)} predictions to {path}")
+    status(args, f"wrote {len(out)} predictions to {path}")
 
     if y_test is not None:
         known = ~np.isnan(y_test)
@@ -447,14 +397,18 @@ def _patch(args: argparse.Namespace) -> int:
         else DEFAULT_SETTINGS
     )
     settings = {k: (v if v is not None else defaults[k]) for k, v in requested.items()}
-    _status(args, f"patching {args.model} with mode {settings['mode']}")
+    status(args, f"patching {args.model} with mode {settings['mode']}")
     result = saving.save_patched(args.model, out, **settings, overwrite=args.force)
-    _status(args, f"saved {result.checkpoint.name} and retrofit.json")
+    status(args, f"saved {result.checkpoint.name} and retrofit.json")
     print(f"saved retrofitted model to {result.directory}")
     return 0
 
 
-run_predict = _guarded("predict", _predict)
-run_predict.__doc__ = "Run ``predict`` on parsed arguments; returns the exit status."
-run_patch = _guarded("patch", _patch)
-run_patch.__doc__ = "Run ``patch`` on parsed arguments; returns the exit status."
+def run_predict(args: argparse.Namespace) -> int:
+    """Runs ``predict`` on parsed arguments; returns the exit status."""
+    return run_command(f"{PROG} predict", lambda: _predict(args))
+
+
+def run_patch(args: argparse.Namespace) -> int:
+    """Runs ``patch`` on parsed arguments; returns the exit status."""
+    return run_command(f"{PROG} patch", lambda: _patch(args))

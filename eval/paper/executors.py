@@ -23,6 +23,8 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from eval.errors import ExecutorUnavailableError
+
 __all__ = [
     "EXECUTORS",
     "DaskExecutor",
@@ -36,10 +38,6 @@ __all__ = [
 
 EXECUTORS: tuple[str, ...] = ("serial", "joblib", "dask", "ray")
 """Names accepted by :func:`make_executor` (and ``--executor``)."""
-
-
-class ExecutorUnavailableError(RuntimeError):
-    """The chosen executor needs a package that is not installed."""
 
 
 def _indexed(fn: Callable[[Any], Any], index: int, task: Any) -> tuple[int, Any]:

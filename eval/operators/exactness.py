@@ -32,8 +32,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from eval.provenance import provenance_dict, write_json_atomic, write_text_atomic
+from eval.provenance import provenance_dict
 from patches import oattention, oattention_reference
+from retrofit.files import write_json_atomic, write_text_atomic
 
 __all__ = ["CONFIG", "contract_checks", "direct_same_dtype", "run"]
 

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from eval.datasets import load_dataset
+from eval.paper.datasets import load_dataset
 from retrofit.loading import load_host
 from retrofit.settings import MODES
 
@@ -55,7 +55,6 @@ __all__ = [
     "SMALL_SHAPES",
     "TARGETS",
     "Shape",
-    "add_bench_arguments",
     "attention_inputs",
     "bench_attention",
     "bench_command",
@@ -300,7 +299,7 @@ def icl_shapes(model_path: str = "embedded") -> tuple[list[Shape], dict[str, Any
     rows = {name: int(load_dataset(name).X.shape[0]) for name in ICL_DATASETS}
     source: dict[str, Any] = {
         "architecture": f"checkpoint {model_path!r}",
-        "rows": "eval.datasets.load_dataset",
+        "rows": "eval.paper.datasets.load_dataset",
     }
     shapes = []
     for name, n in rows.items():
@@ -444,7 +443,7 @@ def bench_memory(
     """
     peers = ("sdpa", "oattention")
     samples: dict[str, list[dict[str, Any]]] = {p: [] for p in peers}
-    code = "from eval.bench import _memory_child_main; _memory_child_main()"
+    code = "from eval.benchmarks.speed import _memory_child_main; _memory_child_main()"
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -534,7 +533,7 @@ def bench_estimator(
         Per case and mode the median seconds and the ratio to ``"none"`` with
         its CI; the ratio pooled over all rounds of all cases; the target.
     """
-    from eval.datasets import load_dataset, split
+    from eval.paper.datasets import load_dataset, split
 
     per_case = []
     pooled: dict[str, list[float]] = {m: [] for m in modes}
@@ -848,7 +847,8 @@ def run(
     """
     import torch
 
-    from eval.provenance import provenance_dict, write_json_atomic, write_text_atomic
+    from eval.provenance import provenance_dict
+    from retrofit.files import write_json_atomic, write_text_atomic
 
     if threads:
         torch.set_num_threads(threads)
@@ -908,37 +908,12 @@ def run(
             }
     report["environment"] = {"start": env_start, "end": _environment()}
     report["provenance"] = provenance_dict(
-        benchmark="eval.bench", parts=list(parts), seed=seed, targets=TARGETS
+        benchmark="eval.benchmarks.speed", parts=list(parts), seed=seed, targets=TARGETS
     )
     out = Path(out_dir)
     write_json_atomic(out / "bench.json", report)
     write_text_atomic(out / "bench.md", render_markdown(report))
     return report
-
-
-def add_bench_arguments(p: Any) -> None:
-    """Registers the ``bench`` options on an ``argparse`` parser."""
-    p.add_argument(
-        "--out",
-        default=None,
-        help="output directory (default results/bench; results/bench/quick with --quick, so a "
-        "smoke run never overwrites a measurement)",
-    )
-    p.add_argument("--quick", action="store_true", help="tiny shapes, few rounds (smoke run)")
-    p.add_argument("--repeats", type=int, default=None, help="rounds per shape (default 25)")
-    p.add_argument(
-        "--estimator-repeats", type=int, default=None, help="rounds per estimator case (default 5)"
-    )
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: keep)")
-    p.add_argument(
-        "--parts",
-        nargs="+",
-        choices=("attention", "memory", "estimator"),
-        default=["attention", "memory", "estimator"],
-        help="which parts to run",
-    )
-    p.add_argument("--model", default="embedded", help="host of the ICL shapes and estimator part")
-    p.add_argument("--seed", type=int, default=0)
 
 
 def bench_command(args: Any) -> int:

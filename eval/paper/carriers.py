@@ -6,36 +6,31 @@ Presence is ``p = ||h||^2 / (tau + ||h||^2)``: ``tau`` is on the scale of
 suite's data: the unpatched host (mode ``"none"``) is fitted on every case and
 forward pre-hooks on ``model.icl_blocks`` record ``||x||^2`` (float32 or
 wider) of every row entering every block, train rows and test rows apart.
-The result is stored as ``carriers/<checkpoint sha256[:12]>.json`` in the
-suite's results directory and read by the report.
+The result is stored by ``eval.paper.store.write_carriers`` and read by the report.
 
 Shape suffixes: ``B`` batch, ``R`` rows, ``E`` carrier width.
 """
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+from tqdm.auto import tqdm
 
-__all__ = ["QUANTILES", "carrier_path", "load_carriers", "measure_carriers", "presence_at"]
+from eval.paper.execution import build_estimator, case_data
+from eval.paper.spec import make_tasks
+from retrofit.hashing import sha256_file
+from retrofit.versions import package_versions
+
+__all__ = ["QUANTILES", "measure_carriers"]
 
 QUANTILES: tuple[float, ...] = (0.0, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
 """Quantiles of ``||x||^2`` stored and reported."""
-
-
-def carrier_path(store: str | Path, checkpoint_sha256: str) -> Path:
-    """Where the carrier statistics of a checkpoint live under a suite's results."""
-    return Path(store) / "carriers" / f"{checkpoint_sha256[:12]}.json"
-
-
-def presence_at(sq_norm: float, tau: float) -> float:
-    """``p = n / (tau + n)`` for a squared norm ``n``."""
-    return float(sq_norm / (tau + sq_norm))
 
 
 def _quantiles(values: np.ndarray) -> dict[str, float]:
@@ -53,7 +48,6 @@ class _Recorder:
         self.test: list[list[np.ndarray]] = [[] for _ in range(n_blocks)]
 
     def hook(self, index: int) -> Any:
-        import torch
 
         def pre_hook(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             x_BRE = args[0] if args else kwargs["x_BRE"]
@@ -108,16 +102,6 @@ def measure_carriers(
         JSON-able statistics: quantiles of ``||x||^2`` over all carriers, over
         train and test rows, per block and per dataset, plus the config.
     """
-    from tqdm.auto import tqdm
-
-    from eval.runner import (
-        build_estimator,
-        case_data,
-        make_tasks,
-        package_versions,
-    )
-    from retrofit.hashing import sha256_file
-
     tasks = make_tasks(
         suite=suite,
         model_path=model_path,
@@ -182,12 +166,3 @@ def measure_carriers(
         "per_block": {str(i): _quantiles(np.concatenate(v)) for i, v in per_block.items()},
         "per_dataset": {k: _quantiles(np.concatenate(v)) for k, v in per_dataset.items()},
     }
-
-
-def load_carriers(store: str | Path, checkpoint_sha256: str) -> dict[str, Any] | None:
-    """The stored carrier statistics of a checkpoint, or ``None``."""
-    path = carrier_path(store, checkpoint_sha256)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None

@@ -1,0 +1,1 @@
+"""Benchmarks: OAttention against plain SDPA, memory, and fit+predict per mode."""

@@ -1,0 +1,38 @@
+"""Every exception the evaluation raises; each derives from ``RetrofitError``."""
+
+from __future__ import annotations
+
+from retrofit.errors import RetrofitError
+
+__all__ = [
+    "CheckpointChangedError",
+    "DatasetIntegrityError",
+    "DatasetUnavailableError",
+    "ExecutorUnavailableError",
+    "ReportError",
+    "StoreError",
+]
+
+
+class CheckpointChangedError(RetrofitError, RuntimeError):
+    """The checkpoint's tensors changed during a run (results would be mixed)."""
+
+
+class DatasetUnavailableError(RetrofitError, RuntimeError):
+    """The requested data cannot be obtained (e.g. OpenML unreachable offline)."""
+
+
+class DatasetIntegrityError(RetrofitError, ValueError):
+    """Loaded data does not match its suite file (shape, SHA-256 or columns)."""
+
+
+class ExecutorUnavailableError(RetrofitError, RuntimeError):
+    """The chosen executor needs a package that is not installed, or is unreachable."""
+
+
+class ReportError(RetrofitError, RuntimeError):
+    """The store holds nothing to report (or nothing matching the request)."""
+
+
+class StoreError(RetrofitError, ValueError):
+    """A file in a result store cannot be read (truncated, not JSON, wrong key)."""

@@ -1,0 +1,1 @@
+"""Operator reports: OAttention exactness and the two-block null-token ablation."""

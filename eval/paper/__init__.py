@@ -1,0 +1,1 @@
+"""The paper's evaluation: suites and datasets, run specs, the result store, execution, reports."""

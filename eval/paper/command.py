@@ -1,0 +1,123 @@
+"""The ``tabpfn-retrofit eval`` command: plan the runs, execute them, record the session."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from eval.paper.carriers import measure_carriers
+from eval.paper.execution import run_suite
+from eval.paper.executors import make_executor
+from eval.paper.protocol import SWEEP_TAUS
+from eval.paper.spec import make_tasks
+from eval.paper.store import carrier_path, utc_now, write_carriers, write_session
+from eval.provenance import provenance_dict
+from retrofit.loading import resolve_checkpoint
+
+__all__ = ["eval_command", "resolve_model"]
+
+
+def resolve_model(model: str) -> Path:
+    """The checkpoint file behind ``--model`` (through ``retrofit.loading``)."""
+    return Path(resolve_checkpoint(model))
+
+
+def eval_command(args: Any, argv: Sequence[str] | None = None) -> int:
+    """Run ``tabpfn-retrofit eval``; returns the exit status.
+
+    A user error (unknown dataset, missing weights or data, missing executor
+    package, a checkpoint that changed mid-run) raises; the command line turns
+    it into one line on stderr and exit status 2 (``retrofit.console``).
+    Finished runs stay stored.
+    """
+    return _eval(args, argv)
+
+
+def _eval(args: Any, argv: Sequence[str] | None) -> int:
+    started = utc_now()
+    t0 = time.perf_counter()
+    store = Path(args.store or Path("results") / args.suite)
+    model_path = resolve_model(args.model)
+    executor_name = args.executor or ("joblib" if args.jobs > 1 else "serial")
+    executor = make_executor(executor_name, n_jobs=args.jobs, address=args.address)
+    threads = args.threads
+    if threads is None and executor_name != "serial":
+        # Workers share the cores: one torch thread each unless told otherwise.
+        threads = max(1, (os.cpu_count() or 1) // max(1, args.jobs))
+    taus = list(dict.fromkeys([*args.tau, *(SWEEP_TAUS if args.sweep else ())]))
+    tasks = make_tasks(
+        suite=args.suite,
+        model_path=model_path,
+        modes=args.modes,
+        taus=taus,
+        support=args.support,
+        eps_den=args.eps_den,
+        n_estimators=args.n_estimators,
+        device=args.device,
+        datasets=args.datasets,
+        seeds=args.seeds,
+        max_train_rows=args.max_train_rows,
+        max_test_rows=args.max_test_rows,
+        threads=threads,
+        executor=executor.describe(),
+        ignore_pretraining_limits=args.ignore_pretraining_limits,
+        label=args.model,
+    )
+    print(
+        f"eval {args.suite}: {len(tasks)} runs, model {tasks[0].model_label} "
+        f"(sha256 {tasks[0].spec.checkpoint_sha256[:12]}), n_estimators "
+        f"{tasks[0].spec.n_estimators}, executor {executor.describe()}, store {store}"
+    )
+    summary = run_suite(
+        tasks,
+        store,
+        executor=executor,
+        retry_failed=args.retry_failed,
+        progress=not args.no_progress,
+    )
+    carriers_written = None
+    ckpt = tasks[0].spec.checkpoint_sha256
+    if args.carriers or (args.sweep and not carrier_path(store, ckpt).exists()):
+        stats = measure_carriers(
+            suite=args.suite,
+            model_path=model_path,
+            n_estimators=tasks[0].spec.n_estimators,
+            datasets=args.datasets,
+            seeds=args.seeds,
+            max_train_rows=args.max_train_rows,
+            max_test_rows=args.max_test_rows,
+            device=args.device,
+            progress=not args.no_progress,
+        )
+        carriers_written = carrier_path(store, ckpt)
+        write_carriers(store, ckpt, stats)
+    record = {
+        "command": "tabpfn-retrofit " + " ".join(sys.argv[1:] if argv is None else ["eval", *argv]),
+        "suite": args.suite,
+        "model": args.model,
+        "checkpoint_sha256": ckpt,
+        "n_estimators": tasks[0].spec.n_estimators,
+        "executor": executor.describe(),
+        "threads": threads,
+        "planned": summary.planned,
+        "computed": summary.computed,
+        "skipped": summary.skipped,
+        "failed": summary.failed,
+        "nonfinite": summary.nonfinite,
+        "runs_wall_s": summary.wall_s,
+        "carriers": carriers_written.name if carriers_written else None,
+        "started_at": started,
+        "finished_at": utc_now(),
+        "wall_s": time.perf_counter() - t0,
+        "provenance": provenance_dict(),
+    }
+    write_session(store, record)
+    print(
+        f"done: {summary.computed} computed ({summary.failed} failed, {summary.nonfinite} "
+        f"non-finite), {summary.skipped} already stored, {record['wall_s']:.1f} s"
+    )
+    return 0

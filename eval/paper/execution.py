@@ -1,0 +1,302 @@
+"""Execution: one case fitted and measured, and a suite of them run into the store.
+
+Resume and failure semantics (after TabArena / AMLB): a run file is written
+the moment its case finishes, so a kill loses at most the cases in flight; a
+rerun skips every key that has a file; a fit or predict that raises is stored
+with ``status="failed"`` and the exception text, non-finite predictions with
+``status="nonfinite"``; nothing is dropped. Each run is claimed in the store
+before it is computed, so two processes never compute the same run.
+
+Frozen weights: before the run the state-dict hash of the tensors loaded from
+the checkpoint file is taken; after every case the worker reloads and rehashes
+them and raises :class:`~eval.errors.CheckpointChangedError` (aborting the
+run, storing nothing for that case) when they differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from eval.errors import CheckpointChangedError, StoreError
+from eval.paper.datasets import load_dataset, split
+from eval.paper.executors import Executor, SerialExecutor
+from eval.paper.protocol import SUITE_SOURCE
+from eval.paper.spec import RunSpec, Task, baseline_key, canonical_json, state_dict_sha256
+from eval.paper.store import claim_run, read_row, release_claim, run_path, utc_now, write_row
+from eval.provenance import provenance_dict
+from retrofit.estimator import OTabPFNRegressor
+
+__all__ = ["RunSummary", "build_estimator", "case_data", "run_suite", "run_task"]
+
+
+def case_data(spec: RunSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The verified split of a spec's case, cut to its row limits.
+
+    Returns:
+        ``(X_train, X_test, y_train, y_test)``.
+    """
+    ds = load_dataset(spec.dataset, SUITE_SOURCE[spec.suite])
+    if ds.sha256 != spec.data_sha256:
+        raise RuntimeError(f"{spec.dataset}: data changed since the run was planned")
+    X_train, X_test, y_train, y_test = split(ds, spec.seed)
+    # The split is already shuffled by its seed, so a prefix is a seeded subsample.
+    if spec.max_train_rows is not None:
+        X_train, y_train = X_train[: spec.max_train_rows], y_train[: spec.max_train_rows]
+    if spec.max_test_rows is not None:
+        X_test, y_test = X_test[: spec.max_test_rows], y_test[: spec.max_test_rows]
+    return X_train, X_test, y_train, y_test
+
+
+def build_estimator(spec: RunSpec, model_path: str, **extra: Any) -> Any:
+    """A fresh, unfitted ``retrofit.OTabPFNRegressor`` configured by ``spec`` (and ``extra``)."""
+    kwargs: dict[str, Any] = {}
+    if spec.mode != "none":
+        kwargs = {"tau": spec.tau, "support": spec.support, "eps_den": spec.eps_den}
+    return OTabPFNRegressor(
+        mode=spec.mode,
+        model_path=model_path,
+        n_estimators=spec.n_estimators,
+        device=spec.device,
+        random_state=spec.seed,
+        fit_mode=spec.fit_mode,
+        inference_precision=getattr(torch, spec.dtype),
+        **kwargs,
+        **extra,
+    )
+
+
+def _resolved_precision(estimator: Any) -> dict[str, Any]:
+    inner = getattr(estimator, "regressor_", None)
+    forced = getattr(inner, "forced_inference_dtype_", None)
+    devices = getattr(inner, "devices_", None)
+    return {
+        "resolved_dtype": str(forced).removeprefix("torch.") if forced is not None else None,
+        "autocast": getattr(inner, "use_autocast_", None),
+        "resolved_device": ",".join(str(d) for d in devices) if devices else None,
+    }
+
+
+def _patch_info(estimator: Any) -> dict[str, Any]:
+    report = getattr(estimator, "patch_report_", None)
+    if report is None:
+        return {"patch_digest": None, "patch_report": None}
+    as_dict = report.to_dict() if hasattr(report, "to_dict") else None
+    if as_dict is None and dataclasses.is_dataclass(report):
+        as_dict = dataclasses.asdict(report)
+    try:
+        canonical_json(as_dict)
+    except (TypeError, ValueError):
+        as_dict = repr(report)
+    return {"patch_digest": report.digest(), "patch_report": as_dict}
+
+
+def _fit_predict(task: Task, row: dict[str, Any]) -> Any:
+    """Fit and predict one case, filling ``row``; exceptions are recorded in it."""
+    spec, estimator = task.spec, None
+    try:
+        X_train, X_test, y_train, y_test = case_data(spec)
+        row.update(n_train=len(y_train), n_test=len(y_test), n_features=int(X_train.shape[1]))
+        extra = {"ignore_pretraining_limits": True} if task.ignore_pretraining_limits else {}
+        estimator = build_estimator(spec, task.model_path, **extra)
+        t0 = time.perf_counter()
+        estimator.fit(X_train, y_train)
+        row["fit_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        pred = np.asarray(estimator.predict(X_test), dtype=np.float64)
+        row["predict_s"] = time.perf_counter() - t0
+        finite = np.isfinite(pred)
+        row["nonfinite_predictions"] = int((~finite).sum())
+        if finite.all():
+            err = pred - y_test
+            row["rmse"] = float(np.sqrt(np.mean(err**2)))
+            row["mae"] = float(np.mean(np.abs(err)))
+            row["status"] = "ok"
+        else:
+            row["status"] = "nonfinite"
+            row["error"] = f"{row['nonfinite_predictions']} of {pred.size} predictions not finite"
+    except Exception as exc:  # recorded, never dropped
+        row["error"] = f"{type(exc).__name__}: {exc}"
+        row["traceback"] = traceback.format_exc(limit=8)[-4000:]
+    return estimator
+
+
+def _warning_line(w: warnings.WarningMessage) -> str:
+    first = (str(w.message).strip().splitlines() or [""])[0]
+    return f"{w.category.__name__}: {first[:300]}"
+
+
+def run_task(task: Task) -> dict[str, Any]:
+    """Run one spec: fit, predict, measure; never raises for a failing case.
+
+    Args:
+        task: The spec and its resolved checkpoint.
+
+    Returns:
+        The row to store (``status`` ``"ok"``, ``"nonfinite"`` or ``"failed"``).
+
+    Raises:
+        CheckpointChangedError: If the checkpoint's tensors differ from the
+            run's reference after the case (nothing is stored for it).
+    """
+    if task.threads is not None:
+        torch.set_num_threads(task.threads)
+    spec = task.spec
+    row: dict[str, Any] = {
+        "key": spec.key,
+        "baseline_key": baseline_key(spec),
+        **{k: v for k, v in spec.as_dict().items() if k != "versions"},
+        **{f"{name.replace('-', '_')}_version": v for name, v in spec.versions.items()},
+        "model": task.model_label,
+        "state_dict_sha256": task.state_hash,
+        "status": "failed",
+        "rmse": None,
+        "mae": None,
+        "n_train": None,
+        "n_test": None,
+        "n_features": None,
+        "nonfinite_predictions": None,
+        "error": None,
+        "traceback": None,
+        "fit_s": None,
+        "predict_s": None,
+        "threads": torch.get_num_threads(),
+        "executor": task.executor,
+        "ignore_pretraining_limits": task.ignore_pretraining_limits,
+        "hostname": platform.node(),
+        "pid": os.getpid(),
+        "started_at": utc_now(),
+    }
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        estimator = _fit_predict(task, row)
+    # Kept with the row (deduplicated) instead of flooding the progress bar.
+    row["warnings"] = sorted({_warning_line(w) for w in caught})
+    if estimator is not None:
+        row.update(_resolved_precision(estimator))
+        try:
+            row.update(_patch_info(estimator))
+        except Exception as exc:
+            row.update(patch_digest=None, patch_report=f"unavailable: {exc}")
+    row["finished_at"] = utc_now()
+    row["provenance"] = _provenance()
+    del estimator
+    after = state_dict_sha256(task.model_path)
+    if after != task.state_hash:
+        raise CheckpointChangedError(
+            f"checkpoint tensors of {task.model_path} changed during the run "
+            f"(state-dict sha256 {task.state_hash[:12]} -> {after[:12]}) after "
+            f"{spec.dataset}/seed {spec.seed}/{spec.mode}; rerun once it is stable"
+        )
+    return row
+
+
+def _provenance() -> dict[str, Any]:
+    # Compact: the dirty code paths are recorded once per session, not per row.
+    return provenance_dict(include_dirty_paths=False)
+
+
+@dataclass
+class RunSummary:
+    """What one :func:`run_suite` call did."""
+
+    planned: int = 0
+    skipped: int = 0
+    computed: int = 0
+    failed: int = 0
+    nonfinite: int = 0
+    claimed_elsewhere: int = 0
+    wall_s: float = 0.0
+    keys: list[str] = field(default_factory=list)
+
+
+def run_suite(
+    tasks: Sequence[Task],
+    store: str | Path,
+    *,
+    executor: Executor | None = None,
+    retry_failed: bool = False,
+    progress: bool = True,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+    task_fn: Callable[[Task], dict[str, Any]] = run_task,
+) -> RunSummary:
+    """Run every task that has no stored result yet, storing each as it finishes.
+
+    Args:
+        tasks: From :func:`make_tasks`.
+        store: The suite's results directory (rows go to ``store/runs``).
+        executor: Where cases run; :class:`SerialExecutor` by default.
+        retry_failed: Recompute stored rows whose status is not ``"ok"``.
+        progress: Show a progress bar over the cases to run.
+        on_row: Called with each stored row (in the calling process).
+        task_fn: The per-task function (module-level, picklable).
+
+    Returns:
+        Counts of planned, skipped and computed runs.
+
+    Raises:
+        CheckpointChangedError: If the checkpoint changed mid-run.
+    """
+    executor = executor or SerialExecutor()
+    start = time.perf_counter()
+    summary = RunSummary(planned=len(tasks))
+    todo: list[Task] = []
+    seen: set[str] = set()
+    for task in tasks:
+        key = task.spec.key
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            existing = read_row(run_path(store, key))
+        except StoreError as exc:  # a truncated file is recomputed, loudly
+            warnings.warn(f"{exc}; recomputing it", RuntimeWarning, stacklevel=2)
+            existing = None
+        if existing is not None and (existing.get("status") == "ok" or not retry_failed):
+            summary.skipped += 1
+            continue
+        if not claim_run(store, key):  # another eval process is computing it
+            summary.claimed_elsewhere += 1
+            continue
+        todo.append(task)
+    try:
+        _run_todo(todo, store, executor, task_fn, summary, progress, on_row)
+    finally:
+        for task in todo:
+            release_claim(store, task.spec.key)
+    summary.wall_s = time.perf_counter() - start
+    return summary
+
+
+def _run_todo(
+    todo: Sequence[Task],
+    store: str | Path,
+    executor: Executor,
+    task_fn: Callable[[Task], dict[str, Any]],
+    summary: RunSummary,
+    progress: bool,
+    on_row: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    with tqdm(total=len(todo), desc="cases", unit="run", disable=not progress) as bar:
+        for _, row in executor.map_unordered(task_fn, todo):
+            write_row(store, row)
+            summary.computed += 1
+            summary.failed += row["status"] == "failed"
+            summary.nonfinite += row["status"] == "nonfinite"
+            summary.keys.append(row["key"])
+            bar.set_postfix_str(f"{row['dataset']}/s{row['seed']}/{row['mode']}", refresh=False)
+            bar.update()
+            if on_row is not None:
+                on_row(row)

@@ -1,0 +1,131 @@
+"""Writing files so that nothing is half-written, and the project's JSON policy.
+
+Every file the project writes (predictions, saved models' manifests, run
+rows, reports) goes through :func:`atomic_path`: the content is written to a
+temporary name in the target directory and renamed into place, so a reader
+never sees a partial file and a killed writer leaves none behind. The result
+gets the permissions a plain ``open(path, "w")`` would give it: those of the
+file it replaces, else ``0o666`` less the umask (``mkstemp`` alone would leave
+``0o600``).
+
+JSON policy, one for the whole project (:func:`to_jsonable`,
+:func:`from_jsonable`): strict JSON, with non-finite floats recorded as the
+strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (never dropped, never
+the non-standard bare literals), read back as floats.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "atomic_path",
+    "from_jsonable",
+    "read_json",
+    "to_jsonable",
+    "write_json_atomic",
+    "write_text_atomic",
+]
+
+_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _default_mode(path: Path) -> int:
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str], *, suffix: str = ".tmp") -> Iterator[Path]:
+    """A temporary path beside ``path`` that becomes ``path`` when the block succeeds.
+
+    Parent directories are created. On any exception the temporary file is
+    removed and ``path`` is left as it was.
+
+    Args:
+        path: The file to write.
+        suffix: Ending of the temporary name (some writers pick a format from it).
+
+    Yields:
+        The temporary path to write to.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = _default_mode(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Writes ``text`` (UTF-8) to ``path`` atomically; returns the path."""
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return Path(path)
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Strict-JSON form of ``obj`` under the project's policy.
+
+    Non-finite floats become ``"NaN"``, ``"Infinity"``, ``"-Infinity"``; tuples
+    become lists; numpy and torch scalars become Python numbers; paths strings.
+    """
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 0) == 0:
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
+    return obj
+
+
+def from_jsonable(obj: Any) -> Any:
+    """Inverse of :func:`to_jsonable` for non-finite floats (the three strings)."""
+    if isinstance(obj, dict):
+        return {k: from_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [from_jsonable(v) for v in obj]
+    if isinstance(obj, str) and obj in _NONFINITE:
+        return _NONFINITE[obj]
+    return obj
+
+
+def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, sort_keys: bool = False) -> Path:
+    """Writes ``obj`` as strict, indented JSON to ``path`` atomically."""
+    text = json.dumps(to_jsonable(obj), indent=2, allow_nan=False, sort_keys=sort_keys) + "\n"
+    return write_text_atomic(path, text)
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Reads a file written by :func:`write_json_atomic` (non-finite floats restored).
+
+    Raises:
+        OSError: If the file cannot be read.
+        ValueError: If it is not valid JSON.
+    """
+    return from_jsonable(json.loads(Path(path).read_text(encoding="utf-8")))

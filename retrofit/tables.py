@@ -1,0 +1,152 @@
+"""What a host's patch table is, and what a patched model carries.
+
+A patch table (a :class:`HostPatcher` subclass in ``retrofit/hosts/``) plans
+the swaps for one host class and registers itself here by class; the patcher
+(:mod:`retrofit.patcher`) looks tables up and commits their plans. A patched
+model keeps its settings, report and originals outside its module tree
+(:func:`is_patched`, :func:`patch_config_of`). The tables import this module,
+never the patcher, so the import graph has no cycle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Literal
+
+from torch import nn
+
+from retrofit.errors import NotPatchedError, UnsupportedArchitectureError
+from retrofit.settings import PatchConfig
+
+__all__ = [
+    "STATE_ATTR",
+    "HostPatcher",
+    "PatchState",
+    "ReplacedModule",
+    "Swap",
+    "host_patcher_for",
+    "is_patched",
+    "patch_config_of",
+    "register_host_patcher",
+    "registered_host_patchers",
+]
+
+#: Where a patched model keeps its :class:`PatchState` (in ``__dict__``, not a submodule).
+STATE_ATTR = "_retrofit_state"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplacedModule:
+    """One entry of a :class:`PatchReport`.
+
+    Attributes:
+        path: Where in the model, e.g. ``icl_blocks.3`` (``""`` is the model).
+        old_class: Class name before the patch.
+        new_class: Class name after it.
+        shared_parameters: Number of parameter elements the replacement shares
+            with the original (no copies are made).
+        kind: ``"swap"`` (a submodule replaced in the tree), ``"override"`` (an
+            inline host computation gated through a method override) or
+            ``"class"`` (the model's class swapped for a subclass).
+    """
+
+    path: str
+    old_class: str
+    new_class: str
+    shared_parameters: int
+    kind: Literal["swap", "override", "class"] = "swap"
+
+
+@dataclasses.dataclass
+class Swap:
+    """A planned replacement of the submodule at ``path``."""
+
+    path: str
+    original: nn.Module
+    replacement: nn.Module
+
+
+class HostPatcher:
+    """The patch table of one host class; subclasses live in ``retrofit/hosts/``.
+
+    A subclass names its ``host_class``, plans the swaps (building every
+    replacement, touching nothing), and may attach and detach model-level
+    overrides (for inline host computations that are not submodules).
+    """
+
+    host_class: ClassVar[type[nn.Module]]
+
+    def plan(self, model: nn.Module, config: PatchConfig) -> list[Swap]:
+        """Builds every replacement for ``model``; must not modify it."""
+        raise NotImplementedError
+
+    def overrides(self, model: nn.Module, config: PatchConfig) -> list[ReplacedModule]:
+        """Report entries for the model-level overrides :meth:`attach` installs."""
+        return []
+
+    def frozen_parameters(self, model: nn.Module, config: PatchConfig) -> list[nn.Parameter]:
+        """Parameters outside the swapped modules that the patch reads (frozen too)."""
+        return []
+
+    def attach(self, model: nn.Module, config: PatchConfig) -> None:
+        """Installs model-level overrides; called after the swaps are committed."""
+
+    def detach(self, model: nn.Module) -> None:
+        """Removes what :meth:`attach` installed."""
+
+
+_HOST_PATCHERS: dict[type[nn.Module], HostPatcher] = {}
+
+
+def register_host_patcher(patcher: HostPatcher) -> HostPatcher:
+    """Registers the patch table of ``patcher.host_class`` (exact class match)."""
+    _HOST_PATCHERS[patcher.host_class] = patcher
+    return patcher
+
+
+def host_patcher_for(model: nn.Module) -> HostPatcher:
+    """The patch table for ``model``'s exact class.
+
+    Raises:
+        UnsupportedArchitectureError: If the class (not a subclass) has no table.
+    """
+    patcher = _HOST_PATCHERS.get(type(model))
+    if patcher is None:
+        supported = ", ".join(sorted(c.__name__ for c in _HOST_PATCHERS)) or "none"
+        raise UnsupportedArchitectureError(
+            f"no retrofit patch table for {type(model).__module__}.{type(model).__name__} "
+            f"(supported: {supported})"
+        )
+    return patcher
+
+
+def registered_host_patchers() -> dict[type[nn.Module], HostPatcher]:
+    """Every registered table, by host class."""
+    return dict(_HOST_PATCHERS)
+
+
+@dataclasses.dataclass
+class PatchState:
+    """Kept on a patched model, outside its module tree."""
+
+    config: PatchConfig
+    report: Any  # retrofit.patcher.PatchReport
+    host_class: type[nn.Module]
+    originals: list[tuple[str, nn.Module]]
+    requires_grad: list[tuple[nn.Parameter, bool]]
+
+
+def is_patched(model: nn.Module) -> bool:
+    """Whether ``model`` carries a retrofit patch."""
+    return isinstance(model.__dict__.get(STATE_ATTR), PatchState)
+
+
+def patch_config_of(model: nn.Module) -> PatchConfig:
+    """The settings ``model`` was patched with.
+
+    Raises:
+        NotPatchedError: If it is not patched.
+    """
+    if not is_patched(model):
+        raise NotPatchedError(f"{type(model).__name__} is not patched")
+    return model.__dict__[STATE_ATTR].config
