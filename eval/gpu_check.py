@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import math
 import sys
 import time
 import traceback
@@ -65,58 +64,6 @@ def _fix_sys_path() -> None:
     sys.path[:] = [p for p in sys.path if (Path(p).resolve() if p else Path.cwd()) != Path(here)]
     if str(_ROOT) not in sys.path:
         sys.path.insert(0, str(_ROOT))
-
-
-# --------------------------------------------------------------------------- #
-# Direct evaluation (vectorised; the float64 oracle of the large cases)
-# --------------------------------------------------------------------------- #
-
-
-def direct_oattention(
-    q: Any,
-    k: Any,
-    v: Any,
-    p_q: Any,
-    p_k: Any,
-    *,
-    mask: Any = None,
-    eps_den: float = 1e-6,
-    dtype: Any = None,
-) -> Any:
-    """OAttention by the formula, with every step in ``dtype`` (default float64).
-
-    ``p_i * sum_j m_ij p_j e^{s_ij - M} v_j / (eps e^{-M} + sum_j m_ij p_j e^{s_ij - M})``
-    with ``M`` the maximum live score of the row; dead sources (masked or
-    null) are removed before ``exp``; a row without live sources is 0. It
-    builds the ``(B, H, L, S)`` score matrix, so it serves moderate sizes.
-
-    Returns:
-        ``(B, H, L, Dv)`` in ``dtype``.
-    """
-    import torch
-
-    dtype = dtype or torch.float64
-    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-    p_q, p_k = p_q.to(dtype), p_k.to(dtype)
-    H, Hkv = q.shape[1], k.shape[1]
-    if Hkv != H:
-        k = k.repeat_interleave(H // Hkv, dim=1)
-        v = v.repeat_interleave(H // Hkv, dim=1)
-    s_BHLS = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
-    live_BHLS = (p_k > 0)[:, None, None, :]
-    if mask is not None:
-        live_BHLS = live_BHLS & mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
-    live_BHLS = live_BHLS.expand_as(s_BHLS)
-    s_BHLS = s_BHLS.masked_fill(~live_BHLS, float("-inf"))
-    m_BHL1 = s_BHLS.amax(dim=-1, keepdim=True)
-    empty_BHL1 = ~live_BHLS.any(dim=-1, keepdim=True)
-    m_BHL1 = m_BHL1.masked_fill(empty_BHL1, 0.0)
-    w_BHLS = torch.exp(s_BHLS - m_BHL1) * p_k[:, None, None, :]
-    den_BHL1 = w_BHLS.sum(dim=-1, keepdim=True)
-    if eps_den > 0:
-        den_BHL1 = den_BHL1 + eps_den * torch.exp(-m_BHL1)
-    out = (w_BHLS @ v) / den_BHL1 * p_q[:, None, :, None]
-    return out.masked_fill(empty_BHL1 | (p_q[:, None, :, None] == 0), 0.0)
 
 
 def _case_inputs(
@@ -177,13 +124,18 @@ def exactness(device: str, quick: bool, progress: Callable[[str], None]) -> dict
     """Operator exactness and contracts per dtype (see the module docstring)."""
     import torch
 
-    from patches.oattention import oattention, oattention_reference, oattention_route
+    from patches.oattention import (
+        oattention,
+        oattention_direct,
+        oattention_reference,
+        oattention_route,
+    )
 
     # The vectorised oracle agrees with the per-row float64 reference.
     small = _case_inputs(2, 2, 1, 9, 7, 8, device="cpu", seed=5)
     small_mask = torch.rand(2, 2, 9, 7, generator=torch.Generator().manual_seed(3)) > 0.4
     ref = oattention_reference(**small, mask=small_mask)
-    direct = direct_oattention(**small, mask=small_mask)
+    direct = oattention_direct(**small, mask=small_mask, dtype=torch.float64)
     oracle_gap = float((ref - direct).abs().max())
 
     dtypes = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
@@ -201,8 +153,8 @@ def exactness(device: str, quick: bool, progress: Callable[[str], None]) -> dict
             eps = case["eps_den"]
             with torch.inference_mode():
                 out = oattention(**x, mask=mask, eps_den=eps)
-                ref64 = direct_oattention(**x, mask=mask, eps_den=eps)
-                same = direct_oattention(**x, mask=mask, eps_den=eps, dtype=dt)
+                ref64 = oattention_direct(**x, mask=mask, eps_den=eps, dtype=torch.float64)
+                same = oattention_direct(**x, mask=mask, eps_den=eps, dtype=dt)
                 null_rows = x["p_q"] == 0  # (B, L)
                 out_n = out.double()
                 null_zero = bool((out_n.transpose(1, 2)[null_rows] == 0).all())

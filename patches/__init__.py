@@ -15,7 +15,7 @@ from patches.modules import (
     OTransformerBlock,
     support_size,
 )
-from patches.oattention import oattention, oattention_reference
+from patches.oattention import oattention, oattention_direct, oattention_reference
 from patches.presence import presence
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "OStandardize",
     "OTransformerBlock",
     "oattention",
+    "oattention_direct",
     "oattention_reference",
     "presence",
     "support_size",

@@ -514,3 +514,52 @@ def oattention_reference(
                 den = w.sum() + (eps_den * torch.exp(-m) if eps_den > 0 else 0.0)
                 out[b, h, i] = num / den * pq64[b, i]
     return out.to(q.dtype)
+
+
+def oattention_direct(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    p_q: torch.Tensor,
+    p_k: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    eps_den: float = 1e-6,
+    scale: float | None = None,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """OAttention by the formula, vectorised, with every step in ``dtype``.
+
+    ``p_i * sum_j m_ij p_j e^{s_ij - M} v_j / (eps e^{-M} + sum_j m_ij p_j e^{s_ij - M})``
+    with ``M`` the maximum live score of the row; dead sources (masked or
+    null) are removed before ``exp``; a row without live sources, or a null
+    receiver, is 0. Unlike :func:`oattention_reference` it builds the whole
+    ``(B, H, L, S)`` score matrix, so it serves large shapes (as a float64
+    oracle) and same-dtype direct evaluation (``dtype=None``: the input's, no
+    widening anywhere), but its rows share matmuls.
+
+    Returns:
+        ``(B, H, L, Dv)`` in ``dtype`` (the input dtype when None).
+    """
+    dtype = q.dtype if dtype is None else dtype
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    p_q, p_k = p_q.to(dtype), p_k.to(dtype)
+    H, Hkv = q.shape[1], k.shape[1]
+    if Hkv != H:
+        k = k.repeat_interleave(H // Hkv, dim=1)
+        v = v.repeat_interleave(H // Hkv, dim=1)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    s_BHLS = (q @ k.transpose(-1, -2)) * scale
+    live_BHLS = (p_k > 0)[:, None, None, :]
+    if mask is not None:
+        live_BHLS = live_BHLS & _mask_4d(mask)
+    live_BHLS = live_BHLS.expand_as(s_BHLS)
+    s_BHLS = s_BHLS.masked_fill(~live_BHLS, float("-inf"))
+    empty_BHL1 = ~live_BHLS.any(dim=-1, keepdim=True)
+    m_BHL1 = s_BHLS.amax(dim=-1, keepdim=True).masked_fill(empty_BHL1, 0.0)
+    w_BHLS = (torch.exp(s_BHLS - m_BHL1) * p_k[:, None, None, :]).masked_fill(~live_BHLS, 0.0)
+    den_BHL1 = w_BHLS.sum(dim=-1, keepdim=True)
+    if eps_den > 0:  # 0 * e^{-M} would be NaN once M < -709
+        den_BHL1 = den_BHL1 + eps_den * torch.exp(-m_BHL1)
+    out = (w_BHLS @ v) / den_BHL1.masked_fill(empty_BHL1, 1.0) * p_q[:, None, :, None]
+    return out.masked_fill(empty_BHL1 | (p_q[:, None, :, None] == 0), 0.0)

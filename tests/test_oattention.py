@@ -361,3 +361,23 @@ def test_ok_broadcast_masks():
         out = oattention(q, k, v, pq, pk, mask=torch.ones(shape, dtype=torch.bool))
         assert (out - ref).abs().max().item() <= 1e-6
     assert math.isfinite(out.sum().item())
+
+
+def test_the_vectorised_direct_formula_matches_the_per_row_oracle_and_keeps_its_dtype():
+    from patches import oattention_direct, oattention_reference
+
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(2, 4, 9, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    k, v = k[:, :2, :7], v[:, :2, :7]  # grouped heads: Hkv = 2
+    p_q, p_k = torch.rand(2, 9, generator=g, dtype=torch.float64), torch.rand(2, 7, generator=g)
+    p_q[0, 3], p_k[1, 2] = 0.0, 0.0
+    p_k = p_k.double()
+    mask = torch.rand(2, 4, 9, 7, generator=g) > 0.3
+    mask[1, :, 5] = False  # an empty-support row
+    ref = oattention_reference(q, k, v, p_q, p_k, mask=mask)
+    direct = oattention_direct(q, k, v, p_q, p_k, mask=mask, dtype=torch.float64)
+    # Same float64 formula, different summation order: a few ulps of the output scale.
+    assert (ref - direct).abs().max() <= 16 * torch.finfo(torch.float64).eps * ref.abs().max()
+    assert (direct[0, :, 3] == 0).all() and (direct[1, :, 5] == 0).all()
+    same = oattention_direct(q.float(), k.float(), v.float(), p_q, p_k, mask=mask)
+    assert same.dtype == torch.float32

@@ -33,10 +33,10 @@ import torch
 import torch.nn.functional as F
 
 from eval.provenance import provenance_dict
-from patches import oattention, oattention_reference
+from patches import oattention, oattention_direct, oattention_reference
 from retrofit.files import write_json_atomic, write_text_atomic
 
-__all__ = ["CONFIG", "contract_checks", "direct_same_dtype", "run"]
+__all__ = ["CONFIG", "contract_checks", "run"]
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -71,45 +71,6 @@ def _linf(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
     diff = (a.double() - b.double()).abs().max().item()
     scale = b.double().abs().max().item()
     return diff, (diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf))
-
-
-def direct_same_dtype(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    p_q: torch.Tensor,
-    p_k: torch.Tensor,
-    *,
-    mask: torch.Tensor | None = None,
-    eps_den: float = 1e-6,
-    scale: float | None = None,
-) -> torch.Tensor:
-    """OAttention evaluated naively in the input dtype (no widening anywhere).
-
-    ``s = q k^T * scale``; ``M`` = max over live sources; ``w = exp(s - M) p_j``
-    (0 where masked or null); ``out = (w v) / (eps * exp(-M) + sum w) * p_i``;
-    rows with no live source are 0. Multi-head only (``H == Hkv``).
-    """
-    dt = q.dtype
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    p_q, p_k = p_q.to(dt), p_k.to(dt)
-    s = (q @ k.transpose(-1, -2)) * scale
-    live = (p_k > 0)[:, None, None, :]
-    if mask is not None:
-        live = live & mask
-    live = live.expand_as(s)
-    s = s.masked_fill(~live, float("-inf"))
-    m = s.amax(dim=-1, keepdim=True)
-    empty = ~live.any(dim=-1, keepdim=True)
-    m = m.masked_fill(empty, 0.0)
-    w = torch.exp(s - m) * p_k[:, None, None, :]
-    w = w.masked_fill(~live, 0.0)
-    num = w @ v
-    den = w.sum(dim=-1, keepdim=True)
-    if eps_den > 0:
-        den = den + eps_den * torch.exp(-m)
-    out = num / den.masked_fill(empty, 1.0) * p_q[:, None, :, None]
-    return out.masked_fill(empty, 0.0)
 
 
 def _inputs(B, H, L, S, D, dtype, gen):
@@ -184,7 +145,7 @@ def accuracy_row(name: str, dtype: torch.dtype, L: int, seed: int) -> dict[str, 
     rows = _rows_subset(B, H, L, CONFIG["reference_rows"], gen)
 
     fast = oattention(q, k, v, p, p, eps_den=eps)
-    direct = direct_same_dtype(q, k, v, p, p, eps_den=eps)
+    direct = oattention_direct(q, k, v, p, p, eps_den=eps)  # same dtype, no widening
     ref = _reference_rows(q, k, v, p, p, rows, eps_den=eps)
     fast1 = oattention(q, k, v, one, one, eps_den=0.0)
     sdpa = F.scaled_dot_product_attention(q, k, v)
