@@ -1,4 +1,4 @@
-r"""Offline and OpenML regression suites for the evaluation (DESIGN.md section 7).
+r"""Offline and OpenML regression suites for the evaluation.
 
 Six OpenML-CTR23 regression datasets, available two ways:
 
