@@ -1,6 +1,6 @@
 """Contracts of OAttention, fast path and float64 reference, in every dtype.
 
-Contracts (the OAttention contracts of README's "What you gain"): null receiver exactly 0; null-source
+Contracts: null receiver exactly 0; null-source
 insertion (append and mid-sequence) and self-insertion leave every other
 output unchanged; empty support gives 0, never NaN; identity (presence 1,
 eps_den 0) is softmax attention.
