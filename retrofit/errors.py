@@ -18,6 +18,7 @@ __all__ = [
     "CorruptCheckpoint",
     "CorruptCheckpointError",
     "EmbeddedCheckpointError",
+    "InvalidInputError",
     "InvalidModelPathError",
     "InvalidPatchConfig",
     "InvalidPatchConfigError",
@@ -29,6 +30,7 @@ __all__ = [
     "RetrofitError",
     "SavedModelError",
     "SettingsConflictError",
+    "UnsafeCheckpointError",
     "UnsupportedArchitecture",
     "UnsupportedArchitectureError",
     "WeightsUnavailableError",
@@ -73,6 +75,17 @@ class CheckpointNotFoundError(RetrofitError, FileNotFoundError):
 
 class CorruptCheckpointError(RetrofitError, ValueError):
     """The checkpoint exists but tabpfn cannot load it."""
+
+
+class UnsafeCheckpointError(CorruptCheckpointError):
+    """A ``.ckpt`` pickle names objects other than tensors and plain values.
+
+    Unpickling it could run code, so it is refused before anything else reads it.
+    """
+
+
+class InvalidInputError(RetrofitError, ValueError):
+    """Data given to ``fit`` or ``predict`` is malformed (e.g. a non-numeric target)."""
 
 
 class WeightsUnavailableError(RetrofitError, RuntimeError):
