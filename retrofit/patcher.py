@@ -174,8 +174,8 @@ class _PatchState:
 
 
 def is_patched(model: nn.Module) -> bool:
-    """Whether ``model`` carries a retrofit patch."""
-    return isinstance(model.__dict__.get(_STATE_ATTR), _PatchState)
+    """Whether ``model`` carries a retrofit patch (False for anything not a module)."""
+    return isinstance(model, nn.Module) and isinstance(model.__dict__.get(_STATE_ATTR), _PatchState)
 
 
 def patch_config_of(model: nn.Module) -> PatchConfig:
@@ -226,12 +226,17 @@ def patch(
     Raises:
         InvalidPatchConfigError: On an unknown mode or support, or a bad tau/eps_den.
         AlreadyPatchedError: If ``model`` is patched already.
-        UnsupportedArchitectureError: If ``model``'s class has no patch table.
+        UnsupportedArchitectureError: If ``model`` is not a module or its class
+            has no patch table.
         NothingMatchedError: If the table found nothing to replace.
     """
     import tabpfn
 
     config = PatchConfig(mode=mode, tau=tau, support=support, eps_den=eps_den)
+    if not isinstance(model, nn.Module):
+        raise UnsupportedArchitectureError(
+            f"patch needs a torch.nn.Module (a TabPFN architecture), got {type(model).__name__}"
+        )
     if is_patched(model):
         digest = model.__dict__[_STATE_ATTR].report.digest()
         raise AlreadyPatchedError(
