@@ -22,6 +22,14 @@ Two implementations share one signature:
   Empty support (every source masked or null) is detected from presence and
   the mask, never from the kernel's lse (the CPU kernel returns 0, not -inf,
   for a fully masked row).
+
+Null tokens never reach the result, whatever their projections hold: the
+fast path agrees with the oracle on NaN or inf in a null source's key or
+value (the kernel would turn its zero weight into ``0 * NaN``) and in a null
+receiver's query (its row is 0). It zeroes the keys and values of null
+sources before the kernel (on CPU only when one of them is non-finite, found
+by a check over the null sources alone; elsewhere always, which copies K and
+V but needs no device sync) and writes 0 into the rows of null receivers.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ def validate_oattention_inputs(
     mask: torch.Tensor | None,
     eps_den: float,
     *,
+    scale: float | None = None,
     check_values: bool = True,
 ) -> None:
     """Raises a clear error for inputs :func:`oattention` cannot evaluate.
@@ -64,12 +73,14 @@ def validate_oattention_inputs(
         p_k: Source presence ``(B, S)``.
         mask: Optional boolean mask broadcastable to ``(B, H, L, S)``.
         eps_den: Denominator floor, finite and ``>= 0``.
+        scale: Score scale, a finite number, or None.
         check_values: Also check that presence is finite and in ``[0, 1]``
             (one reduction over ``B * (L + S)`` values).
 
     Raises:
-        ValueError: On mismatched shapes, a wrong presence shape, negative or
-            non-finite presence, a non-boolean mask or a bad ``eps_den``.
+        ValueError: On mismatched shapes, a head dimension of 0, a wrong
+            presence shape, negative or non-finite presence, a non-boolean
+            mask, a bad ``eps_den`` or a non-finite ``scale``.
         TypeError: On non-floating inputs.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -86,6 +97,8 @@ def validate_oattention_inputs(
         raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} disagree on heads or length")
     if k.shape[3] != D:
         raise ValueError(f"q and k head dims differ: {D} vs {k.shape[3]}")
+    if D == 0:
+        raise ValueError(f"the head dimension of q and k must be > 0, got {tuple(q.shape)}")
     if k.shape[1] == 0 or H % k.shape[1] != 0:
         raise ValueError(f"query heads ({H}) must be a multiple of key/value heads ({k.shape[1]})")
     S = k.shape[2]
@@ -114,6 +127,10 @@ def validate_oattention_inputs(
         or eps_den < 0
     ):
         raise ValueError(f"eps_den must be a finite number >= 0, got {eps_den!r}")
+    if scale is not None and (
+        isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)
+    ):
+        raise ValueError(f"scale must be a finite number or None, got {scale!r}")
     if check_values:
         for name, p in (("p_q", p_q), ("p_k", p_k)):
             if not torch.is_floating_point(p):
@@ -278,8 +295,10 @@ def oattention(
 
     The matrix work is one fused attention call with a ``(B, 1, 1, S)``
     log-presence bias; the rest is ``O(B * (L + S))`` plus one in-place pass
-    over the output: no copy of K or V, no ``L x S`` tensor unless the mask
-    has one.
+    over the output and, on CPU, a check over the null tokens alone: no copy
+    of K or V on CPU unless a null source's key or value is non-finite (on
+    other devices the null sources' rows are zeroed in a copy, see the module
+    docstring), no ``L x S`` tensor unless the mask has one.
 
     Args:
         q: Queries ``(B, H, L, D)``; non-contiguous views are accepted.
@@ -298,10 +317,17 @@ def oattention(
 
     Returns:
         ``(B, H, L, Dv)`` in the input dtype. A receiver with ``p_i = 0`` gets
-        exactly 0; a receiver with no live source gets 0, never NaN.
+        exactly 0; a receiver with no live source gets 0, never NaN; null
+        tokens' queries, keys and values are never read into the result, so
+        NaN or inf there changes nothing (as in :func:`oattention_reference`).
+
+    Raises:
+        ValueError: With ``validate``, on the inputs
+            :func:`validate_oattention_inputs` refuses (among them a head
+            dimension of 0 and a non-finite ``scale``).
     """
     if validate:
-        validate_oattention_inputs(q, k, v, p_q, p_k, mask, eps_den)
+        validate_oattention_inputs(q, k, v, p_q, p_k, mask, eps_den, scale=scale)
     B, H, L, _ = q.shape
     if L == 0 or k.shape[2] == 0:
         # No receiver or no source: the fused kernels crash (SIGFPE) on empty
@@ -316,6 +342,7 @@ def oattention(
         p_q = p_q.to(wide)
     S = k.shape[2]
     route = oattention_route(q)
+    k, v = _zero_null_sources(k, v, p_k, check=route == "cpu-flash")
     bias = _log_presence(p_k).view(B, 1, 1, S)
     empty = None
     if mask is not None:
@@ -361,10 +388,65 @@ def oattention(
     if route != "cpu-flash":
         # A fully masked row can come back NaN from a non-CPU kernel, and
         # NaN * 0 is NaN, so select rather than rely on the zero gate.
-        if empty is None:
-            empty = p_q.view(B, 1, L) == 0  # null receivers and empty support
+        null_B1L = p_q.view(B, 1, L) == 0  # null receivers (and, unmasked, empty support)
+        empty = null_B1L if empty is None else empty | null_B1L
         empty_1 = empty.unsqueeze(-1)
         out = out.masked_fill_(empty_1, 0.0) if inplace else out.masked_fill(empty_1, 0.0)
+    else:
+        # The CPU kernel writes exact zeros for empty support; only a null
+        # receiver whose query holds NaN or inf can leave a NaN row (0 * NaN).
+        out = _zero_null_receivers(out, p_q, inplace=inplace)
+    return out
+
+
+def _all_finite(t: torch.Tensor) -> bool:
+    """True if every value is finite (a sum that overflows says False: then a copy is made)."""
+    return bool(torch.isfinite(t.sum()))
+
+
+def _zero_null_sources(
+    k: torch.Tensor, v: torch.Tensor, p_k: torch.Tensor, *, check: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """K and V with the rows of null sources (``p_j = 0``) set to 0 (fresh tensors).
+
+    A null source has weight ``exp(-inf) = 0`` in the kernel, but NaN or inf
+    in its key makes its score NaN and in its value makes ``0 * v`` NaN. With
+    ``check`` (CPU, where a branch on data costs no device sync) only the
+    rows of null sources are read, ``O(nulls * Hkv * D)``, and K or V is
+    copied only if one of them is non-finite; otherwise both are always copied.
+    """
+    null_BS = p_k == 0
+    null_B1S1 = null_BS[:, None, :, None]
+    if not check:
+        return k.masked_fill(null_B1S1, 0.0), v.masked_fill(null_B1S1, 0.0)
+    if not bool(null_BS.any()):
+        return k, v
+    # Positions null in any batch element: a superset, so a live source read
+    # here can only cause a needless copy, never a missed one.
+    s_idx = null_BS.any(dim=0).nonzero().squeeze(1)
+    k_S, v_S = k.index_select(2, s_idx), v.index_select(2, s_idx)
+    if _all_finite(k_S.sum() + v_S.sum()):  # one sync for the common case
+        return k, v
+    if not _all_finite(k_S):
+        k = k.masked_fill(null_B1S1, 0.0)
+    if not _all_finite(v_S):
+        v = v.masked_fill(null_B1S1, 0.0)
+    return k, v
+
+
+def _zero_null_receivers(out: torch.Tensor, p_q: torch.Tensor, *, inplace: bool) -> torch.Tensor:
+    """``out`` with the rows of null receivers (``p_i = 0``) set to exactly 0.
+
+    In place: ``O(B * L)`` to find them and ``O(nulls * H * Dv)`` to write
+    them (a masked pass over all of ``out`` would cost as much as the gate).
+    """
+    null_BL = p_q == 0
+    if not bool(null_BL.any()):
+        return out
+    if not inplace:
+        return out.masked_fill(null_BL[:, None, :, None], 0.0)
+    b, i = null_BL.nonzero(as_tuple=True)
+    out[b, :, i] = 0.0
     return out
 
 
@@ -487,8 +569,11 @@ def oattention_reference(
 
     Returns:
         ``(B, H, L, Dv)`` in the input dtype (computed in float64).
+
+    Raises:
+        ValueError: On the inputs :func:`validate_oattention_inputs` refuses.
     """
-    validate_oattention_inputs(q, k, v, p_q, p_k, mask, eps_den)
+    validate_oattention_inputs(q, k, v, p_q, p_k, mask, eps_den, scale=scale)
     B, H, L, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     group = H // Hkv

@@ -19,6 +19,7 @@ __all__ = [
     "CorruptCheckpoint",
     "CorruptCheckpointError",
     "EmbeddedCheckpointError",
+    "InvalidInputError",
     "InvalidModelPathError",
     "InvalidPatchConfig",
     "InvalidPatchConfigError",
@@ -30,6 +31,7 @@ __all__ = [
     "RetrofitError",
     "SavedModelError",
     "SettingsConflictError",
+    "UnsafeCheckpointError",
     "UnsupportedArchitecture",
     "UnsupportedArchitectureError",
     "WeightsUnavailableError",
@@ -78,6 +80,17 @@ class CheckpointNotFoundError(RetrofitError, FileNotFoundError):
 
 class CorruptCheckpointError(RetrofitError, ValueError):
     """The checkpoint exists but tabpfn cannot load it."""
+
+
+class UnsafeCheckpointError(CorruptCheckpointError):
+    """A ``.ckpt`` pickle names objects other than tensors and plain values.
+
+    Unpickling it could run code, so it is refused before anything else reads it.
+    """
+
+
+class InvalidInputError(RetrofitError, ValueError):
+    """Data given to ``fit`` or ``predict`` is malformed (e.g. a non-numeric target)."""
 
 
 class WeightsUnavailableError(RetrofitError, RuntimeError):

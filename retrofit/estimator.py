@@ -20,6 +20,7 @@ from tabpfn import TabPFNRegressor
 from retrofit.loading import load_host, resolve_model
 from retrofit.patcher import PatchReport, patch
 from retrofit.settings import SETTING_NAMES, resolve_settings
+from retrofit.validation import check_numeric_target
 
 __all__ = ["OTabPFNRegressor"]
 
@@ -105,6 +106,7 @@ class OTabPFNRegressor(RegressorMixin, BaseEstimator):
         Raises:
             InvalidPatchConfigError: On an unknown mode or support, or a bad tau/eps_den.
             ValueError: On NaN/inf targets or malformed input.
+            InvalidInputError: On a target that is not numbers ("y must be numeric").
             retrofit.loading.CheckpointNotFoundError: If the checkpoint is missing.
             retrofit.loading.CorruptCheckpointError: If it cannot be loaded.
             retrofit.UnsupportedArchitectureError: If the host has no patch table.
@@ -115,6 +117,7 @@ class OTabPFNRegressor(RegressorMixin, BaseEstimator):
             model.saved_settings,
             where=f"saved model {self.model_path}",
         )
+        check_numeric_target(y)
         X, y = validate_data(
             self,
             X,

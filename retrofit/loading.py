@@ -25,6 +25,7 @@ from tabpfn import ModelSpecs, model_loading
 from tabpfn.inference_config import cpu_sample_limit
 
 from retrofit import saved, weights
+from retrofit.checkpoints import check_checkpoint
 from retrofit.embedded import embedded_model_path
 from retrofit.errors import (
     CheckpointNotFoundError,
@@ -67,7 +68,9 @@ def _local_file(model_path: ModelPathLike) -> Path | None:
     path = Path(model_path).expanduser()
     if path.is_dir():
         raise CheckpointNotFoundError(
-            f"model_path {str(model_path)!r} is a directory, not a checkpoint"
+            f"model_path {str(model_path)!r} is a directory without {saved.MANIFEST_NAME}: "
+            f"{saved.MANIFEST_NAME} is missing, so it is no saved retrofit directory (and a "
+            "directory is not a checkpoint file)"
         )
     if not path.is_file():
         raise CheckpointNotFoundError(
@@ -173,9 +176,13 @@ def load_host(model_path: ModelPathLike | ResolvedModel = "embedded") -> ModelSp
 
     Raises:
         CheckpointNotFoundError: If the checkpoint does not exist.
+        UnsafeCheckpointError: If a ``.ckpt`` pickle holds more than tensors and
+            plain values (checked with the weights-only unpickler before tabpfn
+            reads the file).
         CorruptCheckpointError: If tabpfn cannot read or build it.
     """
     path = resolve_checkpoint(model_path)
+    check_checkpoint(path)
     try:
         model, criterion, arch_config, inference_config = model_loading.load_model(
             path=path, estimator_type="regressor"

@@ -19,7 +19,12 @@ from typing import Any
 from torch import nn
 
 import retrofit.hosts  # noqa: F401 -- registers the shipped patch tables
-from retrofit.errors import AlreadyPatchedError, NothingMatchedError, NotPatchedError
+from retrofit.errors import (
+    AlreadyPatchedError,
+    NothingMatchedError,
+    NotPatchedError,
+    UnsupportedArchitectureError,
+)
 from retrofit.settings import Mode, PatchConfig, Support
 from retrofit.tables import (
     STATE_ATTR,
@@ -105,12 +110,17 @@ def patch(
     Raises:
         InvalidPatchConfigError: On an unknown mode or support, or a bad tau/eps_den.
         AlreadyPatchedError: If ``model`` is patched already.
-        UnsupportedArchitectureError: If ``model``'s class has no patch table.
+        UnsupportedArchitectureError: If ``model`` is not a module or its class
+            has no patch table.
         NothingMatchedError: If the table found nothing to replace.
     """
     import tabpfn
 
     config = PatchConfig(mode=mode, tau=tau, support=support, eps_den=eps_den)
+    if not isinstance(model, nn.Module):
+        raise UnsupportedArchitectureError(
+            f"patch needs a torch.nn.Module (a TabPFN architecture), got {type(model).__name__}"
+        )
     if is_patched(model):
         digest = model.__dict__[STATE_ATTR].report.digest()
         raise AlreadyPatchedError(

@@ -35,8 +35,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tabpfn.checkpoint import Checkpoint, save_as_safetensors
+from tabpfn.checkpoint import save_as_safetensors
 
+from retrofit.checkpoints import load_checkpoint
 from retrofit.errors import (
     SavedModelError,
     SettingsConflictError,
@@ -48,6 +49,7 @@ from retrofit.versions import package_versions
 __all__ = [
     "FORMAT",
     "MANIFEST_NAME",
+    "WEIGHTS_SUFFIX",
     "SavedModelError",
     "SavedRetrofit",
     "SettingsConflictError",
@@ -60,6 +62,8 @@ __all__ = [
 #: Identifies the layout of ``retrofit.json``; bumped on incompatible changes.
 FORMAT = "tabpfn-retrofit-saved/1"
 MANIFEST_NAME = "retrofit.json"
+#: The only weights format a saved directory admits.
+WEIGHTS_SUFFIX = ".safetensors"
 # The checkpoint keys tabpfn's loader reads (model_loading._build_model and
 # _get_inference_config_from_checkpoint); anything else is left out.
 _CHECKPOINT_KEYS = ("config", "architecture_name", "inference_config")
@@ -94,7 +98,7 @@ def is_saved_dir(path: object) -> bool:
 def _weights_file_name(architecture_name: str) -> str:
     # tabpfn picks the version from the file name ("v3" in it -> v3, none of its
     # identifiers -> v2), so the architecture name, e.g. "tabpfn_v3", leads it.
-    return f"{architecture_name}_regressor_retrofit.safetensors"
+    return f"{architecture_name}_regressor_retrofit{WEIGHTS_SUFFIX}"
 
 
 def write_saved(
@@ -127,6 +131,8 @@ def write_saved(
         FileExistsError: ``out_dir`` exists and ``overwrite`` is false.
         SavedModelError: ``settings`` lacks a setting, or the checkpoint has no
             state dict.
+        retrofit.errors.UnsafeCheckpointError: A ``.ckpt`` source holds more
+            than tensors and plain values (read with the weights-only unpickler).
     """
     missing = [name for name in SETTING_NAMES if name not in settings]
     if missing:
@@ -136,7 +142,7 @@ def write_saved(
     if out.exists() and not overwrite:
         raise FileExistsError(f"output directory already exists: {out} (use --force to replace)")
 
-    checkpoint = Checkpoint(source).load()
+    checkpoint = load_checkpoint(source)
     if not isinstance(checkpoint.get("state_dict"), dict):
         raise SavedModelError(f"{source} holds no state_dict; it is not a TabPFN checkpoint")
     architecture_name = checkpoint.get("architecture_name", "tabpfn_v2")
@@ -200,7 +206,10 @@ def load_saved(directory: str | os.PathLike[str]) -> SavedRetrofit:
 
     Raises:
         SavedModelError: No or unreadable ``retrofit.json``, an unknown format,
-            a missing weights file, or a SHA-256 mismatch (a modified file).
+            a weights file that is not ``.safetensors``, a missing weights file,
+            or a SHA-256 mismatch (a modified file). The SHA-256 guards the
+            files' integrity, not their origin: whoever can edit the directory
+            can write a matching hash.
     """
     root = Path(directory).expanduser()
     manifest_path = root / MANIFEST_NAME
@@ -220,6 +229,12 @@ def load_saved(directory: str | os.PathLike[str]) -> SavedRetrofit:
     except (KeyError, TypeError) as exc:
         raise SavedModelError(f"{manifest_path} lacks the field {exc}") from exc
     weights = root / weights_name
+    if not isinstance(weights_name, str) or not weights_name.endswith(WEIGHTS_SUFFIX):
+        # tabpfn unpickles any other file; a matching SHA-256 proves no origin.
+        raise SavedModelError(
+            f"{manifest_path} names the weights file {weights_name!r}; a saved retrofit "
+            f"holds {WEIGHTS_SUFFIX} weights only (no pickle)"
+        )
     if Path(weights_name).name != weights_name or not weights.is_file():
         raise SavedModelError(f"{root} lacks its weights file {weights_name}")
     actual_sha = sha256_file(weights)

@@ -22,6 +22,8 @@ import numbers
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
+import torch
+
 from patches.presence import check_tau
 from retrofit.errors import InvalidPatchConfigError, SettingsConflictError
 
@@ -31,6 +33,7 @@ __all__ = [
     "PATCH_MODES",
     "SETTING_NAMES",
     "SUPPORTS",
+    "TAU_RANGE",
     "PatchConfig",
     "RetrofitSettings",
     "resolve_settings",
@@ -56,13 +59,28 @@ DEFAULT_SETTINGS: Mapping[str, Any] = {
 }
 
 
+#: The taus a retrofit accepts: the normal float32 numbers. Presence is exact
+#: for any finite tau > 0 in every dtype (see :func:`patches.presence`), but a
+#: tau beyond this range gives every ordinary carrier a presence of about
+#: ``||h||^2 / tau`` below float32's smallest normal number (all-null), or of
+#: 1 for every non-zero one: no setting a user means.
+TAU_RANGE: tuple[float, float] = (2.0**-126, float(torch.finfo(torch.float32).max))
+
+
 def _checked_tau(tau: Any) -> float:
     if isinstance(tau, numbers.Real) and not isinstance(tau, bool):
         tau = float(tau)  # numpy scalars, ints
     try:
-        return check_tau(tau)
+        tau = check_tau(tau)
     except ValueError as err:
         raise InvalidPatchConfigError(str(err)) from None
+    lo, hi = TAU_RANGE
+    if not lo <= tau <= hi:
+        raise InvalidPatchConfigError(
+            f"tau must lie in [{lo:.4g}, {hi:.4g}] (the normal float32 numbers presence is "
+            f"computed in), got {tau!r}"
+        )
+    return tau
 
 
 def _checked_eps_den(eps: Any) -> float:
@@ -84,7 +102,7 @@ class RetrofitSettings:
 
     Attributes:
         mode: One of :data:`MODES`.
-        tau: Presence temperature, ``> 0``.
+        tau: Presence temperature, in :data:`TAU_RANGE`.
         support: One of :data:`SUPPORTS`.
         eps_den: OAttention's denominator floor, ``>= 0``.
     """
@@ -120,7 +138,7 @@ class PatchConfig(RetrofitSettings):
     Attributes:
         mode: ``"oattention"`` (attention and its length scaling only) or
             ``"full-o"`` (also OFFN, ONorm and OInject of the target embedding).
-        tau: Presence temperature, ``> 0``.
+        tau: Presence temperature, in :data:`TAU_RANGE`.
         support: ``n_eff`` fed to the learned length scaling: ``"count"`` (number
             of non-null sources) or ``"mass"`` (sum of presence).
         eps_den: OAttention's denominator floor, ``>= 0``.

@@ -137,8 +137,8 @@ class PatchState:
 
 
 def is_patched(model: nn.Module) -> bool:
-    """Whether ``model`` carries a retrofit patch."""
-    return isinstance(model.__dict__.get(STATE_ATTR), PatchState)
+    """Whether ``model`` carries a retrofit patch (False for anything not a module)."""
+    return isinstance(model, nn.Module) and isinstance(model.__dict__.get(STATE_ATTR), PatchState)
 
 
 def patch_config_of(model: nn.Module) -> PatchConfig:

@@ -405,3 +405,21 @@ def test_oattention_kernel_option_selects_the_reference_and_rejects_unknown():
     assert torch.equal(out0[:, 2], torch.zeros_like(out0[:, 2]))
     with pytest.raises(ValueError, match="kernel"):
         OAttention(16, 4, kernel="exact")
+
+
+@pytest.mark.parametrize("tau", [1e-300, 1e39], ids=str)
+@pytest.mark.parametrize("mode", ["full-o", "oattention"])
+def test_block_runs_a_tau_beyond_float32_and_keeps_a_null_token_null(mode, tau):
+    """Issue 15 items 1-2: tau below float32's subnormals (was NaN presence, a raise) or above
+    its max (was presence 0 for every token) in a float32 block."""
+    layer = _layer(torch.float32)
+    block = OTransformerBlock.from_module(layer, mode=mode, tau=tau)
+    h = _tokens(2, 8, torch.float32)
+    h[:, 3] = 0.0
+    with torch.no_grad():
+        out = block(h)
+        p = presence(h, tau)
+    assert torch.isfinite(out).all()
+    assert bool((p[:, [0, 1, 2, 4, 5, 6, 7]] > 0).all()) and bool((p[:, 3] == 0).all())
+    if mode == "full-o":
+        assert torch.equal(out[:, 3], torch.zeros_like(out[:, 3]))

@@ -381,3 +381,93 @@ def test_the_vectorised_direct_formula_matches_the_per_row_oracle_and_keeps_its_
     assert (direct[0, :, 3] == 0).all() and (direct[1, :, 5] == 0).all()
     same = oattention_direct(q.float(), k.float(), v.float(), p_q, p_k, mask=mask)
     assert same.dtype == torch.float32
+
+
+# --- issue 15 item 4: non-finite values in null tokens never reach the output --------
+
+ROUTES = ["native", "sink"]  # the CPU flash route, and the one used off CPU
+
+
+def _poison_null_tokens(q, k, v, p_q, p_k, bad):
+    """Writes ``bad`` into the q of null receivers and the k, v of null sources."""
+    q, k, v = q.clone(), k.clone(), v.clone()
+    for b, i in (p_q == 0).nonzero().tolist():
+        q[b, :, i] = bad
+    for b, j in (p_k == 0).nonzero().tolist():
+        k[b, :, j, 0] = bad
+        v[b, :, j, -1] = bad
+    return q, k, v
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=str)
+@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+def test_non_finite_null_tokens_change_nothing_as_in_the_oracle(monkeypatch, route, bad, case):
+    """Issue 15 item 4: NaN/inf in a null source's k/v or a null receiver's q.
+
+    The fast path zeroes them before the kernel (and zeroes null receivers'
+    rows after it), so its output equals, bit for bit, its output with those
+    entries 0; the float64 oracle drops them, and both agree within the usual
+    fast-vs-reference bound.
+    """
+    if route == "sink":
+        monkeypatch.setattr(oa_mod, "oattention_route", lambda q: "sink")
+    q, k, v, p_q, p_k, mask, _ = _case(*case)
+    p_q[:, 3] = 0.0
+    p_q[1, 0] = 0.0
+    q_bad, k_bad, v_bad = _poison_null_tokens(q, k, v, p_q, p_k, bad)
+    q_zero, k_zero, v_zero = _poison_null_tokens(q, k, v, p_q, p_k, 0.0)
+    ref = oattention_reference(q_bad, k_bad, v_bad, p_q, p_k, mask=mask)
+    assert torch.equal(ref, oattention_reference(q, k, v, p_q, p_k, mask=mask))
+    for validate in (True, False):
+        out = oattention(q_bad, k_bad, v_bad, p_q, p_k, mask=mask, validate=validate)
+        assert torch.isfinite(out).all()
+        assert torch.equal(out, oattention(q_zero, k_zero, v_zero, p_q, p_k, mask=mask))
+        assert torch.equal(out[:, :, 3], torch.zeros_like(out[:, :, 3]))
+        # the sink route casts the bias to the input dtype: bf16 log p rounding
+        sink_bf16 = route == "sink" and q.dtype == torch.bfloat16
+        bound = tol(q.dtype, v, 8 * K_VS_REFERENCE if sink_bf16 else K_VS_REFERENCE)
+        assert (out.double() - reference64(q, k, v, p_q, p_k, mask=mask)).abs().max() <= bound
+
+
+def test_non_finite_null_tokens_change_nothing_under_autograd():
+    """Issue 15 item 4, on the out-of-place path autograd takes."""
+    q, k, v, p_q, p_k, _, _ = _case("fp32", "none", (4, 2), "contig")
+    p_q[:, 2] = 0.0
+    q_bad, k_bad, v_bad = _poison_null_tokens(q, k, v, p_q, p_k, float("nan"))
+    q_bad.requires_grad_(True)
+    out = oattention(q_bad, k_bad, v_bad, p_q, p_k)
+    assert torch.isfinite(out).all()
+    with torch.no_grad():
+        q_zero, k_zero, v_zero = _poison_null_tokens(q, k, v, p_q, p_k, 0.0)
+        assert torch.equal(out, oattention(q_zero, k_zero, v_zero, p_q, p_k))
+
+
+def test_a_live_token_s_nan_still_shows():
+    """Only null tokens are cleaned: NaN in a live source reaches the rows that see it."""
+    q, k, v, p_q, p_k, _, _ = _case("fp32", "none", (4, 4), "contig")
+    live = int((p_k[0] > 0).nonzero()[0])
+    k = k.clone()
+    k[0, :, live, 0] = float("nan")
+    assert torch.isnan(oattention(q, k, v, p_q, p_k)[0]).all()
+    assert torch.isfinite(oattention(q, k, v, p_q, p_k)[1]).all()
+
+
+# --- issue 15 item 15: scale and head dimension are checked on both paths ------------
+
+
+@pytest.mark.parametrize("fn", PATHS.values(), ids=list(PATHS))
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), -float("inf"), "0.5", True])
+def test_a_non_finite_scale_raises_value_error(fn, scale):
+    """Issue 15 item 15: ``oattention(scale=nan)`` is a ValueError on both paths."""
+    q, k, v, pq, pk = _good()
+    with pytest.raises(ValueError, match="scale"):
+        fn(q, k, v, pq, pk, scale=scale)
+
+
+@pytest.mark.parametrize("fn", PATHS.values(), ids=list(PATHS))
+def test_a_head_dimension_of_zero_raises_value_error(fn):
+    """Issue 15 item 15: head dim 0 is a ValueError on both paths (not a kernel error)."""
+    q, k, v, pq, pk = _good()
+    with pytest.raises(ValueError, match="head dimension"):
+        fn(q[..., :0], k[..., :0], v, pq, pk)

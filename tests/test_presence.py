@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -83,3 +85,108 @@ def test_bad_tau_raises(tau):
         presence(torch.randn(2, 3), tau)
     with pytest.raises(ValueError, match="tau"):
         check_tau(tau)
+
+
+# --- issue 15 items 1-3: the law for every accepted tau and every finite carrier ------
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+EXTREME_TAUS = [1e39, 1e300, 1e-300, 5e-324, 1.7976931348623157e308, 2.0**-126, 3.4e38]
+
+
+@pytest.mark.parametrize("tau", EXTREME_TAUS, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_presence_is_zero_exactly_at_the_zero_vector_for_every_tau(dtype, tau):
+    """Issue 15 items 1 and 2: tau beyond float32's range or below its subnormals."""
+    h = (torch.randn(4, 9, 16) * 3).to(dtype)
+    h[1, 4] = 0
+    p = presence(h, tau)
+    assert torch.isfinite(p).all()
+    assert bool((p >= 0).all()) and bool((p <= 1).all())
+    assert p[1, 4] == 0
+    live = torch.ones(4, 9, dtype=torch.bool)
+    live[1, 4] = False
+    assert bool((p[live] > 0).all())
+    assert bool((p[live] >= torch.finfo(p.dtype).tiny).all())
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value"),
+    [
+        (torch.float32, 1e20),
+        (torch.float32, 3e38),
+        (torch.bfloat16, 1e30),
+        (torch.bfloat16, 3e38),
+        (torch.float16, 6e4),
+        (torch.float64, 1e200),
+        (torch.float64, 1e308),
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("tau", [1.0, 1e-30, 1e38], ids=str)
+def test_a_carrier_whose_squared_norm_overflows_gets_finite_presence(dtype, value, tau):
+    """Issue 15 item 3: ||h||^2 beyond the dtype's range gives about 1, never NaN."""
+    h = torch.full((2, 64), value, dtype=torch.float64).to(dtype)
+    h[1, ::2] = -h[1, ::2]
+    p = presence(h, tau)
+    assert torch.isfinite(p).all()
+    exact = float(1 / (1 + Fraction(tau) / (64 * Fraction(h[0, 0].item()) ** 2)))  # exact
+    assert p.tolist() == pytest.approx([exact, exact], rel=4 * torch.finfo(p.dtype).eps)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+def test_a_faint_carrier_whose_squares_underflow_is_not_null(dtype):
+    """Issue 15 items 1-3: entries whose squares underflow still give presence > 0."""
+    tiny_entry = 1e-30 if dtype != torch.float64 else 1e-300
+    h = torch.full((1, 8), tiny_entry, dtype=torch.float64).to(dtype)
+    p = presence(h, 1.0)
+    assert p.item() > 0 and math.isfinite(p.item())
+
+
+@pytest.mark.parametrize(
+    ("tau", "value"),
+    [
+        (1e39, 1e20),  # tau above float32's max
+        (1e-300, 1e-20),  # tau below float32's smallest subnormal
+        (1e-40, 1e-22),  # tau a float32 subnormal
+        (1e300, 1e140),  # both far beyond float32
+    ],
+    ids=["tau1e39", "tau1e-300", "tau1e-40", "tau1e300"],
+)
+def test_extreme_tau_presence_matches_exact_arithmetic(tau, value):
+    """Issue 15 items 1-2: not only in range, also the right value.
+
+    Float32 carriers, float64 for the last (1e140 is beyond float32); the
+    reference is exact rational arithmetic on the carrier as stored, and the
+    bound 4 eps of the presence dtype.
+    """
+    dtype = torch.float32 if value < 1e38 else torch.float64
+    h = torch.full((1, 16), value, dtype=dtype)
+    exact = float(1 / (1 + Fraction(tau) / (16 * Fraction(h[0, 0].item()) ** 2)))
+    assert presence(h, tau).item() == pytest.approx(exact, rel=4 * torch.finfo(dtype).eps)
+
+
+def test_non_finite_carriers_get_nan_presence_not_zero():
+    """A NaN or inf carrier is not null: its presence is NaN, so OAttention refuses it."""
+    h = torch.zeros(3, 4)
+    h[0, 1] = float("nan")
+    h[1, 2] = float("inf")
+    p = presence(h, 1.0)
+    assert math.isnan(p[0].item()) and math.isnan(p[1].item()) and p[2] == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("tau", [1.0, 0.3, 7.0, 1e-30], ids=str)
+def test_the_scaled_form_off_cpu_agrees_bit_for_bit_with_the_direct_formula(dtype, tau):
+    """The form every non-CPU device uses equals the CPU result in the ordinary range."""
+    scaled_presence = importlib.import_module("patches.presence")._scaled_presence
+    h = (torch.randn(6, 11, 24) * 2).to(dtype)
+    h[2, 3] = 0
+    direct = presence(h, tau)
+    assert torch.equal(scaled_presence(h.to(presence_dtype(dtype)), tau), direct)
+
+
+def test_the_scaled_form_has_the_formula_s_gradient():
+    scaled_presence = importlib.import_module("patches.presence")._scaled_presence
+    h = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: scaled_presence(x, 0.7), (h,))
+    assert torch.autograd.gradcheck(lambda x: presence(x, 0.7), (h,))
