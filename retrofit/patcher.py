@@ -24,7 +24,7 @@ from retrofit.errors import (
     NotPatchedError,
     UnsupportedArchitectureError,
 )
-from retrofit.settings import Mode, PatchConfig, Support
+from retrofit.settings import Mode, PatchConfig, Support, default_tau
 
 __all__ = [
     "HostPatcher",
@@ -120,6 +120,10 @@ class HostPatcher:
         """Builds every replacement for ``model``; must not modify it."""
         raise NotImplementedError
 
+    def default_tau(self, model: nn.Module) -> float:
+        """The presence temperature used when ``tau`` is None (:func:`retrofit.settings.default_tau`)."""
+        return default_tau(type(model).__name__)
+
     def overrides(self, model: nn.Module, config: PatchConfig) -> list[ReplacedModule]:
         """Report entries for the model-level overrides :meth:`attach` installs."""
         return []
@@ -204,7 +208,7 @@ def patch(
     model: nn.Module,
     mode: Mode,
     *,
-    tau: float = 1.0,
+    tau: float | None = None,
     support: Support = "count",
     eps_den: float = 1e-6,
 ) -> PatchReport:
@@ -216,7 +220,8 @@ def patch(
     Args:
         model: A supported TabPFN architecture (e.g. ``TabPFNV3``).
         mode: ``"oattention"`` or ``"full-o"``.
-        tau: Presence temperature, ``> 0``.
+        tau: Presence temperature, ``> 0``; None: the host class's default
+            (:data:`retrofit.settings.DEFAULT_TAU_BY_HOST`).
         support: ``"count"`` or ``"mass"``: the ``n_eff`` of the length scaling.
         eps_den: OAttention denominator floor, ``>= 0``.
 
@@ -231,13 +236,17 @@ def patch(
     """
     import tabpfn
 
-    config = PatchConfig(mode=mode, tau=tau, support=support, eps_den=eps_den)
+    if tau is not None:  # validate before anything else, as for every other setting
+        PatchConfig(mode=mode, tau=tau, support=support, eps_den=eps_den)
     if is_patched(model):
         digest = model.__dict__[_STATE_ATTR].report.digest()
         raise AlreadyPatchedError(
             f"{type(model).__name__} is already patched (report {digest}); call unpatch first"
         )
     patcher = host_patcher_for(model)
+    if tau is None:
+        tau = patcher.default_tau(model)
+    config = PatchConfig(mode=mode, tau=tau, support=support, eps_den=eps_den)
     swaps = patcher.plan(model, config)
     if not swaps:
         raise NothingMatchedError(f"the {type(model).__name__} patch table matched no module")

@@ -70,7 +70,7 @@ from retrofit.patcher import (
     Swap,
     register_host_patcher,
 )
-from retrofit.settings import PatchConfig
+from retrofit.settings import PatchConfig, default_tau
 
 __all__ = [
     "SUPPORTED_V2_BLOCKS",
@@ -409,9 +409,22 @@ class V2p5Patcher(V2Patcher):
 
 
 class V2p6Patcher(V2p5Patcher):
-    """v2.6: as v2.5 (its norms are RMSNorms with a learned weight; RMSNorm(0) = 0)."""
+    """v2.6: as v2.5; its norms are RMSNorms with a learned weight (RMSNorm(0) = 0).
+
+    The carrier entering the between-items attention is ``layernorm_mha1``'s
+    output, whose ``||h||^2`` is about ``||gamma||^2`` rather than ``E``, so the
+    default tau follows the weights (:data:`retrofit.settings.NORM_WEIGHTED_TAU_HOSTS`).
+    """
 
     host_class = TabPFNV2p6
+
+    def default_tau(self, model: nn.Module) -> float:
+        """``DEFAULT_TAU_BY_HOST["TabPFNV2p6"] * min over blocks ||gamma||^2 / E``."""
+        ratios = [
+            float(block.layernorm_mha1.weight.detach().double().square().mean())
+            for block in model.blocks
+        ]
+        return default_tau(type(model).__name__, min(ratios) if ratios else 1.0)
 
 
 register_host_patcher(V2Patcher())
