@@ -223,7 +223,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(f"{name}: {rows[-1]['seconds']} s", file=sys.stderr, flush=True)
     print(json.dumps(rows, indent=1) if args.json else _markdown(rows, args.taus))
-    return 0 if all(math.isfinite(v) for r in rows for m in r["movement"].values() for v in m.values()) else 1
+    return (
+        0
+        if all(math.isfinite(v) for r in rows for m in r["movement"].values() for v in m.values())
+        else 1
+    )
 
 
 if __name__ == "__main__":

@@ -121,7 +121,7 @@ class HostPatcher:
         raise NotImplementedError
 
     def default_tau(self, model: nn.Module) -> float:
-        """The presence temperature used when ``tau`` is None (:func:`retrofit.settings.default_tau`)."""
+        """The presence temperature used when ``tau`` is None (see ``settings.default_tau``)."""
         return default_tau(type(model).__name__)
 
     def overrides(self, model: nn.Module, config: PatchConfig) -> list[ReplacedModule]:

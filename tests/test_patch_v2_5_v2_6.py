@@ -60,7 +60,8 @@ class NullRowAtBlockEntry:
     def __init__(self, model, pos: int, *, as_train: bool):
         self.pos, self.as_train = pos, as_train
         self.handles = [
-            block.register_forward_pre_hook(self._pre_hook(i)) for i, block in enumerate(model.blocks)
+            block.register_forward_pre_hook(self._pre_hook(i))
+            for i, block in enumerate(model.blocks)
         ]
         self.handles.append(model.blocks[-1].register_forward_hook(self._remove))
 
@@ -178,7 +179,7 @@ def test_thinking_rows_have_presence_one_and_travel_in_the_cache(name):
         assert torch.equal(entry.presence[:, :T], torch.ones(B * 3, T))
 
 
-# ---- (A) a null row at block 0's entry ------------------------------------------------------------
+# ---- (A) a null row at block 0's entry ---------------------------------------------------
 
 
 @pytest.mark.parametrize("name", HOSTS)

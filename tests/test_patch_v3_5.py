@@ -152,7 +152,9 @@ def test_A_null_train_row_in_the_kv_cache_changes_no_prediction(mode, kv_dtype):
             _, cache = _predict(model, x[:N], y, return_kv_cache=True, performance_options=opts)
         finally:
             rec.close()
-        out = _predict(model, x[N:], y, kv_cache=cache, x_is_test_only=True, performance_options=opts)
+        out = _predict(
+            model, x[N:], y, kv_cache=cache, x_is_test_only=True, performance_options=opts
+        )
         return out, cache
 
     ref, _ = predict_from_cache(insert=False)
@@ -320,4 +322,3 @@ def test_icl_bf16_runs_the_patched_blocks_and_keeps_a_null_row_null(mode):
     assert torch.equal(null_BE, torch.zeros_like(null_BE))
     assert drift <= 1e-2  # bf16 rounding of a different sequence length
     assert drift * 10 <= base_drift, (drift, base_drift)
-

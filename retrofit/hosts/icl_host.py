@@ -169,7 +169,9 @@ class ICLHostPatcher(HostPatcher):
         """The target embedding's parameters in Full-O."""
         if config.mode != "full-o":
             return []
-        return [p for name in self.injection_modules for p in model.get_submodule(name).parameters()]
+        return [
+            p for name in self.injection_modules for p in model.get_submodule(name).parameters()
+        ]
 
     def attach(self, model: nn.Module, config: PatchConfig) -> None:
         """Swaps in the patched class."""

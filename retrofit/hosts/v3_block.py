@@ -29,8 +29,8 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from tabpfn.architectures.kv_cache import KVCacheEntry, QuantizedKVCacheEntry
 from tabpfn.architectures import tabpfn_v3, tabpfn_v3_5
+from tabpfn.architectures.kv_cache import KVCacheEntry, QuantizedKVCacheEntry
 from tabpfn.architectures.shared.chunked_evaluate import chunked_evaluate_maybe_inplace
 from torch import nn
 

@@ -33,8 +33,8 @@ from tabpfn.architectures.tabpfn_v3_5 import TabPFNV3p5Cache
 from retrofit.errors import MissingPresenceError, UnsupportedArchitectureError
 
 __all__ = [
-    "PresenceKVCacheEntry",
     "PresenceCacheMixin",
+    "PresenceKVCacheEntry",
     "PresenceQuantizedKVCacheEntry",
     "PresenceTabPFNV3Cache",
     "PresenceTabPFNV3p5Cache",
