@@ -20,6 +20,8 @@ import pytest
 from retrofit.hosts.icl_host import OVERRIDDEN_METHODS, OICLModelMixin
 
 PINNED: dict[tuple[str, str], str] = {
+    # tabpfn passes task_type only to a forward whose signature names it.
+    ("inference", "_model_expectes_task_type_arg"): "6b4e1fe1222130b2",
     ("tabpfn_v3", "TabPFNV3.forward"): "eeeaf654801cc6c4",
     ("tabpfn_v3", "TabPFNV3._stages_0_to_2"): "f26ac4bdead7f910",
     ("tabpfn_v3", "TabPFNV3._embed_icl_y"): "340a722c4a828d10",
@@ -52,7 +54,8 @@ PINNED: dict[tuple[str, str], str] = {
 
 
 def _source_digest(module: str, qualname: str) -> str:
-    obj = importlib.import_module(f"tabpfn.architectures.{module}")
+    package = "tabpfn" if module == "inference" else "tabpfn.architectures"
+    obj = importlib.import_module(f"{package}.{module}")
     for part in qualname.split("."):
         obj = getattr(obj, part)
     obj = inspect.unwrap(getattr(obj, "__func__", obj))
@@ -84,3 +87,11 @@ def test_the_patched_classes_override_nothing_themselves():
     for cls in (OTabPFNV3, OTabPFNV3p5):
         methods = {n for n, v in vars(cls).items() if inspect.isfunction(v) and n[:2] != "__"}
         assert methods == set()
+
+
+def test_tabpfn_still_sees_task_type_in_the_patched_forward():
+    from retrofit.hosts.v3 import OTabPFNV3
+    from retrofit.hosts.v3_5 import OTabPFNV3p5
+
+    for cls in (OTabPFNV3, OTabPFNV3p5):
+        assert "task_type" in inspect.signature(cls.forward).parameters

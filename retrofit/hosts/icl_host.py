@@ -57,6 +57,8 @@ OVERRIDDEN_METHODS: tuple[str, ...] = ("forward", "_stages_0_to_2", "_embed_icl_
 # forward and dropped when it returns (one forward per model at a time:
 # tabpfn gives every device its own model object).
 _CARRIER_PRESENCE = "_retrofit_stage2_presence_BR"
+# ``task_type`` not given to forward (distinct from None, which v3 accepts).
+_NOT_GIVEN: Any = object()
 
 
 class OICLModelMixin:
@@ -68,10 +70,19 @@ class OICLModelMixin:
 
     presence_cache_class: ClassVar[type[PresenceCacheMixin]]
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        """The host's ``forward``, returning a presence-carrying KV cache when one is built."""
+    def forward(
+        self, x: Any, y: Any, *args: Any, task_type: Any = _NOT_GIVEN, **kwargs: Any
+    ) -> Any:
+        """The host's ``forward``, returning a presence-carrying KV cache when one is built.
+
+        ``task_type`` is named in the signature because tabpfn's inference engine
+        passes it only to a ``forward`` whose signature names it; it is passed on
+        only when given (v3 defaults it, v3.5 requires it).
+        """
+        if task_type is not _NOT_GIVEN:
+            kwargs["task_type"] = task_type
         try:
-            result = super().forward(*args, **kwargs)
+            result = super().forward(x, y, *args, **kwargs)
         finally:
             self.__dict__.pop(_CARRIER_PRESENCE, None)
         if kwargs.get("return_kv_cache"):
