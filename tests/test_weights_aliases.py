@@ -152,3 +152,27 @@ def test_estimator_fit_modes_agree_on_every_new_host(tmp_path, name):
     # v3.5 stores its cache in int8 by default (tabpfn's default); v2.x in float.
     tol = 5e-2 * np.abs(expected).max() if name == "tabpfn_v3_5" else 1e-5
     np.testing.assert_allclose(cached, expected, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize(
+    ("name", "version"),
+    [
+        ("tabpfn_v2_5", ModelVersion.V2_5),
+        ("tabpfn_v2_6", ModelVersion.V2_6),
+        ("tabpfn_v3_5", ModelVersion.V3_5),
+    ],
+)
+def test_a_saved_directory_keeps_the_version_tabpfn_reads_from_its_file_name(
+    tmp_path, name, version
+):
+    from retrofit.saving import save_patched
+
+    saved_dir = save_patched(_checkpoint(name, tmp_path), tmp_path / "saved", mode="full-o")
+    assert model_loading.resolve_model_version(saved_dir.checkpoint) == version
+    specs = loading.load_host(tmp_path / "saved")
+    assert (
+        type(specs.model).__name__
+        == {"tabpfn_v2_5": "TabPFNV2p5", "tabpfn_v2_6": "TabPFNV2p6", "tabpfn_v3_5": "TabPFNV3p5"}[
+            name
+        ]
+    )
