@@ -17,6 +17,7 @@ from retrofit.patcher import PatchReport, ReplacedModule, is_patched, patch, unp
 from retrofit.saving import save_patched
 from retrofit.settings import (
     DEFAULT_SETTINGS,
+    DEFAULT_TAU_BY_HOST,
     MODES,
     PATCH_MODES,
     SUPPORTS,
@@ -27,6 +28,7 @@ from retrofit.settings import (
 __all__ = [
     *errors.__all__,
     "DEFAULT_SETTINGS",
+    "DEFAULT_TAU_BY_HOST",
     "MODES",
     "PATCH_MODES",
     "SUPPORTS",
