@@ -19,6 +19,7 @@ from retrofit.errors import *  # noqa: F403 -- every error is public at the top 
 # so ``tabpfn-retrofit --help``) does not import tabpfn, sklearn or pandas.
 _EXPORTS: dict[str, str] = {
     "DEFAULT_SETTINGS": "retrofit.settings",
+    "DEFAULT_TAU_BY_HOST": "retrofit.settings",
     "MODES": "retrofit.settings",
     "PATCH_MODES": "retrofit.settings",
     "SUPPORTS": "retrofit.settings",

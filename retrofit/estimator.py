@@ -9,6 +9,7 @@ its own model object, so estimators and refits never share weights.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,8 @@ class OTabPFNRegressor(RegressorMixin, BaseEstimator):
     Args:
         mode: ``"none"`` (the unpatched host, same code path), ``"oattention"``
             or ``"full-o"``. None: the saved directory's, else ``"full-o"``.
-        tau: Presence temperature ``> 0``. None: saved, else 1.0.
+        tau: Presence temperature ``> 0``. None: saved, else the host class's
+            default (``retrofit.settings.DEFAULT_TAU_BY_HOST``; 1.0 for v3).
         support: ``n_eff`` of the learned length scaling, ``"count"`` or
             ``"mass"``. None: saved, else ``"count"``.
         eps_den: OAttention denominator floor ``>= 0``. None: saved, else 1e-6.
@@ -130,7 +132,11 @@ class OTabPFNRegressor(RegressorMixin, BaseEstimator):
         specs = load_host(model)
         report: PatchReport | None = None
         if settings.mode != "none":
-            report = patch(specs.model, **settings.to_dict())
+            patch_settings = settings.to_dict()
+            if self.tau is None and model.saved_settings is None:
+                patch_settings["tau"] = None  # the host class's default tau
+            report = patch(specs.model, **patch_settings)
+            settings = dataclasses.replace(settings, tau=report.tau)
         regressor = TabPFNRegressor(
             model_path=specs,
             n_estimators=self.n_estimators,

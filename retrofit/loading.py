@@ -8,8 +8,9 @@ model: tabpfn casts a forced inference dtype into the weights in place, so a
 model must never be shared between estimators or runs.
 
 Accepted ``model_path`` values (one resolver each, tried in order):
-``"embedded"`` (the shipped host), ``"v3"``/``"v2"`` (tabpfn's default
-checkpoints, see :mod:`retrofit.weights`), a saved retrofit directory (see
+``"embedded"`` (the shipped host), ``"v2"``, ``"v2.5"``, ``"v2.6"``, ``"v3"``,
+``"v3.5"`` or ``"auto"`` (tabpfn's default checkpoints and tabpfn's default
+version, see :mod:`retrofit.weights`), a saved retrofit directory (see
 :mod:`retrofit.saved`), or a local ``.safetensors``/``.ckpt`` file.
 """
 
@@ -74,7 +75,8 @@ def _local_file(model_path: ModelPathLike) -> Path | None:
         )
     if not path.is_file():
         raise CheckpointNotFoundError(
-            f"model_path {str(model_path)!r}: no such file, and not 'embedded', 'v3', 'v2' "
+            f"model_path {str(model_path)!r}: no such file, and not 'embedded', a version "
+            f"alias ({', '.join([*weights.DEFAULT_VERSIONS, weights.AUTO])}) "
             "or a saved retrofit directory"
         )
     if path.suffix not in CHECKPOINT_SUFFIXES:

@@ -88,7 +88,7 @@ def patch(
     model: nn.Module,
     mode: Mode,
     *,
-    tau: float = 1.0,
+    tau: float | None = None,
     support: Support = "count",
     eps_den: float = 1e-6,
 ) -> PatchReport:
@@ -100,7 +100,8 @@ def patch(
     Args:
         model: A supported TabPFN architecture (e.g. ``TabPFNV3``).
         mode: ``"oattention"`` or ``"full-o"``.
-        tau: Presence temperature, ``> 0``.
+        tau: Presence temperature, ``> 0``; None: the host class's default
+            (:data:`retrofit.settings.DEFAULT_TAU_BY_HOST`).
         support: ``"count"`` or ``"mass"``: the ``n_eff`` of the length scaling.
         eps_den: OAttention denominator floor, ``>= 0``.
 
@@ -116,7 +117,8 @@ def patch(
     """
     import tabpfn
 
-    config = PatchConfig(mode=mode, tau=tau, support=support, eps_den=eps_den)
+    if tau is not None:  # validate before anything else, as for every other setting
+        PatchConfig(mode=mode, tau=tau, support=support, eps_den=eps_den)
     if not isinstance(model, nn.Module):
         raise UnsupportedArchitectureError(
             f"patch needs a torch.nn.Module (a TabPFN architecture), got {type(model).__name__}"
@@ -127,6 +129,9 @@ def patch(
             f"{type(model).__name__} is already patched (report {digest}); call unpatch first"
         )
     patcher = host_patcher_for(model)
+    if tau is None:
+        tau = patcher.default_tau(model)
+    config = PatchConfig(mode=mode, tau=tau, support=support, eps_den=eps_den)
     swaps = patcher.plan(model, config)
     if not swaps:
         raise NothingMatchedError(f"the {type(model).__name__} patch table matched no module")

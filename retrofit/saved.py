@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -96,9 +97,11 @@ def is_saved_dir(path: object) -> bool:
 
 
 def _weights_file_name(architecture_name: str) -> str:
-    # tabpfn picks the version from the file name ("v3" in it -> v3, none of its
-    # identifiers -> v2), so the architecture name, e.g. "tabpfn_v3", leads it.
-    return f"{architecture_name}_regressor_retrofit{WEIGHTS_SUFFIX}"
+    # tabpfn picks the version from the file name ("v3" in it -> v3, "v3.5" ->
+    # v3.5, none of its identifiers -> v2), so the architecture name leads it,
+    # with its minor version written as tabpfn spells it ("tabpfn_v3_5" -> "tabpfn_v3.5").
+    versioned = re.sub(r"^(tabpfn_v\d+)_(\d+)$", r"\1.\2", architecture_name)
+    return f"{versioned}_regressor_retrofit{WEIGHTS_SUFFIX}"
 
 
 def write_saved(

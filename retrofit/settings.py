@@ -12,6 +12,8 @@ line and the evaluation runner:
 * :func:`resolve_settings` applies the precedence rule: explicit settings, else
   a saved directory's, else :data:`DEFAULT_SETTINGS`; an explicit setting that
   contradicts a saved one is an error.
+* :data:`DEFAULT_TAU_BY_HOST` is the presence temperature :func:`retrofit.patch`
+  uses when ``tau`` is None, per host class (:func:`default_tau`).
 """
 
 from __future__ import annotations
@@ -29,13 +31,16 @@ from retrofit.errors import InvalidPatchConfigError, SettingsConflictError
 
 __all__ = [
     "DEFAULT_SETTINGS",
+    "DEFAULT_TAU_BY_HOST",
     "MODES",
+    "NORM_WEIGHTED_TAU_HOSTS",
     "PATCH_MODES",
     "SETTING_NAMES",
     "SUPPORTS",
     "TAU_RANGE",
     "PatchConfig",
     "RetrofitSettings",
+    "default_tau",
     "resolve_settings",
 ]
 
@@ -57,6 +62,56 @@ DEFAULT_SETTINGS: Mapping[str, Any] = {
     "support": "count",
     "eps_den": 1e-6,
 }
+
+#: The default presence temperature of each host class (used when ``tau`` is None).
+#: Chosen with ``python -m eval.calibration`` on random weights at each class's
+#: published config (the published weights cannot be downloaded offline): the
+#: largest power of ten at which both modes move the output logits by at most
+#: 0.2 % (relative L2). Measured there, at these values: v2 0.074 % / 0.12 %,
+#: v2.5 0.10 % / 0.14 %, v2.6 0.10 % / 0.14 %, v3 0.076 % / 0.15 %, v3.5 0.030 % /
+#: 0.058 % (OAttention / Full-O). The post-norm v2 family's carriers have
+#: ``||h||^2`` of about ``E = 192``, the v3 family's ICL carriers a median of
+#: 2.3e3 (v3) and 4.9e3 (v3.5). v3 keeps the 1.0 of the paper and of the
+#: embedded host's stored results.
+DEFAULT_TAU_BY_HOST: Mapping[str, float] = {
+    "TabPFNV2": 0.1,
+    "TabPFNV2p5": 0.1,
+    "TabPFNV2p6": 0.1,
+    "TabPFNV3": 1.0,
+    "TabPFNV3p5": 1.0,
+}
+#: Hosts whose carrier norm follows a learned norm weight (v2.6's RMSNorm: the
+#: carrier entering the between-items attention has ``||h||^2`` of about
+#: ``||gamma||^2``, not ``E``): their default is ``DEFAULT_TAU_BY_HOST[host]``
+#: times the carrier-scale ratio ``min over blocks ||gamma||^2 / E`` the host's
+#: patch table reads off the weights (1 at tabpfn's initialisation).
+NORM_WEIGHTED_TAU_HOSTS: tuple[str, ...] = ("TabPFNV2p6",)
+
+
+def default_tau(host: str, carrier_scale_ratio: float = 1.0) -> float:
+    """The default presence temperature of host class ``host``.
+
+    Args:
+        host: The class name (``"TabPFNV3p5"``, ...).
+        carrier_scale_ratio: For :data:`NORM_WEIGHTED_TAU_HOSTS`, the ratio of the
+            host's carrier scale to the one the default was calibrated at.
+
+    Returns:
+        ``DEFAULT_TAU_BY_HOST[host]`` (times the ratio where it applies), or
+        ``DEFAULT_SETTINGS["tau"]`` for a class without a calibrated default.
+
+    Raises:
+        InvalidPatchConfigError: If the ratio is not a finite number > 0.
+    """
+    base = DEFAULT_TAU_BY_HOST.get(host, DEFAULT_SETTINGS["tau"])
+    if host not in NORM_WEIGHTED_TAU_HOSTS:
+        return float(base)
+    ratio = float(carrier_scale_ratio)
+    if not math.isfinite(ratio) or ratio <= 0:
+        raise InvalidPatchConfigError(
+            f"{host}: carrier scale ratio must be a finite number > 0, got {ratio!r}"
+        )
+    return _checked_tau(base * ratio)
 
 
 #: The taus a retrofit accepts: the normal float32 numbers. Presence is exact

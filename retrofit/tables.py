@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 from torch import nn
 
 from retrofit.errors import NotPatchedError, UnsupportedArchitectureError
-from retrofit.settings import PatchConfig
+from retrofit.settings import PatchConfig, default_tau
 
 __all__ = [
     "STATE_ATTR",
@@ -79,6 +79,10 @@ class HostPatcher:
     def plan(self, model: nn.Module, config: PatchConfig) -> list[Swap]:
         """Builds every replacement for ``model``; must not modify it."""
         raise NotImplementedError
+
+    def default_tau(self, model: nn.Module) -> float:
+        """The presence temperature used when ``tau`` is None (see ``settings.default_tau``)."""
+        return default_tau(type(model).__name__)
 
     def overrides(self, model: nn.Module, config: PatchConfig) -> list[ReplacedModule]:
         """Report entries for the model-level overrides :meth:`attach` installs."""

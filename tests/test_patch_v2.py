@@ -13,7 +13,7 @@ import pytest
 import torch
 from _tiny_models import perturb_zero_init
 from tabpfn import model_loading
-from tabpfn.architectures import ARCHITECTURES, tabpfn_v2
+from tabpfn.architectures import tabpfn_v2
 from tabpfn.architectures.kv_cache import KVCacheEntry
 from tabpfn.architectures.shared.bar_distribution import FullSupportBarDistribution
 from tabpfn.architectures.tabpfn_v2 import TabPFNBlock, TabPFNV2
@@ -264,42 +264,6 @@ def test_a_v2_checkpoint_loads_through_tabpfn_and_patches(tmp_path):
     assert inference_config.N_ESTIMATORS is not None  # tabpfn's default v2 config
     report = retrofit.patch(model, "full-o")
     assert report.host == "TabPFNV2" and report.n_replaced == TINY_V2["nlayers"]
-
-
-# --- the architectures that stay unsupported --------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("name", "config"),
-    [
-        ("tabpfn_v2_5", {"emsize": 8, "nlayers": 1, "nhead": 2, "num_thinking_rows": 2}),
-        ("tabpfn_v2_6", {"emsize": 8, "nlayers": 1, "nhead": 2, "num_thinking_rows": 2}),
-        (
-            "tabpfn_v3_5",
-            {
-                "embed_dim": 8,
-                "dist_embed_num_blocks": 1,
-                "dist_embed_num_heads": 2,
-                "dist_embed_num_inducing_points": 2,
-                "feat_agg_num_blocks": 1,
-                "feat_agg_num_heads": 2,
-                "feat_agg_num_cls_tokens": 2,
-                "nlayers": 1,
-                "icl_num_heads": 2,
-                "icl_num_kv_heads_test": 1,
-                "cell_ecdf_num_buckets": 8,
-                "fourier_encoding_num_frequencies": 2,
-            },
-        ),
-    ],
-)
-def test_v2_5_v2_6_and_v3_5_stay_unsupported(name, config):
-    arch = ARCHITECTURES[name]
-    parsed, _ = arch.parse_config({"num_buckets": 8, "max_num_classes": 0, **config})
-    model = arch.get_architecture(parsed)
-    with pytest.raises(retrofit.UnsupportedArchitectureError, match=type(model).__name__):
-        retrofit.patch(model, "oattention")
-    assert not retrofit.is_patched(model)
 
 
 def test_estimator_fit_modes_agree_on_a_patched_v2_checkpoint(tmp_path):

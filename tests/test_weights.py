@@ -124,9 +124,9 @@ def test_file_already_in_cache_is_used_without_download(cache_dir, no_download):
 
 
 def test_unknown_version_alias_is_rejected():
-    assert not weights.is_version_alias("v2.5")
+    assert not weights.is_version_alias("v4")
     with pytest.raises(ValueError, match="unknown TabPFN version"):
-        weights.default_checkpoint_path("v2.5")
+        weights.default_checkpoint_path("v4")
 
 
 # --- saved retrofit directories ------------------------------------------------

@@ -1,4 +1,4 @@
-"""The TabPFN v2 patch table: ``TabPFNBlock`` -> :class:`OTabPFNBlockV2`.
+"""The patch tables of TabPFN v2, v2.5 and v2.6: ``TabPFNBlock`` -> :class:`OTabPFNBlockV2`.
 
 TabPFN v2 (``tabpfn.architectures.tabpfn_v2.TabPFNV2``) keeps one carrier per
 cell, ``(B, R, C, E)``: items (rows) by features (feature groups plus the target
@@ -28,6 +28,18 @@ close to ``E / (tau + E)``; the null cell has presence exactly 0. Column
 embeddings and the target cell are injected before the first block, in data
 space (like ``OStandardize``, out of scope of the block-level retrofit).
 
+TabPFN v2.5 and v2.6 (``TabPFNV2p5``, ``TabPFNV2p6``) run the same block under
+their own class names (v2.6 with an RMSNorm that has a learned weight, so a
+carrier's ``||h||^2`` is about ``||gamma||^2`` rather than ``E``: see the
+per-host default tau in :mod:`retrofit.settings`), and prepend ``T`` learned
+*thinking rows* (``AddThinkingRows``, 64 at the published config) before block
+0: keys for every query and part of the KV cache, so train rows start at row
+``T``. Presence rule for learned tokens: a thinking row is never null; its
+presence is 1 in every map of the block (as a source and a receiver of the
+between-items attention, and in Full-O's ONorm/OFFN), whatever its carrier. A
+test-only forward from the cache has no thinking rows among its queries; their
+keys are in the cache with presence 1.
+
 Shape letters: B batch (ensemble members), R rows (train then test), C columns
 (feature groups + target), E embedding, Bc = B * C (one attention batch per
 column), N train rows (the keys), L query rows, H heads, D head dimension.
@@ -38,9 +50,12 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from tabpfn.architectures import tabpfn_v2, tabpfn_v2_5, tabpfn_v2_6
 from tabpfn.architectures.kv_cache import KVCacheEntry
 from tabpfn.architectures.shared.chunked_evaluate import chunked_evaluate_maybe_inplace
-from tabpfn.architectures.tabpfn_v2 import TabPFNBlock, TabPFNV2
+from tabpfn.architectures.tabpfn_v2 import TabPFNV2
+from tabpfn.architectures.tabpfn_v2_5 import TabPFNV2p5
+from tabpfn.architectures.tabpfn_v2_6 import TabPFNV2p6
 from torch import nn
 
 from patches import OFFN, ONorm, oattention, presence
@@ -50,32 +65,50 @@ from retrofit.errors import (
     UnsupportedArchitectureError,
 )
 from retrofit.hosts.v3_cache import PresenceKVCacheEntry
-from retrofit.settings import PatchConfig
+from retrofit.settings import PatchConfig, default_tau
 from retrofit.tables import (
     HostPatcher,
     Swap,
     register_host_patcher,
 )
 
-__all__ = ["MissingPresenceError", "OTabPFNBlockV2", "V2Patcher"]
+__all__ = [
+    "SUPPORTED_V2_BLOCKS",
+    "MissingPresenceError",
+    "OTabPFNBlockV2",
+    "V2Patcher",
+    "V2p5Patcher",
+    "V2p6Patcher",
+]
+
+#: The post-norm block classes :class:`OTabPFNBlockV2` replaces (one per host module).
+SUPPORTED_V2_BLOCKS: tuple[type[nn.Module], ...] = (
+    tabpfn_v2.TabPFNBlock,
+    tabpfn_v2_5.TabPFNBlock,
+    tabpfn_v2_6.TabPFNBlock,
+)
 
 
 class OTabPFNBlockV2(nn.Module):
-    """O-closed replacement of v2's ``TabPFNBlock`` (same forward signature).
+    """O-closed replacement of a v2-family ``TabPFNBlock`` (same forward signature).
 
     The host's submodules are reused by reference under their original names,
-    so ``state_dict`` keys and parameters are the host's.
+    so ``state_dict`` keys and parameters are the host's. ``learned_rows`` is
+    the number of leading learned rows (v2.5/v2.6's thinking rows, 0 for v2),
+    whose presence is 1 wherever the block computes presence, except on the
+    cache path, whose rows are all test rows.
     """
 
     def __init__(
         self,
-        original: TabPFNBlock,
+        original: nn.Module,
         *,
         mode: Literal["oattention", "full-o"],
         tau: float,
         support: Literal["count", "mass"] = "count",
         eps_den: float = 1e-6,
         path: str = "blocks",
+        learned_rows: int = 0,
     ) -> None:
         super().__init__()
         if mode not in ("oattention", "full-o"):
@@ -95,45 +128,99 @@ class OTabPFNBlockV2(nn.Module):
             eps_den,
             path,
         )
+        if learned_rows < 0:
+            raise InvalidPatchConfigError(f"{path}: learned_rows must be >= 0, got {learned_rows}")
+        self.learned_rows = int(learned_rows)
         # The O-wrappers hold the same norm/MLP objects; kept out of the module
         # tree (plain attributes) so state_dict keys stay the host's.
-        full = mode == "full-o"
-        self.__dict__["_norm1"] = (
-            ONorm.from_module(self.layernorm_mha1, tau=tau) if full else self.layernorm_mha1
-        )
-        self.__dict__["_norm2"] = (
-            ONorm.from_module(self.layernorm_mha2, tau=tau) if full else self.layernorm_mha2
-        )
-        self.__dict__["_norm3"] = (
-            ONorm.from_module(self.layernorm_mlp, tau=tau) if full else self.layernorm_mlp
-        )
+        self.__dict__["_onorm1"] = ONorm.from_module(self.layernorm_mha1, tau=tau)
+        self.__dict__["_onorm2"] = ONorm.from_module(self.layernorm_mha2, tau=tau)
+        self.__dict__["_onorm3"] = ONorm.from_module(self.layernorm_mlp, tau=tau)
         self.__dict__["_offn"] = OFFN.from_module(self.mlp, None, tau=tau)
 
     @classmethod
     def from_module(
         cls,
-        original: TabPFNBlock,
+        original: nn.Module,
         *,
         mode: Literal["oattention", "full-o"],
         tau: float = 1.0,
         support: Literal["count", "mass"] = "count",
         eps_den: float = 1e-6,
         path: str = "blocks",
+        learned_rows: int = 0,
     ) -> OTabPFNBlockV2:
         """Builds the O-block on ``original``, sharing all of its modules.
 
         Raises:
-            TypeError: If ``original`` is not exactly a v2 ``TabPFNBlock``.
+            UnsupportedArchitectureError: If ``original`` is not exactly one of
+                :data:`SUPPORTED_V2_BLOCKS`.
         """
-        if type(original) is not TabPFNBlock:
+        if type(original) not in SUPPORTED_V2_BLOCKS:
             raise UnsupportedArchitectureError(
                 f"{path}: expected TabPFNBlock, got {type(original).__name__}"
             )
-        return cls(original, mode=mode, tau=tau, support=support, eps_den=eps_den, path=path)
+        return cls(
+            original,
+            mode=mode,
+            tau=tau,
+            support=support,
+            eps_den=eps_den,
+            path=path,
+            learned_rows=learned_rows,
+        )
 
     def extra_repr(self) -> str:
         """Shows the patch settings."""
-        return f"mode={self.mode!r}, tau={self.tau}, eps={self.eps_den}"
+        return (
+            f"mode={self.mode!r}, tau={self.tau}, eps={self.eps_den}, "
+            f"learned_rows={self.learned_rows}"
+        )
+
+    def _presence(self, x_BR_E: torch.Tensor, learned_rows: int) -> torch.Tensor:
+        """``rho_tau`` of every carrier of ``x`` (rows on axis 1), 1 on the learned rows."""
+        p = presence(x_BR_E, self.tau)
+        if learned_rows:
+            p[:, :learned_rows] = 1.0
+        return p
+
+    def _local(self, name: str, x: torch.Tensor, factor: int | None, learned: int, row_dims: int):
+        """One per-token map of the block over ``x``, chunked as the host does.
+
+        Args:
+            name: ``"norm1"``, ``"norm2"``, ``"norm3"`` or ``"mlp"``.
+            x: Carriers; rows are axis 1 after flattening ``row_dims`` leading dims.
+            factor: The host's ``save_peak_memory_factor``.
+            learned: Leading learned rows of this call (0 on the cache path).
+            row_dims: Leading dims before the rows (1 for ``(B, R, C, E)``, 2 for
+                ``(B, C, R, E)``).
+        """
+        if self.mode != "full-o":
+            host = {
+                "norm1": self.layernorm_mha1,
+                "norm2": self.layernorm_mha2,
+                "norm3": self.layernorm_mlp,
+                "mlp": self.mlp,
+            }[name]
+            return chunked_evaluate_maybe_inplace(
+                host, x, factor, residual=name == "mlp", batch_dims=3
+            )
+        wrapper = {
+            "norm1": self._onorm1,
+            "norm2": self._onorm2,
+            "norm3": self._onorm3,
+            "mlp": self._offn,
+        }[name]
+
+        def gated(x_chunk: torch.Tensor) -> torch.Tensor:
+            return wrapper(x_chunk, self._presence(x_chunk, learned))
+
+        # Chunks must keep every row of a chunk's rows axis when rows carry the rule;
+        # OFFN returns h + p * MLP(h) itself, hence residual=False throughout.
+        batch_dims = row_dims if learned else 3
+        return chunked_evaluate_maybe_inplace(
+            gated, x, factor, residual=False, batch_dims=batch_dims
+        )
 
     def forward(
         self,
@@ -164,6 +251,7 @@ class OTabPFNBlockV2(nn.Module):
             x_BRCE = x_BRCE_container
         else:
             x_BRCE = x_BRCE_container.pop(0)
+        learned = 0 if cached_kv is not None else self.learned_rows
         x_BRCE = chunked_evaluate_maybe_inplace(
             self.per_sample_attention_between_features,
             x_BRCE,
@@ -171,9 +259,7 @@ class OTabPFNBlockV2(nn.Module):
             residual=True,
             batch_dims=2,
         )
-        x_BRCE = chunked_evaluate_maybe_inplace(
-            self._norm1, x_BRCE, save_peak_memory_factor, residual=False, batch_dims=3
-        )
+        x_BRCE = self._local("norm1", x_BRCE, save_peak_memory_factor, learned, row_dims=1)
 
         x_BCRE = x_BRCE.transpose(1, 2).contiguous()
         del x_BRCE
@@ -181,7 +267,11 @@ class OTabPFNBlockV2(nn.Module):
         if return_kv or cached_kv is not None:
             B, C = x_BCRE.shape[:2]
             attn_BcRE, kv_entry = self._attention(
-                x_BCRE.flatten(0, 1), single_eval_pos, cached_kv=cached_kv, return_kv=return_kv
+                x_BCRE.flatten(0, 1),
+                single_eval_pos,
+                cached_kv=cached_kv,
+                return_kv=return_kv,
+                learned_rows=learned,
             )
             x_BCRE = x_BCRE + attn_BcRE.unflatten(0, (B, C))
         else:
@@ -192,31 +282,20 @@ class OTabPFNBlockV2(nn.Module):
                 residual=True,
                 batch_dims=2,
                 single_eval_pos=single_eval_pos,
+                learned_rows=learned,
             )
-        x_BCRE = chunked_evaluate_maybe_inplace(
-            self._norm2, x_BCRE, save_peak_memory_factor, residual=False, batch_dims=3
-        )
+        x_BCRE = self._local("norm2", x_BCRE, save_peak_memory_factor, learned, row_dims=2)
         x_BRCE = x_BCRE.transpose(1, 2).contiguous()
         del x_BCRE
 
-        if self.mode == "full-o":
-            # OFFN returns h + p * MLP(h) itself, hence residual=False.
-            x_BRCE = chunked_evaluate_maybe_inplace(
-                self._offn, x_BRCE, save_peak_memory_factor, residual=False, batch_dims=3
-            )
-        else:
-            x_BRCE = chunked_evaluate_maybe_inplace(
-                self.mlp, x_BRCE, save_peak_memory_factor, residual=True, batch_dims=3
-            )
-        x_BRCE = chunked_evaluate_maybe_inplace(
-            self._norm3, x_BRCE, save_peak_memory_factor, residual=False, batch_dims=3
-        )
+        x_BRCE = self._local("mlp", x_BRCE, save_peak_memory_factor, learned, row_dims=1)
+        x_BRCE = self._local("norm3", x_BRCE, save_peak_memory_factor, learned, row_dims=1)
         return x_BRCE, kv_entry
 
     def _attention_only(
-        self, x_BcRE: torch.Tensor, single_eval_pos: int | None = None
+        self, x_BcRE: torch.Tensor, single_eval_pos: int | None = None, learned_rows: int = 0
     ) -> torch.Tensor:
-        return self._attention(x_BcRE, single_eval_pos)[0]
+        return self._attention(x_BcRE, single_eval_pos, learned_rows=learned_rows)[0]
 
     def _attention(
         self,
@@ -225,12 +304,13 @@ class OTabPFNBlockV2(nn.Module):
         *,
         cached_kv: KVCacheEntry | None = None,
         return_kv: bool = False,
+        learned_rows: int = 0,
     ) -> tuple[torch.Tensor, PresenceKVCacheEntry | None]:
         """Between-items OAttention per column (without the residual add)."""
         att = self.per_column_attention_between_cells
         Bc, R, _ = x_BcRE.shape
         H, D = att.num_heads, att.head_dim
-        p_BcR = presence(x_BcRE, self.tau)
+        p_BcR = self._presence(x_BcRE, learned_rows)
         q_BcRHD = att.q_projection(x_BcRE).view(Bc, R, H, D)
 
         entry = None
@@ -295,8 +375,13 @@ class V2Patcher(HostPatcher):
 
     host_class = TabPFNV2
 
+    def learned_rows(self, model: nn.Module) -> int:
+        """Leading learned rows entering block 0 (none in v2)."""
+        return 0
+
     def plan(self, model: nn.Module, config: PatchConfig) -> list[Swap]:
         """One swap per block, each sharing the original's modules."""
+        learned = self.learned_rows(model)
         swaps = []
         for i, block in enumerate(model.blocks):
             path = f"blocks.{i}"
@@ -307,9 +392,41 @@ class V2Patcher(HostPatcher):
                 support=config.support,
                 eps_den=config.eps_den,
                 path=path,
+                learned_rows=learned,
             )
             swaps.append(Swap(path=path, original=block, replacement=replacement))
         return swaps
 
 
+class V2p5Patcher(V2Patcher):
+    """v2.5: v2's block swap, with the thinking rows as learned rows (presence 1)."""
+
+    host_class = TabPFNV2p5
+
+    def learned_rows(self, model: nn.Module) -> int:
+        """The thinking rows ``AddThinkingRows`` prepends (``num_thinking_rows``)."""
+        return int(model.add_thinking_rows.num_thinking_rows)
+
+
+class V2p6Patcher(V2p5Patcher):
+    """v2.6: as v2.5; its norms are RMSNorms with a learned weight (RMSNorm(0) = 0).
+
+    The carrier entering the between-items attention is ``layernorm_mha1``'s
+    output, whose ``||h||^2`` is about ``||gamma||^2`` rather than ``E``, so the
+    default tau follows the weights (:data:`retrofit.settings.NORM_WEIGHTED_TAU_HOSTS`).
+    """
+
+    host_class = TabPFNV2p6
+
+    def default_tau(self, model: nn.Module) -> float:
+        """``DEFAULT_TAU_BY_HOST["TabPFNV2p6"] * min over blocks ||gamma||^2 / E``."""
+        ratios = [
+            float(block.layernorm_mha1.weight.detach().double().square().mean())
+            for block in model.blocks
+        ]
+        return default_tau(type(model).__name__, min(ratios) if ratios else 1.0)
+
+
 register_host_patcher(V2Patcher())
+register_host_patcher(V2p5Patcher())
+register_host_patcher(V2p6Patcher())

@@ -1,4 +1,4 @@
-"""``OICLBlock``: TabPFN v3's ICL transformer block with OAttention.
+"""``OICLBlock``: the ICL transformer block of TabPFN v3 and v3.5 with OAttention.
 
 The block is the unit of replacement: ``ICLAttention`` sees only the normed
 input, while presence must come from the residual carrier entering the block
@@ -13,6 +13,12 @@ heads and ``SoftmaxScalingMLP``, ``layernorm``, ``layernorm_mlp``, ``mlp``) are
 reused by reference under their original names, so ``state_dict`` keys and
 parameters are the host's.
 
+One block serves both hosts; what differs is looked up by the exact class of
+the block it replaces (:data:`SUPPORTED_ICL_BLOCKS`). v3.5's ``ICLAttention``
+applies per-head q/k RMSNorms after the projections (and stores the normed
+keys in its cache); the block applies them at the same points, so an
+identity-configured patch reproduces the host instead of silently skipping them.
+
 Shape letters: B batch (ensemble members), R rows (train then test),
 N train rows (the keys), L query rows, E embedding, H query heads,
 J key/value heads, D head dimension.
@@ -23,9 +29,9 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from tabpfn.architectures import tabpfn_v3, tabpfn_v3_5
 from tabpfn.architectures.kv_cache import KVCacheEntry, QuantizedKVCacheEntry
 from tabpfn.architectures.shared.chunked_evaluate import chunked_evaluate_maybe_inplace
-from tabpfn.architectures.tabpfn_v3 import ICLTransformerBlock
 from torch import nn
 
 from patches import OFFN, ONorm, oattention, presence, support_size
@@ -36,11 +42,37 @@ from retrofit.errors import (
 )
 from retrofit.hosts.v3_cache import PresenceKVCacheEntry
 
-__all__ = ["MissingPresenceError", "OICLBlock"]
+__all__ = ["SUPPORTED_ICL_BLOCKS", "MissingPresenceError", "OICLBlock"]
+
+#: The ICL block classes :class:`OICLBlock` replaces, and whether each one's
+#: attention normalises queries and keys per head after the projections.
+SUPPORTED_ICL_BLOCKS: dict[type[nn.Module], bool] = {
+    tabpfn_v3.ICLTransformerBlock: False,
+    tabpfn_v3_5.ICLTransformerBlock: True,
+}
+
+
+def _check_icl_block(original: nn.Module, path: str) -> bool:
+    """Whether ``original`` (a supported ICL block) has q/k norms; raises otherwise."""
+    qk_norm = SUPPORTED_ICL_BLOCKS.get(type(original))
+    if qk_norm is None:
+        names = ", ".join(f"{c.__module__}.{c.__name__}" for c in SUPPORTED_ICL_BLOCKS)
+        raise UnsupportedArchitectureError(
+            f"{path}: expected one of {names}, got {type(original).__name__}"
+        )
+    att = original.icl_attention
+    has_norms = hasattr(att, "q_norm") and hasattr(att, "k_norm")
+    if has_norms != qk_norm:
+        # A changed host: the block would skip (or invent) a normalisation.
+        raise UnsupportedArchitectureError(
+            f"{path}.icl_attention: expected {'' if qk_norm else 'no '}per-head q/k norms "
+            f"in {type(original).__module__}.{type(original).__name__}"
+        )
+    return qk_norm
 
 
 class OICLBlock(nn.Module):
-    """O-closed replacement of ``ICLTransformerBlock`` (same forward signature).
+    """O-closed replacement of an ``ICLTransformerBlock`` (same forward signature).
 
     ``mode="oattention"``: ``x + Out(OAttention(q, k, v; p))`` with ``n_eff``
     in the query scaling; RMSNorm and MLP are the host's (RMSNorm(0) = 0 and
@@ -52,7 +84,7 @@ class OICLBlock(nn.Module):
 
     def __init__(
         self,
-        original: ICLTransformerBlock,
+        original: nn.Module,
         *,
         mode: Literal["oattention", "full-o"],
         tau: float,
@@ -65,6 +97,7 @@ class OICLBlock(nn.Module):
             raise InvalidPatchConfigError(
                 f"{path}: mode must be 'oattention' or 'full-o', got {mode!r}"
             )
+        self.qk_norm = _check_icl_block(original, path)
         self.icl_attention = original.icl_attention
         self.layernorm = original.layernorm
         self.layernorm_mlp = original.layernorm_mlp
@@ -82,7 +115,7 @@ class OICLBlock(nn.Module):
     @classmethod
     def from_module(
         cls,
-        original: ICLTransformerBlock,
+        original: nn.Module,
         *,
         mode: Literal["oattention", "full-o"],
         tau: float = 1.0,
@@ -93,12 +126,9 @@ class OICLBlock(nn.Module):
         """Builds the O-block on ``original``, sharing all of its modules.
 
         Raises:
-            TypeError: If ``original`` is not exactly an ``ICLTransformerBlock``.
+            UnsupportedArchitectureError: If ``original`` is not exactly one of
+                :data:`SUPPORTED_ICL_BLOCKS` or its q/k norms are not as expected.
         """
-        if type(original) is not ICLTransformerBlock:
-            raise UnsupportedArchitectureError(
-                f"{path}: expected ICLTransformerBlock, got {type(original).__name__}"
-            )
         return cls(original, mode=mode, tau=tau, support=support, eps_den=eps_den, path=path)
 
     def extra_repr(self) -> str:
@@ -188,6 +218,8 @@ class OICLBlock(nn.Module):
         p_BR = presence(x_BRE, self.tau)
         xn_BRE = self._onorm(x_BRE, p_BR) if self.mode == "full-o" else self.layernorm(x_BRE)
         q_BRHD = att.q_projection(xn_BRE).view(B, R, H, D)
+        if self.qk_norm:
+            q_BRHD = att.q_norm(q_BRHD)
         n_test_heads = att.num_kv_heads_test
 
         if cached_kv is not None:
@@ -213,6 +245,9 @@ class OICLBlock(nn.Module):
             xn_train_BNE = xn_BRE[:, :N]
             k_BNJD = att.k_projection(xn_train_BNE).view(B, N, att.num_kv_heads, D)
             v_BNJD = att.v_projection(xn_train_BNE).view(B, N, att.num_kv_heads, D)
+            if self.qk_norm:
+                # Normed once here, as the host does, so the cached keys are normed.
+                k_BNJD = att.k_norm(k_BNJD)
             p_BN = p_BR[:, :N]
             if n_test_heads is not None and single_eval_pos is not None and N < R:
                 # Test rows read fewer KV heads (GQA/MQA for the test partition).
@@ -231,7 +266,9 @@ class OICLBlock(nn.Module):
         out_BRE = att.out_projection(o_BRHD.reshape(B, R, H * D))
         entry = None
         if return_kv:
-            k_cache, v_cache = k_BNJD, v_BNJD
+            # Under autocast the q/k norms return float32 while the values are in
+            # the autocast dtype; the host stores the keys at the values' dtype.
+            k_cache, v_cache = k_BNJD.to(v_BNJD.dtype), v_BNJD
             if n_test_heads is not None:
                 # Own storage, so the full-head projection can be freed.
                 k_cache = k_cache[:, :, :n_test_heads].contiguous()
@@ -253,6 +290,9 @@ class OICLBlock(nn.Module):
         scaling = self.icl_attention.softmax_scaling_layer
         if scaling is not None:
             q_BLHD = _scale_queries(scaling, q_BLHD, support_size(p_BN, self.support))
+        if q_BLHD.dtype != v_BNJD.dtype or k_BNJD.dtype != v_BNJD.dtype:
+            # float32 q/k norms under autocast; the host's attention casts the same way.
+            q_BLHD, k_BNJD = q_BLHD.to(v_BNJD.dtype), k_BNJD.to(v_BNJD.dtype)
         o_BHLD = oattention(
             q_BLHD.transpose(1, 2),
             k_BNJD.transpose(1, 2),

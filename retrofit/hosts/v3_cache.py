@@ -6,8 +6,10 @@ OAttention needs the train rows' presence (source weights and ``n_eff``) at
 that point, so each entry carries it, through every path tabpfn moves an
 entry along: ``at_storage_dtype``/``quantize`` (int8 or fp8 by default),
 ``dequantize``, ``to`` and batch concatenation. ``TabPFNV3Cache.concatenate``
-calls the *base* entry classes' ``concatenate``, which would drop the field,
-so the cache class is subclassed as well.
+(and ``TabPFNV3p5Cache``'s) calls the *base* entry classes' ``concatenate``,
+which would drop the field, and v3.5's ``to``/``quantize`` rebuild the cache as
+the host's class, so each host's cache class is subclassed as well, with the
+same :class:`PresenceCacheMixin`.
 
 Shape letters: B batch (ensemble members), N train rows, J key/value heads,
 D head dimension.
@@ -26,13 +28,16 @@ from tabpfn.architectures.kv_cache import (
     QuantizedKVCacheEntry,
 )
 from tabpfn.architectures.tabpfn_v3 import TabPFNV3Cache
+from tabpfn.architectures.tabpfn_v3_5 import TabPFNV3p5Cache
 
 from retrofit.errors import MissingPresenceError, UnsupportedArchitectureError
 
 __all__ = [
+    "PresenceCacheMixin",
     "PresenceKVCacheEntry",
     "PresenceQuantizedKVCacheEntry",
     "PresenceTabPFNV3Cache",
+    "PresenceTabPFNV3p5Cache",
     "with_presence",
 ]
 
@@ -115,28 +120,42 @@ def _cat_presence(entries: Sequence[object]) -> torch.Tensor:
     return torch.cat(parts)
 
 
-@dataclasses.dataclass
-class PresenceTabPFNV3Cache(TabPFNV3Cache):
-    """A ``TabPFNV3Cache`` whose per-layer entries keep their presence."""
+class PresenceCacheMixin:
+    """Keeps every per-layer entry's presence through the host cache's operations.
+
+    Mixed in before a host's ``KVCache`` dataclass; the host's own ``to``,
+    ``quantize`` and ``concatenate`` do the work and the result is re-wrapped
+    (same tensors) as the presence-carrying class.
+    """
 
     @classmethod
-    def from_cache(cls, cache: TabPFNV3Cache) -> PresenceTabPFNV3Cache:
+    def from_cache(cls, cache: KVCache) -> KVCache:
         """The same cache (same tensors) as this class."""
         return cls(**{f.name: getattr(cache, f.name) for f in dataclasses.fields(cache)})
 
-    def to(self, device: torch.device | str) -> PresenceTabPFNV3Cache:
+    def to(self, device: torch.device | str) -> KVCache:
         """Moves every cached tensor, presence included, to ``device``."""
         return self.from_cache(super().to(device))
 
-    def quantize(self, dtype: torch.dtype = QUANTIZED_KV_DTYPE) -> PresenceTabPFNV3Cache:
+    def quantize(self, dtype: torch.dtype = QUANTIZED_KV_DTYPE) -> KVCache:
         """Quantizes the ICL entries; presence stays in float."""
         return self.from_cache(super().quantize(dtype))
 
     @classmethod
-    def concatenate(cls, caches: Sequence[KVCache]) -> PresenceTabPFNV3Cache:
+    def concatenate(cls, caches: Sequence[KVCache]) -> KVCache:
         """One cache holding the batch elements of ``caches`` in order (consumes them)."""
         layers = list(caches[0].kv)
         presence = {idx: _cat_presence([c.kv[idx] for c in caches]) for idx in layers}
         merged = super().concatenate(caches)
         merged.kv = {idx: with_presence(e, presence[idx]) for idx, e in merged.kv.items()}
         return cls.from_cache(merged)
+
+
+@dataclasses.dataclass
+class PresenceTabPFNV3Cache(PresenceCacheMixin, TabPFNV3Cache):
+    """A ``TabPFNV3Cache`` whose per-layer entries keep their presence."""
+
+
+@dataclasses.dataclass
+class PresenceTabPFNV3p5Cache(PresenceCacheMixin, TabPFNV3p5Cache):
+    """A ``TabPFNV3p5Cache`` whose per-layer entries keep their presence."""

@@ -1,0 +1,87 @@
+"""Tiny random TabPFN v2.5, v2.6 and v3.5 regressors for tests (the other hosts' builders
+live in ``_tiny_models.py`` and ``test_patch_v2.py``).
+
+Each is built from tabpfn's own config class (``parse_config``/``get_architecture``
+of its module) with the zero-initialised projections perturbed
+(:func:`_tiny_models.perturb_zero_init`), so a swapped block really changes the
+output. ``PUBLISHED`` holds the fields that differ from each config class's
+defaults at the published size (the defaults are the published checkpoints'
+configs; only the output head sizes must be given).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from _tiny_models import perturb_zero_init
+from tabpfn.architectures import ARCHITECTURES
+
+__all__ = ["PUBLISHED", "TINY", "build_host"]
+
+TINY: dict[str, dict[str, Any]] = {
+    "tabpfn_v2_5": {
+        "emsize": 8,
+        "nlayers": 2,
+        "nhead": 2,
+        "features_per_group": 2,
+        "num_thinking_rows": 3,
+        "num_buckets": 16,
+        "max_num_classes": 0,
+    },
+    "tabpfn_v2_6": {
+        "emsize": 8,
+        "nlayers": 2,
+        "nhead": 2,
+        "features_per_group": 2,
+        "num_thinking_rows": 3,
+        "num_buckets": 16,
+        "max_num_classes": 0,
+    },
+    "tabpfn_v3_5": {
+        "embed_dim": 8,
+        "dist_embed_num_blocks": 1,
+        "dist_embed_num_heads": 2,
+        "dist_embed_num_inducing_points": 4,
+        "feat_agg_num_blocks": 1,
+        "feat_agg_num_heads": 2,
+        "feat_agg_num_cls_tokens": 2,
+        "nlayers": 2,
+        "icl_num_heads": 2,
+        "icl_num_kv_heads_test": 1,
+        "softmax_scaling_mlp_hidden_dim": 8,
+        "decoder_head_dim": 4,
+        "decoder_num_heads": 2,
+        "num_buckets": 16,
+        "max_num_classes": 4,  # v3.5 always builds its class embedding
+        "cell_ecdf_num_buckets": 8,
+        "fourier_encoding_num_frequencies": 2,
+    },
+}
+"""Tiny configs (the ICL width of the tiny v3.5 is 16, with one test KV head as published)."""
+
+PUBLISHED: dict[str, dict[str, Any]] = {
+    "tabpfn_v2_5": {"num_buckets": 5000, "max_num_classes": 0},
+    "tabpfn_v2_6": {"num_buckets": 5000, "max_num_classes": 0},
+    "tabpfn_v3_5": {"num_buckets": 5000, "max_num_classes": 10},
+}
+"""The config classes' defaults (the published sizes) with the head sizes given."""
+
+
+def build_host(name: str, seed: int = 0, config: dict[str, Any] | None = None, **overrides):
+    """A random ``name`` model (``tabpfn_v2_5``, ...) in eval mode, zero-inits perturbed.
+
+    Args:
+        name: The key of ``tabpfn.architectures.ARCHITECTURES``.
+        seed: Seed of the initialisation and of the perturbation.
+        config: The config fields; ``TINY[name]`` when None.
+        **overrides: Fields replacing those of ``config``.
+    """
+    arch = ARCHITECTURES[name]
+    parsed, unused = arch.parse_config({**(config or TINY[name]), **overrides})
+    if unused:
+        raise ValueError(f"unknown {name} config fields: {sorted(unused)}")
+    torch.manual_seed(seed)
+    model = arch.get_architecture(parsed)
+    perturb_zero_init(model, seed)
+    return model.eval()

@@ -1,0 +1,97 @@
+"""The tabpfn code the retrofit overrides or re-implements is the code it was written against.
+
+The v3 and v3.5 tables override three tabpfn methods (one place:
+``retrofit.hosts.icl_host.OICLModelMixin``, see ``OVERRIDDEN_METHODS``), and
+the O-blocks re-implement the forward of tabpfn's blocks around OAttention
+(``retrofit.hosts.v3_block``, ``retrofit.hosts.v2``), so a tabpfn release that
+changes any of them can silently break the retrofit. Each is pinned here by the
+SHA-256 (first 16 hex digits) of its source in tabpfn 9.2.0: when this test
+fails, read the changed method, update the retrofit to match, then the digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+
+import pytest
+
+from retrofit.hosts.icl_host import OVERRIDDEN_METHODS, OICLModelMixin
+
+PINNED: dict[tuple[str, str], str] = {
+    # tabpfn passes task_type only to a forward whose signature names it.
+    ("inference", "_model_expectes_task_type_arg"): "6b4e1fe1222130b2",
+    ("tabpfn_v3", "TabPFNV3.forward"): "eeeaf654801cc6c4",
+    ("tabpfn_v3", "TabPFNV3._stages_0_to_2"): "f26ac4bdead7f910",
+    ("tabpfn_v3", "TabPFNV3._embed_icl_y"): "340a722c4a828d10",
+    ("tabpfn_v3_5", "TabPFNV3p5.forward"): "03bf5782b5534c76",
+    ("tabpfn_v3_5", "TabPFNV3p5._stages_0_to_2"): "39e2507535c38e1d",
+    ("tabpfn_v3_5", "TabPFNV3p5._embed_icl_y"): "e0bcf72ad3999992",
+    ("tabpfn_v3", "ICLTransformerBlock.forward"): "b1be155d081f16e8",
+    ("tabpfn_v3", "ICLAttention.forward"): "f50efd0793eec3e8",
+    ("tabpfn_v3", "SoftmaxScalingMLP.forward"): "0349202618e6e725",
+    ("tabpfn_v3_5", "ICLTransformerBlock.forward"): "e505e9be09f0abbb",
+    ("tabpfn_v3_5", "ICLAttention.forward"): "f816d51427509454",
+    ("tabpfn_v3_5", "SoftmaxScalingMLP.forward"): "0349202618e6e725",
+    ("tabpfn_v3", "TabPFNV3Cache.to"): "b979a08b5bfb3184",
+    ("tabpfn_v3", "TabPFNV3Cache.quantize"): "de8a6bad998a2f42",
+    ("tabpfn_v3", "TabPFNV3Cache.concatenate"): "4f193d70fd7c0215",
+    ("tabpfn_v3_5", "TabPFNV3p5Cache.to"): "3b3e9372fa36fabc",
+    ("tabpfn_v3_5", "TabPFNV3p5Cache.quantize"): "00435445ff3381ed",
+    ("tabpfn_v3_5", "TabPFNV3p5Cache.concatenate"): "bc9ba4cc3b43479d",
+    ("tabpfn_v2", "TabPFNBlock.forward"): "cd65c1ca49760e6a",
+    ("tabpfn_v2", "AlongColumnAttention.forward"): "acaf4c5f67aa3677",
+    ("tabpfn_v2_5", "TabPFNBlock.forward"): "4a1c01ab1650bc67",
+    ("tabpfn_v2_5", "AlongColumnAttention.forward"): "ef483c68c1fbda9a",
+    ("tabpfn_v2_5", "AddThinkingRows.forward"): "6f187836cf41327e",
+    ("tabpfn_v2_6", "TabPFNBlock.forward"): "4a1c01ab1650bc67",
+    ("tabpfn_v2_6", "AlongColumnAttention.forward"): "ef483c68c1fbda9a",
+    ("tabpfn_v2_6", "AddThinkingRows.forward"): "6f187836cf41327e",
+    ("kv_cache", "KVCacheEntry"): "2be25c8b369819ef",
+    ("kv_cache", "QuantizedKVCacheEntry"): "61450ee44ed38fe2",
+}
+
+
+def _source_digest(module: str, qualname: str) -> str:
+    package = "tabpfn" if module == "inference" else "tabpfn.architectures"
+    obj = importlib.import_module(f"{package}.{module}")
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    obj = inspect.unwrap(getattr(obj, "__func__", obj))
+    return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize(("module", "qualname"), sorted(PINNED))
+def test_tabpfn_code_the_retrofit_relies_on_is_unchanged(module, qualname):
+    assert _source_digest(module, qualname) == PINNED[(module, qualname)], (
+        f"tabpfn.architectures.{module}.{qualname} changed: re-read it and update retrofit/hosts/"
+    )
+
+
+def test_every_override_of_the_icl_hosts_lives_in_the_mixin_and_is_pinned():
+    own = {
+        name
+        for name, value in vars(OICLModelMixin).items()
+        if inspect.isfunction(value) and not name.startswith("__")
+    }
+    assert own == set(OVERRIDDEN_METHODS)
+    for host, cls in (("tabpfn_v3", "TabPFNV3"), ("tabpfn_v3_5", "TabPFNV3p5")):
+        assert {(host, f"{cls}.{name}") for name in OVERRIDDEN_METHODS} <= set(PINNED)
+
+
+def test_the_patched_classes_override_nothing_themselves():
+    from retrofit.hosts.v3 import OTabPFNV3
+    from retrofit.hosts.v3_5 import OTabPFNV3p5
+
+    for cls in (OTabPFNV3, OTabPFNV3p5):
+        methods = {n for n, v in vars(cls).items() if inspect.isfunction(v) and n[:2] != "__"}
+        assert methods == set()
+
+
+def test_tabpfn_still_sees_task_type_in_the_patched_forward():
+    from retrofit.hosts.v3 import OTabPFNV3
+    from retrofit.hosts.v3_5 import OTabPFNV3p5
+
+    for cls in (OTabPFNV3, OTabPFNV3p5):
+        assert "task_type" in inspect.signature(cls.forward).parameters
