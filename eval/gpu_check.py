@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from eval.markdown import markdown_table
 from retrofit.loading import load_host
 
 _ROOT = Path(__file__).resolve().parents[1]
@@ -515,6 +516,83 @@ def _device_memory(device: str, quick: bool) -> dict[str, Any]:
 # --------------------------------------------------------------------------- #
 
 
+_EXACTNESS_HEADER = (
+    "case",
+    "dtype",
+    "route",
+    "L-inf vs f64",
+    "vs same-dtype direct",
+    "same-dtype floor",
+    "null rows 0",
+    "empty rows 0",
+    "null-source insertion L-inf",
+)
+_HOST_HEADER = (
+    "dtype",
+    "mode",
+    "null row",
+    "old rows rel. drift",
+    "tolerance",
+    "null row final max",
+    "holds",
+)
+
+
+def _exactness_rows(rows: list[dict[str, Any]]) -> list[list[object]]:
+    """One table row per (case, dtype): errors against float64 and the contracts."""
+    return [
+        [
+            r["case"],
+            r["dtype"],
+            r["route"],
+            f"{r['linf_vs_float64']:.3g}",
+            f"{r['linf_vs_same_dtype_direct']:.3g}",
+            f"{r['linf_same_dtype_direct_vs_float64']:.3g}",
+            r["null_receivers_exactly_zero"],
+            f"{r['empty_support_rows_exactly_zero']} ({r['n_empty_rows']})",
+            f"{r['null_source_insertion_linf']:.3g}",
+        ]
+        for r in rows
+    ]
+
+
+def _host_rows(rows: list[dict[str, Any]]) -> list[list[object]]:
+    """One table row per (dtype, mode, null row): drift of the old rows and the verdict."""
+    return [
+        [
+            r["dtype"],
+            r["mode"],
+            r["null_row"],
+            f"{r['old_rows_rel_drift']:.3g}",
+            f"{r['tolerance_rel']:.3g}",
+            f"{r['null_row_final_max_abs']:.3g}",
+            r.get("holds", "control"),
+        ]
+        for r in rows
+    ]
+
+
+def _speed_rows(rows: list[dict[str, Any]]) -> list[list[object]]:
+    """One table row per benchmarked (dtype, shape): SDPA ms and each peer's ratio to it."""
+
+    def cell(r: dict[str, Any], name: str) -> str:
+        x = r["ratios_vs_sdpa"].get(name)
+        return "—" if x is None else f"{x['ratio']:.3f} [{x['ci_low']:.3f}, {x['ci_high']:.3f}]"
+
+    return [
+        [
+            r["dtype"],
+            tuple(r["shape"]),
+            f"{r['group']} {r['label']}",
+            f"{r['median_ms']['sdpa']:.3f}",
+            cell(r, "oattention"),
+            cell(r, "oattention_trusted"),
+            cell(r, "sdpa_efficient"),
+        ]
+        for r in rows
+    ]
+
+
 def _render(report: dict[str, Any]) -> str:
     lines = [
         "# GPU check: OAttention on the device",
@@ -536,19 +614,9 @@ def _render(report: dict[str, Any]) -> str:
             f"All contracts: {ex['all_contracts']}. Vectorised oracle vs per-row reference: "
             f"{ex['oracle_check_linf_direct_vs_reference']:.3g}.",
             "",
-            "| case | dtype | route | L-inf vs f64 | vs same-dtype direct | same-dtype floor | "
-            "null rows 0 | empty rows 0 | null-source insertion L-inf |",
-            "|---|---|---|---:|---:|---:|---|---|---:|",
+            *markdown_table(_EXACTNESS_HEADER, _exactness_rows(ex["rows"]), align="lllrrrllr"),
+            "",
         ]
-        for r in ex["rows"]:
-            lines.append(
-                f"| {r['case']} | {r['dtype']} | {r['route']} | {r['linf_vs_float64']:.3g} | "
-                f"{r['linf_vs_same_dtype_direct']:.3g} | "
-                f"{r['linf_same_dtype_direct_vs_float64']:.3g} | "
-                f"{r['null_receivers_exactly_zero']} | {r['empty_support_rows_exactly_zero']} "
-                f"({r['n_empty_rows']}) | {r['null_source_insertion_linf']:.3g} |"
-            )
-        lines.append("")
     host = report.get("host")
     if host and "error" not in host:
         lines += [
@@ -556,37 +624,21 @@ def _render(report: dict[str, Any]) -> str:
             "",
             f"Host: {host['host']}. Criterion: {host['criterion']}. All hold: {host['all_hold']}.",
             "",
-            "| dtype | mode | null row | old rows rel. drift | tolerance | null row final max "
-            "| holds |",
-            "|---|---|---|---:|---:|---:|---|",
+            *markdown_table(_HOST_HEADER, _host_rows(host["rows"]), align="lllrrrl"),
+            "",
         ]
-        for r in host["rows"]:
-            lines.append(
-                f"| {r['dtype']} | {r['mode']} | {r['null_row']} | {r['old_rows_rel_drift']:.3g} | "
-                f"{r['tolerance_rel']:.3g} | {r['null_row_final_max_abs']:.3g} | "
-                f"{r.get('holds', 'control')} |"
-            )
-        lines.append("")
     b = report.get("bench")
     if b and "error" not in b:
         lines += [
             "## Speed (interleaved, median ratio to SDPA [95% CI])",
             "",
-            "| dtype | shape | case | SDPA ms | OAttention | trusted | SDPA efficient |",
-            "|---|---|---|---:|---|---|---|",
+            *markdown_table(
+                ("dtype", "shape", "case", "SDPA ms", "OAttention", "trusted", "SDPA efficient"),
+                _speed_rows(b["rows"]),
+                align="lllrlll",
+            ),
+            "",
         ]
-
-        def cell(r: dict[str, Any], name: str) -> str:
-            x = r["ratios_vs_sdpa"].get(name)
-            return "—" if x is None else f"{x['ratio']:.3f} [{x['ci_low']:.3f}, {x['ci_high']:.3f}]"
-
-        for r in b["rows"]:
-            lines.append(
-                f"| {r['dtype']} | {tuple(r['shape'])} | {r['group']} {r['label']} | "
-                f"{r['median_ms']['sdpa']:.3f} | {cell(r, 'oattention')} | "
-                f"{cell(r, 'oattention_trusted')} | {cell(r, 'sdpa_efficient')} |"
-            )
-        lines.append("")
         mem = b["memory"]
         if "skipped" in mem:
             lines += [f"Peak memory: not measured ({mem['skipped']}).", ""]

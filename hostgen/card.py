@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from eval.markdown import markdown_table
 from retrofit.embedded import EMBEDDED_FILENAME
 
 # Defaults are relative to the working directory (run from the repository root):
@@ -57,6 +58,16 @@ def plot_loss_curve(log: list[dict[str, Any]], png: Path) -> None:
     plt.close(fig)
 
 
+def _relative_rmse_rows(summary: dict[str, Any], models: list[str]) -> list[list[object]]:
+    """One row per dataset of each model's mean relative RMSE, then the bold mean row."""
+    rows: list[list[object]] = [
+        [d, *("-" if vals[m] is None else f"{vals[m]:.3f}" for m in models)]
+        for d, vals in summary["per_dataset"].items()
+    ]
+    rows.append(["**mean**", *(f"**{summary['mean_rel_rmse'][m]:.3f}**" for m in models)])
+    return rows
+
+
 def _quality_section(quality: Path, card_dir: Path) -> list[str]:
     if not quality.is_file():
         return ["Not measured yet: run `python -m hostgen.quality`."]
@@ -70,14 +81,8 @@ def _quality_section(quality: Path, card_dir: Path) -> list[str]:
         f"[`quality.md`]({rel.with_name('quality.md').as_posix()})). RMSE relative to the "
         "train-mean predictor, mean over seeds, lower is better:",
         "",
-        "| dataset | " + " | ".join(models) + " |",
-        "|---|" + "---|" * len(models),
+        *markdown_table(("dataset", *models), _relative_rmse_rows(s, models)),
     ]
-    for d, vals in s["per_dataset"].items():
-        cells = " | ".join("-" if vals[m] is None else f"{vals[m]:.3f}" for m in models)
-        lines.append(f"| {d} | {cells} |")
-    means = " | ".join(f"**{s['mean_rel_rmse'][m]:.3f}**" for m in models)
-    lines.append(f"| **mean** | {means} |")
     secs = ", ".join(f"{m} {s['mean_seconds'][m]:.2f}" for m in models)
     lines += ["", f"Mean fit+predict seconds per case: {secs}."]
     if "criterion" in s:
@@ -85,15 +90,21 @@ def _quality_section(quality: Path, card_dir: Path) -> list[str]:
     return lines
 
 
+_DEV_HEADER = (
+    "run",
+    "model",
+    "host sha256",
+    "inference-config overrides",
+    "mean rel. RMSE",
+    "mean seconds",
+)
+
+
 def _dev_section(dev_dir: Path) -> list[str]:
     files = sorted(dev_dir.glob("*.json")) if dev_dir.is_dir() else []
     if not files:
         return ["No development runs recorded."]
-    lines = [
-        "| run | model | host sha256 | inference-config overrides | mean rel. RMSE "
-        "| mean seconds |",
-        "|---|---|---|---|---|---|",
-    ]
+    rows = []
     for f in files:
         r = json.loads(f.read_text())
         s = r["summary"]
@@ -104,11 +115,10 @@ def _dev_section(dev_dir: Path) -> list[str]:
             host = model == "host"
             sha = f"`{r['provenance']['checkpoint_sha256'][:12]}`" if host else "-"
             shown = f"`{over}`" if host else "-"
-            lines.append(
-                f"| {f.stem} | {model} | {sha} | {shown} | {rel:.4f} "
-                f"| {s['mean_seconds'][model]:.2f} |"
+            rows.append(
+                [f.stem, model, sha, shown, f"{rel:.4f}", f"{s['mean_seconds'][model]:.2f}"]
             )
-    return lines
+    return markdown_table(_DEV_HEADER, rows)
 
 
 def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, out: Path) -> None:

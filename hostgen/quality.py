@@ -40,6 +40,7 @@ from sklearn.neighbors import KNeighborsRegressor
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from eval.markdown import markdown_table
 from eval.paper.spec import model_label
 from eval.provenance import provenance_dict
 from retrofit.files import write_text_atomic
@@ -301,6 +302,26 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.4f}"
 
 
+def _relative_rmse_rows(summary: dict[str, Any], models: list[str]) -> list[list[object]]:
+    """One row per dataset of each model's relative RMSE, then the bold mean row."""
+    rows: list[list[object]] = [
+        [d, *(_fmt(vals[m]) for m in models)] for d, vals in summary["per_dataset"].items()
+    ]
+    rows.append(["**mean**", *(f"**{_fmt(summary['mean_rel_rmse'][m])}**" for m in models)])
+    return rows
+
+
+def _case_rows(result: dict[str, Any]) -> list[list[object]]:
+    """One row per (dataset, seed, model) case; a failed case shows its error."""
+    return [
+        [r["dataset"], r["seed"], r["model"], _fmt(r.get("rmse")), _fmt(r.get("rel_rmse")),
+         f"{r['seconds']:.2f}"]
+        if "rmse" in r
+        else [r["dataset"], r["seed"], r["model"], "error", r["error"], ""]
+        for r in result["rows"]
+    ]  # fmt: skip
+
+
 def to_markdown(result: dict[str, Any]) -> str:
     """Render a result (as written to ``quality.json``) as a Markdown report."""
     s, p = result["summary"], result["provenance"]
@@ -320,14 +341,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         "",
         "## RMSE relative to the train-mean predictor (lower is better)",
         "",
-        "| dataset | " + " | ".join(models) + " |",
-        "|---|" + "---|" * len(models),
+        *markdown_table(("dataset", *models), _relative_rmse_rows(s, models)),
     ]
-    for d, vals in s["per_dataset"].items():
-        lines.append(f"| {d} | " + " | ".join(_fmt(vals[m]) for m in models) + " |")
-    lines.append(
-        "| **mean** | " + " | ".join(f"**{_fmt(s['mean_rel_rmse'][m])}**" for m in models) + " |"
-    )
     lines += [
         "",
         "Mean fit+predict seconds: "
@@ -342,16 +357,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         "",
         "## Cases",
         "",
-        "| dataset | seed | model | rmse | rel | seconds |",
-        "|---|---|---|---|---|---|",
+        *markdown_table(("dataset", "seed", "model", "rmse", "rel", "seconds"), _case_rows(result)),
     ]
-    for r in result["rows"]:
-        lines.append(
-            f"| {r['dataset']} | {r['seed']} | {r['model']} | "
-            f"{_fmt(r.get('rmse'))} | {_fmt(r.get('rel_rmse'))} | {r['seconds']:.2f} |"
-            if "rmse" in r
-            else f"| {r['dataset']} | {r['seed']} | {r['model']} | error | {r['error']} | |"
-        )
     return "\n".join(lines) + "\n"
 
 

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from eval.markdown import markdown_table
 from eval.paper.datasets import load_dataset
 from retrofit.loading import load_host
 from retrofit.settings import MODES
@@ -686,6 +687,85 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
     return [*out, ""] if len(out) > 2 else []
 
 
+_ATTENTION_HEADER = (
+    "shape (B,H,L,S,D)",
+    "case",
+    "SDPA ms",
+    "OAttention ms",
+    "ratio [95% CI]",
+    "trusted ratio",
+    "kernel+bias ratio",
+    "OAttention / kernel+bias",
+    "target",
+    "met",
+)
+
+
+def _attention_rows(rows: list[dict[str, Any]]) -> list[list[object]]:
+    """One table row per attention shape: medians, ratios to SDPA, target and verdict."""
+    out = []
+    for row in rows:
+        kb = row["ratios"].get("kernel_with_bias")
+        own = row.get("oattention_vs_kernel_with_bias")
+        out.append(
+            [
+                tuple(row["shape"]),
+                f"{row['group']} {row['label']}",
+                f"{row['median_ms']['sdpa']:.2f}",
+                f"{row['median_ms']['oattention']:.2f}",
+                _fmt_ratio(row["ratios"]["oattention"]),
+                _fmt_ratio(row["ratios"]["oattention_trusted"]),
+                _fmt_ratio(kb) if kb else "—",
+                _fmt_ratio(own) if own else "—",
+                row["target"] if row["target"] is not None else "—",
+                _mark(row.get("met")),
+            ]
+        )
+    return out
+
+
+def _memory_rows(peers: dict[str, dict[str, Any]]) -> list[list[object]]:
+    """One table row per peer: median and per-run extra peak, output and input sizes (MiB)."""
+    mib = 2.0**20
+    return [
+        [
+            peer,
+            f"{m['median_extra_peak_bytes'] / mib:.1f}",
+            ", ".join(f"{b / mib:.1f}" for b in m["extra_peak_bytes"]),
+            f"{m['output_bytes'] / mib:.1f}",
+            f"{m['input_bytes'] / mib:.1f}",
+        ]
+        for peer, m in peers.items()
+    ]
+
+
+_ESTIMATOR_HEADER = (
+    "dataset",
+    "seed",
+    "train/test rows",
+    "none s",
+    "oattention ratio",
+    "full-o ratio",
+)
+
+
+def _estimator_rows(cases: list[dict[str, Any]]) -> list[list[object]]:
+    """One table row per (dataset, seed): seconds of mode='none' and each mode's ratio to it."""
+    return [
+        [
+            c["dataset"],
+            c["seed"],
+            f"{c['n_train']}/{c['n_test']}",
+            f"{c['median_s']['none']:.2f}",
+            *(
+                _fmt_ratio(c["ratios"][m]) if m in c["ratios"] else "—"
+                for m in ("oattention", "full-o")
+            ),
+        ]
+        for c in cases
+    ]
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """The Markdown form of a benchmark report."""
     prov = report["provenance"]
@@ -710,23 +790,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += [
             "## Attention (CPU, fp32 unless stated)",
             "",
-            "| shape (B,H,L,S,D) | case | SDPA ms | OAttention ms | ratio [95% CI] | "
-            "trusted ratio | kernel+bias ratio | OAttention / kernel+bias | target | met |",
-            "|---|---|---:|---:|---|---|---|---|---:|---|",
+            *markdown_table(_ATTENTION_HEADER, _attention_rows(att["rows"]), align="llrrllllrl"),
         ]
-        for row in att["rows"]:
-            kb = row["ratios"].get("kernel_with_bias")
-            own = row.get("oattention_vs_kernel_with_bias")
-            lines.append(
-                f"| {tuple(row['shape'])} | {row['group']} {row['label']} | "
-                f"{row['median_ms']['sdpa']:.2f} | {row['median_ms']['oattention']:.2f} | "
-                f"{_fmt_ratio(row['ratios']['oattention'])} | "
-                f"{_fmt_ratio(row['ratios']['oattention_trusted'])} | "
-                f"{_fmt_ratio(kb) if kb else '—'} | "
-                f"{_fmt_ratio(own) if own else '—'} | "
-                f"{row['target'] if row['target'] is not None else '—'} | "
-                f"{_mark(row.get('met'))} |"
-            )
         lines += [
             "",
             "`kernel+bias` is the CPU flash kernel OAttention calls, given the same "
@@ -744,19 +809,15 @@ def render_markdown(report: dict[str, Any]) -> str:
         if "error" in mem:
             lines += [f"Not measured: {mem['error']}", ""]
         else:
-            mib = 2.0**20
             lines += [
                 f"Shape {tuple(mem['shape'])}, {mem['runs']} runs per peer; {mem['method']}.",
                 "",
-                "| peer | extra peak MiB (median) | runs (MiB) | output MiB | inputs MiB |",
-                "|---|---:|---|---:|---:|",
+                *markdown_table(
+                    ("peer", "extra peak MiB (median)", "runs (MiB)", "output MiB", "inputs MiB"),
+                    _memory_rows(mem["peers"]),
+                    align="lrlrr",
+                ),
             ]
-            for peer, m in mem["peers"].items():
-                runs = ", ".join(f"{b / mib:.1f}" for b in m["extra_peak_bytes"])
-                lines.append(
-                    f"| {peer} | {m['median_extra_peak_bytes'] / mib:.1f} | {runs} | "
-                    f"{m['output_bytes'] / mib:.1f} | {m['input_bytes'] / mib:.1f} |"
-                )
             ratio = mem["ratio"]
             lines += [
                 "",
@@ -774,18 +835,8 @@ def render_markdown(report: dict[str, Any]) -> str:
                 f"Host `{est['model_path']}`, n_estimators {est['n_estimators']}, "
                 f"{est['rounds_per_case']} interleaved rounds per case.",
                 "",
-                "| dataset | seed | train/test rows | none s | oattention ratio | full-o ratio |",
-                "|---|---:|---|---:|---|---|",
+                *markdown_table(_ESTIMATOR_HEADER, _estimator_rows(est["cases"]), align="lrlrll"),
             ]
-            for c in est["cases"]:
-                cells = [
-                    _fmt_ratio(c["ratios"][m]) if m in c["ratios"] else "—"
-                    for m in ("oattention", "full-o")
-                ]
-                lines.append(
-                    f"| {c['dataset']} | {c['seed']} | {c['n_train']}/{c['n_test']} | "
-                    f"{c['median_s']['none']:.2f} | {cells[0]} | {cells[1]} |"
-                )
             lines += ["", "Pooled over all rounds:", ""]
             for m, r in est["pooled"].items():
                 lines.append(

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from eval.markdown import markdown_table
 from eval.provenance import provenance_dict
 from patches import OTransformerBlock
 from retrofit.files import write_json_atomic, write_text_atomic
@@ -154,6 +155,37 @@ def _fmt(x: float) -> str:
     return "0" if x == 0 else f"{x:.3g}"
 
 
+_DRIFT_HEADER = (
+    "dtype/path",
+    "host",
+    "sigma",
+    "drift max",
+    "drift min",
+    "drift max / max abs state",
+    "max abs old state",
+    "null norm max",
+)
+
+
+def _drift_rows(aggregate: dict[str, Any]) -> list[list[object]]:
+    """One table row per (dtype/path, host, sigma) aggregate, hosts in ``HOSTS`` order."""
+    return [
+        [
+            dp,
+            host,
+            sigma,
+            _fmt(a["drift_max"]),
+            _fmt(a["drift_min"]),
+            _fmt(a["drift_rel_max"]),
+            _fmt(a["old_state_max_abs"]),
+            _fmt(a["null_norm_max"]),
+        ]
+        for dp, hosts in aggregate.items()
+        for host in HOSTS
+        for sigma, a in hosts.get(host, {}).items()
+    ]
+
+
 def _markdown(report: dict[str, Any]) -> str:
     cfg, prov, s = report["config"], report["provenance"], report["summary"]
     lines = [
@@ -187,18 +219,8 @@ def _markdown(report: dict[str, Any]) -> str:
         "",
         "## Drift of old tokens (L-inf, max over seeds) and null token's final norm",
         "",
-        "| dtype/path | host | sigma | drift max | drift min | drift max / max abs state "
-        "| max abs old state | null norm max |",
-        "|---|---|---|---|---|---|---|---|",
+        *markdown_table(_DRIFT_HEADER, _drift_rows(report["aggregate"])),
     ]
-    for dp, hosts in report["aggregate"].items():
-        for host in HOSTS:
-            for sigma, a in hosts.get(host, {}).items():
-                lines.append(
-                    f"| {dp} | {host} | {sigma} | {_fmt(a['drift_max'])} "
-                    f"| {_fmt(a['drift_min'])} | {_fmt(a['drift_rel_max'])} "
-                    f"| {_fmt(a['old_state_max_abs'])} | {_fmt(a['null_norm_max'])} |"
-                )
     lines += [
         "",
         "## Headline",

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from eval.markdown import markdown_table
 from eval.provenance import provenance_dict
 from patches import oattention, oattention_direct, oattention_reference
 from retrofit.files import write_json_atomic, write_text_atomic
@@ -285,6 +286,54 @@ def _fmt(x: float | None) -> str:
     return f"{x:.3g}" if x != 0 else "0"
 
 
+_ACCURACY_HEADER = (
+    "dtype",
+    "L",
+    "fast vs float64 (abs / rel)",
+    "fast vs same-dtype direct (abs / rel)",
+    "same-dtype direct vs float64",
+    "SDPA vs float64 (p=1, eps=0)",
+    "fast vs float64 (p=1, eps=0)",
+    "fast/SDPA error",
+    "ref rows",
+    "fast ms",
+    "SDPA ms",
+)
+
+
+def _accuracy_rows(accuracy: list[dict[str, Any]]) -> list[list[object]]:
+    """One table row per (dtype, L) accuracy record."""
+
+    def ar(r: dict[str, Any], key: str) -> str:
+        return f"{_fmt(r[key]['linf_abs'])} / {_fmt(r[key]['linf_rel'])}"
+
+    return [
+        [
+            r["dtype"],
+            r["L"],
+            ar(r, "fast_vs_float64"),
+            ar(r, "fast_vs_direct_same_dtype"),
+            ar(r, "direct_same_dtype_vs_float64"),
+            ar(r, "sdpa_vs_float64"),
+            ar(r, "fast_p1_eps0_vs_float64"),
+            _fmt(r["ratio_fast_to_sdpa_error"]),
+            f"{r['reference_rows_evaluated']}/{r['reference_rows_total']}",
+            f"{r['time_fast_ms']:.2f}",
+            f"{r['time_sdpa_ms']:.2f}",
+        ]
+        for r in accuracy
+    ]
+
+
+def _contract_rows(contracts: dict[str, dict[str, Any]]) -> list[list[object]]:
+    """One table row per (dtype, contract) check."""
+    return [
+        [dname, cname, _fmt(c["max_dev"]), _fmt(c["tol"]), "pass" if c["pass"] else "FAIL"]
+        for dname, checks in contracts.items()
+        for cname, c in checks.items()
+    ]
+
+
 def _markdown(report: dict[str, Any]) -> str:
     cfg = report["config"]
     prov = report["provenance"]
@@ -311,24 +360,8 @@ def _markdown(report: dict[str, Any]) -> str:
         "",
         "## Accuracy",
         "",
-        "| dtype | L | fast vs float64 (abs / rel) | fast vs same-dtype direct (abs / rel) "
-        "| same-dtype direct vs float64 | SDPA vs float64 (p=1, eps=0) "
-        "| fast vs float64 (p=1, eps=0) | fast/SDPA error | ref rows | fast ms | SDPA ms |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *markdown_table(_ACCURACY_HEADER, _accuracy_rows(report["accuracy"])),
     ]
-    for r in report["accuracy"]:
-
-        def ar(key, r=r):
-            return f"{_fmt(r[key]['linf_abs'])} / {_fmt(r[key]['linf_rel'])}"
-
-        lines.append(
-            f"| {r['dtype']} | {r['L']} | {ar('fast_vs_float64')} "
-            f"| {ar('fast_vs_direct_same_dtype')} | {ar('direct_same_dtype_vs_float64')} "
-            f"| {ar('sdpa_vs_float64')} | {ar('fast_p1_eps0_vs_float64')} "
-            f"| {_fmt(r['ratio_fast_to_sdpa_error'])} "
-            f"| {r['reference_rows_evaluated']}/{r['reference_rows_total']} "
-            f"| {r['time_fast_ms']:.2f} | {r['time_sdpa_ms']:.2f} |"
-        )
     s = report["summary"]
     lines += [
         "",
@@ -370,15 +403,11 @@ def _markdown(report: dict[str, Any]) -> str:
         "reference must be bit-identical (tolerance 0); fast-path tolerance "
         f"{cfg['fast_insertion_tol']} (insertion changes the kernel's matmul shape).",
         "",
-        "| dtype | check | max deviation | tolerance | pass |",
-        "|---|---|---|---|---|",
+        *markdown_table(
+            ("dtype", "check", "max deviation", "tolerance", "pass"),
+            _contract_rows(report["contracts"]),
+        ),
     ]
-    for dname, checks in report["contracts"].items():
-        for cname, c in checks.items():
-            lines.append(
-                f"| {dname} | {cname} | {_fmt(c['max_dev'])} | {_fmt(c['tol'])} "
-                f"| {'pass' if c['pass'] else 'FAIL'} |"
-            )
     lines += [
         "",
         f"All contracts pass: **{report['all_contracts_pass']}**.",

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from eval.errors import ReportError
+from eval.markdown import markdown_table
 from eval.paper.datasets import OFFLINE18_DATASETS
 from eval.paper.protocol import DEFAULT_TAU, PAPER_MEAN_DELTA_PCT
 from eval.paper.store import iter_sessions, load_carriers, load_rows
@@ -324,6 +325,40 @@ def _plot_sweep(
     plt.close(fig)
 
 
+_QUANTILES = {
+    "q0": "min",
+    "q0.01": "q01",
+    "q0.1": "q10",
+    "q0.25": "q25",
+    "q0.5": "median",
+    "q0.75": "q75",
+    "q0.9": "q90",
+    "q0.99": "q99",
+    "q1": "max",
+}
+"""Stored quantile key of the carrier statistics -> column title."""
+_QUANTILE_TITLES = tuple(_QUANTILES.values())
+
+
+def _quantile_rows(carriers: dict[str, Any]) -> list[list[object]]:
+    """One row of squared-norm quantiles for all, train and test carriers (those stored)."""
+    rows = []
+    for name, label in (("all", "all"), ("train_rows", "train"), ("test_rows", "test")):
+        s = carriers.get(name) or {}
+        if s:
+            rows.append([label, *(_fmt(s.get(k), ".4g") for k in _QUANTILES)])
+    return rows
+
+
+def _presence_rows(median: float, low: float, taus: Sequence[float]) -> list[list[object]]:
+    """Presence of the median and the 1st-percentile carrier at each tau."""
+    rows = []
+    for tau in taus:
+        pm = presence_at(median, tau)
+        rows.append([f"{tau:g}", f"{pm:.6f}", f"{presence_at(low, tau):.6f}", f"{1 - pm:.3g}"])
+    return rows
+
+
 def _carrier_section(carriers: dict[str, Any] | None, taus: Sequence[float], default_tau: float):
     lines = ["## Carrier scale (what tau means)", ""]
     if not carriers or not carriers.get("all"):
@@ -339,17 +374,8 @@ def _carrier_section(carriers: dict[str, Any] | None, taus: Sequence[float], def
         f"unpatched host, {carriers['n_values']} carrier values over "
         f"{len(carriers['cases'])} cases, all blocks, train and test rows):",
         "",
-        "| rows | min | q01 | q10 | q25 | median | q75 | q90 | q99 | max |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        *markdown_table(("rows", *_QUANTILE_TITLES), _quantile_rows(carriers)),
     ]
-    for name, label in (("all", "all"), ("train_rows", "train"), ("test_rows", "test")):
-        s = carriers.get(name) or {}
-        if s:
-            cells = " | ".join(
-                _fmt(s.get(k), ".4g")
-                for k in ("q0", "q0.01", "q0.1", "q0.25", "q0.5", "q0.75", "q0.9", "q0.99", "q1")
-            )
-            lines.append(f"| {label} | {cells} |")
     per_block = carriers.get("per_block") or {}
     if per_block:
         medians = ", ".join(
@@ -361,12 +387,11 @@ def _carrier_section(carriers: dict[str, Any] | None, taus: Sequence[float], def
         "",
         "Presence p = ||x||^2 / (tau + ||x||^2) of the median and of the 1st-percentile carrier:",
         "",
-        "| tau | p(median) | p(q01) | 1 - p(median) |",
-        "|---|---|---|---|",
+        *markdown_table(
+            ("tau", "p(median)", "p(q01)", "1 - p(median)"),
+            _presence_rows(median, low, sorted(set(taus) | {default_tau})),
+        ),
     ]
-    for tau in sorted(set(taus) | {default_tau}):
-        pm = presence_at(median, tau)
-        lines.append(f"| {tau:g} | {pm:.6f} | {presence_at(low, tau):.6f} | {1 - pm:.3g} |")
     pm, pl = presence_at(median, default_tau), presence_at(low, default_tau)
     lines += [
         "",
@@ -393,15 +418,22 @@ def _sessions_section(store: Path, checkpoint: str) -> list[str]:
     lines = [
         "## Run sessions (wall time of each `eval` command)",
         "",
-        "| finished (UTC) | command | computed | skipped | failed | wall (s) | executor |",
-        "|---|---|---|---|---|---|---|",
+        *markdown_table(
+            ("finished (UTC)", "command", "computed", "skipped", "failed", "wall (s)", "executor"),
+            [
+                [
+                    s.get("finished_at", ""),
+                    f"`{s.get('command', '')}`",
+                    s.get("computed"),
+                    s.get("skipped"),
+                    s.get("failed"),
+                    _fmt(s.get("wall_s"), ".1f"),
+                    s.get("executor", ""),
+                ]
+                for s in sessions
+            ],
+        ),
     ]
-    for s in sessions:
-        lines.append(
-            f"| {s.get('finished_at', '')} | `{s.get('command', '')}` | {s.get('computed')} | "
-            f"{s.get('skipped')} | {s.get('failed')} | {_fmt(s.get('wall_s'), '.1f')} | "
-            f"{s.get('executor', '')} |"
-        )
     return [*lines, ""]
 
 
@@ -470,6 +502,79 @@ def build_report(
     return written
 
 
+_SUMMARY_HEADER = ("variant", "cases", "mean delta", "median delta", "#worse", "#failed",
+                   "paper mean (TabPFN v3 weights)")  # fmt: skip
+_PER_CASE_HEADER = ("dataset", "seed", "RMSE unpatched", "RMSE OAttention", "delta OA",
+                    "RMSE Full-O", "delta Full-O")  # fmt: skip
+_SWEEP_HEADER = ("tau", "OAttention mean", "OAttention median", "OA #worse", "Full-O mean",
+                 "Full-O median", "Full-O #worse")  # fmt: skip
+
+
+def _summary_rows(main: Sequence[dict[str, Any]], tau: float) -> list[list[object]]:
+    """One row per retrofit variant at ``tau`` beside the paper's mean; one note row if none."""
+    if not main:
+        return [[f"(no retrofit runs at tau = {tau:g})", "", "", "", "", "", ""]]
+    return [
+        [
+            f"{_MODE_LABEL[a['mode']]} (support={a['support']}, eps_den={a['eps_den']:g})",
+            a["n"],
+            _pct(a["mean_pct"]),
+            _pct(a["median_pct"]),
+            f"{a['worse']}/{a['n']}",
+            a["failed"],
+            _pct(PAPER_MEAN_DELTA_PCT.get(a["mode"])),
+        ]
+        for a in main
+    ]
+
+
+def _per_case_rows(table: Sequence[dict[str, Any]], tau: float) -> list[list[object]]:
+    """One row per (dataset, seed): RMSE of each variant at ``tau`` and the deltas."""
+    by_case: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    for rec in table:
+        if rec["mode"] == "none" or rec["tau"] == tau:
+            by_case.setdefault((rec["dataset"], rec["seed"]), {})[rec["mode"]] = rec
+
+    def cell(rec: dict[str, Any]) -> str:
+        if not rec:
+            return "-"
+        return _fmt(rec.get("rmse"), ".5f") if rec.get("status") == "ok" else rec["status"]
+
+    rows = []
+    for (dataset, seed), recs in by_case.items():
+        none, oa, fo = recs.get("none", {}), recs.get("oattention", {}), recs.get("full-o", {})
+        rows.append(
+            [dataset, seed, cell(none), cell(oa), _pct(oa.get("delta_pct")), cell(fo),
+             _pct(fo.get("delta_pct"))]
+        )  # fmt: skip
+    return rows
+
+
+def _time_rows(table: Sequence[dict[str, Any]], tau: float) -> list[list[object]]:
+    """Fit and predict seconds summed per variant (the unpatched host, and each mode at tau)."""
+    rows = []
+    for mode in ("none", "oattention", "full-o"):
+        recs = [r for r in table if r["mode"] == mode and (mode == "none" or r["tau"] == tau)]
+        if recs:
+            fit = sum(r["fit_s"] or 0.0 for r in recs)
+            pred = sum(r["predict_s"] or 0.0 for r in recs)
+            label = _MODE_LABEL[mode] + ("" if mode == "none" else f" (tau={tau:g})")
+            rows.append([label, len(recs), f"{fit:.1f}", f"{pred:.1f}"])
+    return rows
+
+
+def _sweep_rows(sweep: Sequence[dict[str, Any]], taus: Sequence[float]) -> list[list[object]]:
+    """Mean, median and #worse of OAttention and Full-O at each tau ("-" where not run)."""
+
+    def cells(mode: str, tau: float) -> list[object]:
+        a = next((a for a in sweep if a["mode"] == mode and a["tau"] == tau), None)
+        if a is None:
+            return ["-", "-", "-"]
+        return [_pct(a["mean_pct"]), _pct(a["median_pct"]), f"{a['worse']}/{a['n']}"]
+
+    return [[f"{t:g}", *cells("oattention", t), *cells("full-o", t)] for t in taus]
+
+
 def _summary_text(
     store: Path,
     suite: str,
@@ -512,20 +617,7 @@ def _summary_text(
         )
     lines += [f"- note: {n}" for n in notes]
     lines += ["", f"## Summary at tau = {tau:g}", ""]
-    lines += [
-        "| variant | cases | mean delta | median delta | #worse | #failed | paper mean "
-        "(TabPFN v3 weights) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for a in main:
-        paper = PAPER_MEAN_DELTA_PCT.get(a["mode"])
-        lines.append(
-            f"| {_MODE_LABEL[a['mode']]} (support={a['support']}, eps_den={a['eps_den']:g}) | "
-            f"{a['n']} | {_pct(a['mean_pct'])} | {_pct(a['median_pct'])} | "
-            f"{a['worse']}/{a['n']} | {a['failed']} | {_pct(paper)} |"
-        )
-    if not main:
-        lines.append(f"| (no retrofit runs at tau = {tau:g}) | | | | | | |")
+    lines += markdown_table(_SUMMARY_HEADER, _summary_rows(main, tau))
     lines += [
         "",
         "The paper's numbers were measured on the real TabPFN v3 weights; numbers from "
@@ -533,26 +625,8 @@ def _summary_text(
         "",
         f"## Per case (tau = {tau:g})",
         "",
-        "| dataset | seed | RMSE unpatched | RMSE OAttention | delta OA | RMSE Full-O | "
-        "delta Full-O |",
-        "|---|---|---|---|---|---|---|",
+        *markdown_table(_PER_CASE_HEADER, _per_case_rows(table, tau)),
     ]
-    by_case: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
-    for rec in table:
-        if rec["mode"] == "none" or rec["tau"] == tau:
-            by_case.setdefault((rec["dataset"], rec["seed"]), {})[rec["mode"]] = rec
-    for (dataset, seed), recs in by_case.items():
-        none, oa, fo = recs.get("none", {}), recs.get("oattention", {}), recs.get("full-o", {})
-
-        def cell(rec: dict[str, Any]) -> str:
-            if not rec:
-                return "-"
-            return _fmt(rec.get("rmse"), ".5f") if rec.get("status") == "ok" else rec["status"]
-
-        lines.append(
-            f"| {dataset} | {seed} | {cell(none)} | {cell(oa)} | {_pct(oa.get('delta_pct'))} | "
-            f"{cell(fo)} | {_pct(fo.get('delta_pct'))} |"
-        )
     failures = [r for r in table if r["status"] != "ok"]
     if failures:
         lines += ["", "## Failures (recorded, not dropped)", ""]
@@ -567,14 +641,7 @@ def _summary_text(
             "so predict holds nearly all the model time.",
             "",
         ]
-    lines += ["| variant | runs | fit (s) | predict (s) |", "|---|---|---|---|"]
-    for mode in ("none", "oattention", "full-o"):
-        recs = [r for r in table if r["mode"] == mode and (mode == "none" or r["tau"] == tau)]
-        if recs:
-            fit = sum(r["fit_s"] or 0.0 for r in recs)
-            pred = sum(r["predict_s"] or 0.0 for r in recs)
-            label = _MODE_LABEL[mode] + ("" if mode == "none" else f" (tau={tau:g})")
-            lines.append(f"| {label} | {len(recs)} | {fit:.1f} | {pred:.1f} |")
+    lines += markdown_table(("variant", "runs", "fit (s)", "predict (s)"), _time_rows(table, tau))
     lines.append("")
     lines += _sessions_section(store, first["checkpoint_sha256"])
     if len(sweep_taus) > 1:
@@ -584,20 +651,8 @@ def _summary_text(
             "Mean and median relative RMSE change over the paired cases, per tau "
             "(`tau_sweep.csv`, `tau_sweep.png`).",
             "",
-            "| tau | OAttention mean | OAttention median | OA #worse | Full-O mean | "
-            "Full-O median | Full-O #worse |",
-            "|---|---|---|---|---|---|---|",
+            *markdown_table(_SWEEP_HEADER, _sweep_rows(sweep, sweep_taus)),
         ]
-        for t in sweep_taus:
-            oa = next((a for a in sweep if a["mode"] == "oattention" and a["tau"] == t), None)
-            fo = next((a for a in sweep if a["mode"] == "full-o" and a["tau"] == t), None)
-
-            def cells(a: dict[str, Any] | None) -> str:
-                if a is None:
-                    return "- | - | -"
-                return f"{_pct(a['mean_pct'])} | {_pct(a['median_pct'])} | {a['worse']}/{a['n']}"
-
-            lines.append(f"| {t:g} | {cells(oa)} | {cells(fo)} |")
         lines.append("")
     lines += _carrier_section(carriers, sweep_taus, tau)
     lines += [
