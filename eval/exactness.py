@@ -32,7 +32,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from eval.provenance import provenance_dict, write_json_atomic, write_text_atomic
+from eval.provenance import (
+    cpu_capability_text,
+    provenance_dict,
+    write_json_atomic,
+    write_text_atomic,
+)
 from patches import oattention, oattention_reference
 
 __all__ = ["CONFIG", "contract_checks", "direct_same_dtype", "run"]
@@ -333,7 +338,8 @@ def _markdown(report: dict[str, Any]) -> str:
         f"(commit `{prov['git_commit']}`, torch {prov['packages']['torch']}, "
         f"tabpfn {prov['packages']['tabpfn']}, numpy {prov['packages']['numpy']}, "
         f"tabpfn-retrofit {prov['packages']['tabpfn-retrofit']}; device {prov['device']}, "
-        f"CPU {prov['cpu_model']}, {prov['threads']} threads, seed {report['seed']}).",
+        f"CPU {prov['cpu_model']} ({cpu_capability_text(prov)}), "
+        f"{prov['threads']} threads, seed {report['seed']}).",
         "",
         "## Setup",
         "",
