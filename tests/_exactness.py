@@ -28,7 +28,8 @@ the terms' scale. So those tests assert a bound in ulps of the tensor's scale,
 unless the call names another, and a test stating a count names what it covers.
 The counts below were checked against the AVX-512 + AMX code paths and the ones
 forced by ``ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2`` or
-``ATEN_CPU_CAPABILITY=default`` (CI runs the exactness tests under both).
+``ATEN_CPU_CAPABILITY=default``; ``.ci/run`` runs the exactness tests natively
+and again under the AVX2 pair.
 """
 
 from __future__ import annotations
