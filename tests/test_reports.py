@@ -19,7 +19,12 @@ import torch
 from _exactness import MODEL_ULPS
 
 from eval import cli
-from eval.provenance import provenance_dict, write_json_atomic, write_text_atomic
+from eval.provenance import (
+    cpu_capability_text,
+    provenance_dict,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 PROVENANCE_KEYS = {
     "packages",
@@ -126,3 +131,14 @@ def test_atomic_writers_and_provenance(tmp_path):
     _check_provenance(prov)
     with pytest.raises(ValueError, match="collide"):
         provenance_dict(device="gpu")
+
+
+def test_provenance_records_the_cpu_code_paths(monkeypatch):
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    prov = provenance_dict()
+    cap = prov["cpu_capability"]
+    assert cap["aten"] == torch.backends.cpu.get_cpu_capability()
+    assert cap["forced_by_env"]["MKL_ENABLE_INSTRUCTIONS"] == "AVX2"
+    assert cap["hardware_bf16"] in (True, False, None)
+    text = cpu_capability_text(prov)
+    assert text.startswith(f"ATen {cap['aten']}, BLAS ") and "MKL_ENABLE_INSTRUCTIONS=AVX2" in text
