@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,14 @@ import torch
 
 from retrofit.versions import package_versions
 
-__all__ = ["CODE_PATHS", "cpu_identity", "git_dirty_paths", "provenance_dict"]
+__all__ = [
+    "CODE_PATHS",
+    "cpu_capability",
+    "cpu_capability_text",
+    "cpu_identity",
+    "git_dirty_paths",
+    "provenance_dict",
+]
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,6 +47,65 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+# Environment variables that force a code path (and so a summation order).
+_CODE_PATH_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "OPENBLAS_CORETYPE")
+# CPU flags that decide which vector kernels torch, MKL and oneDNN can use.
+_VECTOR_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
+
+
+def _cpu_flags() -> list[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.lower().startswith(("flags", "features")):
+                    have = set(line.split(":", 1)[1].split())
+                    return [flag for flag in _VECTOR_FLAGS if flag in have]
+    except OSError:
+        pass
+    return []
+
+
+def cpu_capability() -> dict[str, Any]:
+    """The CPU code paths behind a float result.
+
+    A BLAS picks its blocking from the problem size and the vector units, so a
+    sum over the same terms can round differently from one CPU to the next
+    (AVX2, AVX-512, AMX); a result that reports rounding-level differences is
+    only comparable with the same code paths.
+
+    Returns:
+        ``aten`` (torch's dispatch level, ``torch.backends.cpu.get_cpu_capability()``),
+        ``blas`` and ``blas_version`` (from torch's build configuration),
+        ``hardware_bf16`` (torch's AVX512-BF16/AMX check, the one tabpfn uses
+        for CPU autocast), ``vector_flags`` (the relevant CPU flags present) and
+        ``forced_by_env`` (the variables set that force a code path).
+    """
+    config = torch.__config__.show()
+    blas = re.search(r"BLAS_INFO=([\w.-]+)", config)
+    version = next(
+        (line.strip(" -") for line in config.splitlines() if "Math Kernel Library" in line), None
+    )
+    bf16_check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+    return {
+        "aten": torch.backends.cpu.get_cpu_capability(),
+        "blas": blas.group(1) if blas else None,
+        "blas_version": version,
+        "hardware_bf16": None if bf16_check is None else bool(bf16_check()),
+        "vector_flags": _cpu_flags(),
+        "forced_by_env": {k: os.environ[k] for k in _CODE_PATH_ENV if k in os.environ},
+    }
+
+
+def cpu_capability_text(prov: dict[str, Any]) -> str:
+    """One line for a report header: ``ATen AVX512, BLAS mkl`` plus any forcing variables."""
+    cap = prov.get("cpu_capability") or {}
+    text = f"ATen {cap.get('aten')}, BLAS {cap.get('blas')}"
+    forced = cap.get("forced_by_env") or {}
+    if forced:
+        text += ", " + ", ".join(f"{k}={v}" for k, v in sorted(forced.items()))
+    return text
 
 
 def cpu_identity() -> str:
@@ -102,7 +169,7 @@ def provenance_dict(*, include_dirty_paths: bool = True, **extra: Any) -> dict[s
         },
         "device": device,
         "cpu_model": _cpu_model(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_capability": cpu_capability(),
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "platform": platform.platform(),

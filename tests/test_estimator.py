@@ -6,11 +6,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tabpfn.utils
 import torch
+from _exactness import MODEL_ULPS, assert_within_ulps
 from _tiny_models import build_tiny_v3, save_tiny_checkpoint, tiny_v3_checkpoint, tiny_v3_config
 from sklearn.base import clone
 from sklearn.utils.estimator_checks import parametrize_with_checks
 from tabpfn import TabPFNRegressor
+from tabpfn.utils import infer_autocast_inference_mode
 
 import retrofit
 import retrofit.embedded
@@ -202,6 +205,15 @@ def test_forced_half_precision_runs(mode, dtype):
     assert _rel(pred, ref) <= 0.1
 
 
+# tabpfn's own check: CPU autocast needs hardware bf16 (and a torch with oneDNN).
+CPU_AUTOCAST = infer_autocast_inference_mode([torch.device("cpu")], enable=None)
+NO_HARDWARE_BF16 = (
+    "this CPU has no hardware-accelerated bfloat16 (Intel AMX / AVX512-BF16, AMD Zen 4+), "
+    "which tabpfn requires for CPU autocast"
+)
+
+
+@pytest.mark.skipif(not CPU_AUTOCAST, reason=NO_HARDWARE_BF16)
 @pytest.mark.parametrize("fit_mode", ["fit_preprocessors", "fit_with_cache"])
 def test_autocast_precision_runs(fit_mode):
     est = _est(mode="full-o", inference_precision="autocast", fit_mode=fit_mode)
@@ -209,6 +221,42 @@ def test_autocast_precision_runs(fit_mode):
     assert est.regressor_.use_autocast_
     assert np.isfinite(pred).all()
     assert _rel(pred, _fit_predict(_est(mode="full-o"))) <= 0.1
+
+
+def test_auto_precision_follows_tabpfns_cpu_bf16_check():
+    est = _est(mode="full-o", inference_precision="auto")
+    assert np.isfinite(_fit_predict(est)).all()
+    assert est.regressor_.use_autocast_ is CPU_AUTOCAST
+
+
+def test_without_hardware_bf16_auto_runs_float32_and_autocast_says_why(monkeypatch):
+    """What a CPU without hardware bf16 (an AVX2-only CPU) gets, on any CPU."""
+    monkeypatch.setattr(tabpfn.utils, "_cpu_supports_fast_bf16", lambda: False)
+    est = _est(mode="full-o", inference_precision="auto")
+    pred = _fit_predict(est)
+    assert est.regressor_.use_autocast_ is False
+    np.testing.assert_array_equal(pred, _fit_predict(_est(mode="full-o")))  # float32
+    with pytest.raises(ValueError, match="hardware-accelerated bfloat16"):
+        _fit_predict(_est(mode="full-o", inference_precision="autocast"))
+
+
+@pytest.mark.parametrize("mode", ["none", "full-o"])
+def test_test_row_order_changes_predictions_by_float32_rounding_only(mode):
+    """Each test row is predicted from the train rows alone; its position in the
+    batch changes only how a BLAS blocks it (on AVX2 MKL, about 13 float32 ulps,
+    patched or not; 0 on AVX-512), so a bound in ulps, not sklearn's rtol 1e-7."""
+    X, y = _data(60)
+    est = _est(mode=mode, n_estimators=1).fit(X[:40], y[:40])
+    pred = est.predict(X[40:])
+    for seed in range(3):
+        order = np.random.default_rng(seed).permutation(20)
+        assert_within_ulps(
+            torch.from_numpy(est.predict(X[40:][order])),
+            torch.from_numpy(pred[order]),
+            ulps=MODEL_ULPS[torch.float32],
+            scale=float(np.abs(pred).max()),
+            dtype=torch.float32,
+        )
 
 
 def test_embedded_host_fits_patched():
@@ -274,6 +322,13 @@ EXPECTED_FAILED = {
     "check_methods_subset_invariance": (
         "float32 inference: a row's prediction moves by ~1e-6 relative with the size of the "
         "test batch (kernel blocking, also unpatched), above sklearn's rtol=1e-7"
+    ),
+    # Fails where MKL blocks by AVX2 (passes on AVX-512); the property itself is
+    # checked with a float32 bound in test_test_row_order_changes_predictions_...
+    "check_methods_sample_order_invariance": (
+        "float32 inference: a row's prediction moves by ~1e-6 relative (about 13 ulps) with "
+        "its position among the test rows where the BLAS blocks them by position (MKL on "
+        "AVX2; also unpatched), above sklearn's rtol=1e-7"
     ),
 }
 

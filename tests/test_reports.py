@@ -3,7 +3,8 @@
 ``python -m eval exactness`` and ``python -m eval ablation`` through
 ``eval.cli.main`` into a temporary directory: files exist, carry provenance,
 and the headline facts hold (fast fp32 within 2x SDPA's error and all
-contracts pass; OTransformer float64 drift exactly 0, OA-only > 0).
+contracts pass; OTransformer's null token exactly 0 and its old tokens within
+``MODEL_ULPS`` ulps in float64, OA-only > 0), and the CPU code paths are recorded.
 """
 
 from __future__ import annotations
@@ -14,15 +15,18 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from _exactness import MODEL_ULPS
 
 from eval import cli
-from eval.provenance import provenance_dict
+from eval.provenance import cpu_capability_text, provenance_dict
 from retrofit.files import write_json_atomic, write_text_atomic
 
 PROVENANCE_KEYS = {
     "packages",
     "device",
     "cpu_model",
+    "cpu_capability",
     "threads",
     "date_utc",
     "git_commit",
@@ -37,6 +41,9 @@ def _check_provenance(prov):
     assert PACKAGES <= set(prov["packages"])
     assert prov["packages"]["torch"] and prov["packages"]["numpy"]
     assert prov["threads"] >= 1
+    cap = prov["cpu_capability"]
+    assert cap["aten"] and isinstance(cap["vector_flags"], list)
+    assert isinstance(cap["forced_by_env"], dict)
 
 
 def test_exactness_quick(tmp_path):
@@ -60,6 +67,7 @@ def test_exactness_quick(tmp_path):
         for key in ("fast_vs_float64", "fast_vs_direct_same_dtype", "sdpa_vs_float64"):
             assert {"linf_abs", "linf_rel"} <= set(r[key])
     assert "8.94e-8" in md and "same-dtype direct" in md and "SDPA" in md
+    assert f"ATen {report['provenance']['cpu_capability']['aten']}" in md
 
 
 def test_ablation_quick(tmp_path):
@@ -69,13 +77,19 @@ def test_ablation_quick(tmp_path):
     md = (out / "ablation.md").read_text()
     _check_provenance(report["provenance"])
     s = report["summary"]
-    assert s["otransformer_float64_reference_drift_max"] == 0.0
+    # the null token: exactly 0 (the gates); the old tokens: float64 rounding of
+    # projections one row longer (bit-identical on AVX-512, not on AVX2)
     assert s["otransformer_float64_reference_null_norm_max"] == 0.0
-    assert s["otransformer_float64_exact_zero"] is True
+    assert s["otransformer_null_exact_zero"] is True
+    assert s["otransformer_float64_reference_drift_ulps"] <= MODEL_ULPS[torch.float64]
+    assert s["otransformer_float64_exact_zero"] is (
+        s["otransformer_float64_reference_drift_max"] == 0.0
+    )
     assert s["oa_only_float64_drift_min"] > 0.0 and s["oa_only_float64_all_nonzero"]
     assert s["otransformer_float64_fast_drift_max"] < 1e-9
     assert s["all_finite"]
     assert report["sigmas"] and "sigma" in md and "weights" in report["config"]
+    assert f"ATen {report['provenance']['cpu_capability']['aten']}" in md
     hosts = {r["host"] for r in report["rows"]}
     assert hosts == {"standard", "oa-only", "otransformer"}
     assert {r["dtype"] for r in report["rows"]} == {"float64", "float32"}
@@ -113,3 +127,14 @@ def test_atomic_writers_and_provenance(tmp_path):
     _check_provenance(prov)
     with pytest.raises(ValueError, match="collide"):
         provenance_dict(device="gpu")
+
+
+def test_provenance_records_the_cpu_code_paths(monkeypatch):
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    prov = provenance_dict()
+    cap = prov["cpu_capability"]
+    assert cap["aten"] == torch.backends.cpu.get_cpu_capability()
+    assert cap["forced_by_env"]["MKL_ENABLE_INSTRUCTIONS"] == "AVX2"
+    assert cap["hardware_bf16"] in (True, False, None)
+    text = cpu_capability_text(prov)
+    assert text.startswith(f"ATen {cap['aten']}, BLAS ") and "MKL_ENABLE_INSTRUCTIONS=AVX2" in text

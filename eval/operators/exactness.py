@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from eval.markdown import markdown_table
-from eval.provenance import provenance_dict
+from eval.provenance import cpu_capability_text, provenance_dict
 from patches import oattention, oattention_direct, oattention_reference
 from retrofit.files import write_json_atomic, write_text_atomic
 
@@ -344,7 +344,8 @@ def _markdown(report: dict[str, Any]) -> str:
         f"(commit `{prov['git_commit']}`, torch {prov['packages']['torch']}, "
         f"tabpfn {prov['packages']['tabpfn']}, numpy {prov['packages']['numpy']}, "
         f"tabpfn-retrofit {prov['packages']['tabpfn-retrofit']}; device {prov['device']}, "
-        f"CPU {prov['cpu_model']}, {prov['threads']} threads, seed {report['seed']}).",
+        f"CPU {prov['cpu_model']} ({cpu_capability_text(prov)}), "
+        f"{prov['threads']} threads, seed {report['seed']}).",
         "",
         "## Setup",
         "",

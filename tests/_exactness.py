@@ -1,0 +1,140 @@
+"""What an exactness test may assert on every CPU and BLAS, stated once.
+
+Bit-identity (``torch.equal``) is asserted only where the code computes each
+output row on its own, from bit-identical inputs:
+
+* the float64 reference kernel (:func:`patches.oattention_reference`) given the
+  same ``q, k, v``: each receiver row is a loop over exactly its live sources,
+  selected before ``exp``, so an inserted null source never enters that row's
+  arithmetic;
+* a null row's own output: the receiver gate multiplies it by ``p_i = 0``, so it
+  is exactly 0 whatever the rest of the computation does;
+* the same operations on the same shapes run twice (a test recomputing what a
+  module does, ``unpatch`` restoring the host): the same code path, so the same
+  bits.
+
+Everywhere else a row is computed inside an operation whose shape changed (a
+sequence one row longer, the rows in another order): the projections, norms and
+FFNs of a module run as one BLAS call over all ``B * S`` rows, and a fused
+attention kernel blocks over the keys. A BLAS chooses its blocking, its
+micro-kernel for the tail rows and its FMA contraction from the problem size
+and the CPU's vector units (AVX2, AVX-512, AMX, NEON), so a row that lands in
+another block is summed in another order. Two orders of an ``n``-term
+reduction differ by at most ``2 * gamma_n * sum|terms|``, with
+``gamma_n = n * u / (1 - n * u)`` and ``u = eps / 2`` (Higham, *Accuracy and
+Stability of Numerical Algorithms*, 2nd ed., section 3.1): about ``n`` ulps of
+the terms' scale. So those tests assert a bound in ulps of the tensor's scale,
+``ulps * finfo(dtype).eps * scale``, with ``scale = max(1, max|expected|)``
+unless the call names another, and a test stating a count names what it covers.
+The counts below were checked against the AVX-512 + AMX code paths and the ones
+forced by ``ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2`` or
+``ATEN_CPU_CAPABILITY=default``; ``.ci/run`` runs the exactness tests natively
+and again under the AVX2 pair.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# One module or block (OAttention, an O-closed transformer block) whose
+# projections run on the whole sequence, under null-token insertion. float32 and
+# float64 accumulate in their own precision and the reductions here are over the
+# width E = 16 (FFN hidden 32) or at most 16 tokens: first-order worst case ~16
+# ulps of the terms. bf16 and fp16 accumulate in float32 and round each stored
+# result once, so a re-ordered sum moves a stored value by at most about one ulp
+# of the dtype per rounding stage (projection, attention, output projection,
+# residual add): 4. Largest deviation measured over five code paths (AVX-512 and
+# AMX; MKL and ATen forced to AVX2, separately and together; ATen without SIMD,
+# MKL at SSE4.2): fp64 3.2, fp32 2.5, bf16 0.9, fp16 0.7 ulps.
+MODULE_ULPS = {torch.float64: 16, torch.float32: 16, torch.bfloat16: 4, torch.float16: 4}
+
+# A whole forward pass of several blocks (the two-block hosts, a tiny TabPFN v3
+# of three ICL blocks), ulps of max|carrier|: each block carries the previous
+# block's rounding on, scaled by its own gain. float32 and float64: measured
+# <= 3.5 ulps on the code paths above (predictions through the KV cache, ATen
+# and MKL on AVX2; carriers <= 2.4); 256 leaves two orders of margin and stays
+# far below an unpatched host's drift (about 5e-2 relative, 4e5 float32 ulps).
+# bf16 and fp16 (the model cast to them, tabpfn's forced precision): the float32
+# accumulation keeps each stored value within about one ulp whatever the depth;
+# measured <= 0.84 ulps (fp16) and 0.56 (bf16) with ATen on AVX2, 0 on AVX-512.
+# The unpatched host's own drift under the same insertion is about 5e-2
+# relative: 6 to 8 bf16 ulps, about 55 fp16 ulps, which is all bf16 can resolve.
+MODEL_ULPS = {torch.float64: 256, torch.float32: 256, torch.bfloat16: 4, torch.float16: 4}
+
+# The fused attention kernel alone (patches.oattention) with one more key: its
+# products with the keys and its sums over them regroup. Measured <= 0.75 ulps
+# of max(1, max|v|) on AVX-512 and <= 1.0 with ATen and MKL on AVX2, in fp32,
+# bf16, fp16 and fp64 (the bound eval/exactness.py reports against).
+KERNEL_INSERTION_ULPS = 2
+
+# The fused kernel against the float64 reference on the same inputs: the
+# kernel's own rounding, measured <= 1.5 ulps of max(1, max|v|) on every path.
+KERNEL_VS_REFERENCE_ULPS = 4
+
+
+def ulp_of(dtype: torch.dtype, scale: float) -> float:
+    """One unit in the last place of ``dtype`` at ``scale``: ``eps(dtype) * scale``."""
+    return torch.finfo(dtype).eps * scale
+
+
+def deviation_in_ulps(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    *,
+    scale: float | None = None,
+    dtype: torch.dtype | None = None,
+) -> float:
+    """``max|actual - expected|`` in ulps of ``dtype`` at ``scale`` (computed in float64).
+
+    Args:
+        actual: The tensor under test.
+        expected: The tensor it should equal up to rounding (same shape).
+        scale: The magnitude the ulps refer to; ``max(1, max|expected|)`` if None.
+        dtype: The precision the ulps are of; ``expected.dtype`` if None.
+
+    Returns:
+        The largest absolute deviation divided by ``eps(dtype) * scale``.
+    """
+    if actual.shape != expected.shape:
+        raise AssertionError(f"shapes differ: {tuple(actual.shape)} vs {tuple(expected.shape)}")
+    dtype = expected.dtype if dtype is None else dtype
+    if scale is None:
+        scale = max(1.0, expected.double().abs().max().item()) if expected.numel() else 1.0
+    if actual.numel() == 0:
+        return 0.0
+    dev = (actual.double() - expected.double()).abs().max().item()
+    return dev / ulp_of(dtype, float(scale))
+
+
+def assert_within_ulps(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    *,
+    ulps: float,
+    scale: float | None = None,
+    dtype: torch.dtype | None = None,
+) -> float:
+    """Asserts ``max|actual - expected| <= ulps * eps(dtype) * scale``; returns the deviation.
+
+    This is the assertion for outputs that the mathematics leaves unchanged but
+    that a BLAS may compute in another summation order (module docstring): a
+    bound in ulps of the tensor's scale, never ``torch.equal``.
+
+    Args:
+        actual: The tensor under test.
+        expected: The tensor it should equal up to rounding (same shape).
+        ulps: The allowed deviation in ulps (a count the caller justifies).
+        scale: The magnitude the ulps refer to; ``max(1, max|expected|)`` if None.
+        dtype: The precision the ulps are of; ``expected.dtype`` if None.
+
+    Returns:
+        The measured deviation in ulps.
+    """
+    measured = deviation_in_ulps(actual, expected, scale=scale, dtype=dtype)
+    assert measured <= ulps, f"deviation {measured:.3g} ulps exceeds the bound of {ulps} ulps"
+    return measured
+
+
+def assert_exactly_zero(t: torch.Tensor) -> None:
+    """Asserts every element is 0 (a null row's own output, zero by the receiver gate)."""
+    assert torch.equal(t, torch.zeros_like(t)), f"not exactly 0: max|t| = {t.abs().max().item()}"
