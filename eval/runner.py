@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from eval.executors import Executor, SerialExecutor
+from eval.executors import Executor, LostTask, SerialExecutor
 from retrofit.hashing import sha256_file
 from retrofit.settings import MODES, RetrofitSettings
 
@@ -520,7 +520,37 @@ def run_task(task: Task) -> dict[str, Any]:
     if task.threads is not None:
         torch.set_num_threads(task.threads)
     spec = task.spec
-    row: dict[str, Any] = {
+    row = _new_row(task)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        estimator = _fit_predict(task, row)
+    # Kept with the row (deduplicated) instead of flooding the progress bar.
+    row["warnings"] = sorted({_warning_line(w) for w in caught})
+    if estimator is not None:
+        row.update(_resolved_precision(estimator))
+        try:
+            row.update(_patch_info(estimator))
+        except Exception as exc:
+            row.update(patch_digest=None, patch_report=f"unavailable: {exc}")
+    row["finished_at"] = _utc_now()
+    row["provenance"] = _provenance()
+    del estimator
+    after = state_dict_sha256(task.model_path)
+    if after != task.state_hash:
+        raise CheckpointChangedError(
+            f"checkpoint tensors of {task.model_path} changed during the run "
+            f"(state-dict sha256 {task.state_hash[:12]} -> {after[:12]}) after "
+            f"{spec.dataset}/seed {spec.seed}/{spec.mode}; rerun once it is stable"
+        )
+    return row
+
+
+def _new_row(task: Task) -> dict[str, Any]:
+    """The row of ``task`` before it runs: its config, status ``"failed"``, no numbers."""
+    import torch
+
+    spec = task.spec
+    return {
         "key": spec.key,
         "baseline_key": baseline_key(spec),
         **{k: v for k, v in spec.as_dict().items() if k != "versions"},
@@ -545,27 +575,13 @@ def run_task(task: Task) -> dict[str, Any]:
         "pid": os.getpid(),
         "started_at": _utc_now(),
     }
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        estimator = _fit_predict(task, row)
-    # Kept with the row (deduplicated) instead of flooding the progress bar.
-    row["warnings"] = sorted({_warning_line(w) for w in caught})
-    if estimator is not None:
-        row.update(_resolved_precision(estimator))
-        try:
-            row.update(_patch_info(estimator))
-        except Exception as exc:
-            row.update(patch_digest=None, patch_report=f"unavailable: {exc}")
+
+
+def lost_row(task: Task, error: str) -> dict[str, Any]:
+    """The failed row of a task whose worker died on every try (an executor's ``LostTask``)."""
+    row = _new_row(task)
+    row.update(error=error, threads=task.threads, hostname=None, pid=None, warnings=[])
     row["finished_at"] = _utc_now()
-    row["provenance"] = _provenance()
-    del estimator
-    after = state_dict_sha256(task.model_path)
-    if after != task.state_hash:
-        raise CheckpointChangedError(
-            f"checkpoint tensors of {task.model_path} changed during the run "
-            f"(state-dict sha256 {task.state_hash[:12]} -> {after[:12]}) after "
-            f"{spec.dataset}/seed {spec.seed}/{spec.mode}; rerun once it is stable"
-        )
     return row
 
 
@@ -684,7 +700,9 @@ def run_suite(
             continue
         todo.append(task)
     with tqdm(total=len(todo), desc="cases", unit="run", disable=not progress) as bar:
-        for _, row in executor.map_unordered(task_fn, todo):
+        for index, row in executor.map_unordered(task_fn, todo):
+            if isinstance(row, LostTask):
+                row = lost_row(todo[index], row.error)
             row = _jsonable(row)
             _write_json(_run_path(store, row["key"]), row)
             summary.computed += 1
@@ -724,7 +742,7 @@ def iter_sessions(store: str | Path) -> Iterable[dict[str, Any]]:
 
 def add_eval_arguments(parser: Any) -> None:
     """Add the ``eval`` subcommand's options to an ``argparse`` parser."""
-    from eval.executors import EXECUTORS
+    from eval.executors import DEFAULT_CONNECT_TIMEOUT_S, EXECUTORS
 
     parser.add_argument("--suite", default="offline18", choices=sorted(_SUITE_SOURCE))
     parser.add_argument(
@@ -755,6 +773,8 @@ def add_eval_arguments(parser: Any) -> None:
     parser.add_argument("--executor", default=None, choices=EXECUTORS,
                         help="default: serial, or joblib when --jobs > 1")  # fmt: skip
     parser.add_argument("--address", default=None, help="dask scheduler / ray cluster address")
+    parser.add_argument("--connect-timeout", type=float, default=DEFAULT_CONNECT_TIMEOUT_S,
+                        help="seconds to wait for --address")  # fmt: skip
     parser.add_argument("--threads", type=int, default=None, help="torch threads per worker")
     parser.add_argument("--store", default=None, help="results directory (default results/SUITE)")
     parser.add_argument("--retry-failed", action="store_true", help="recompute failed runs")
@@ -797,11 +817,13 @@ def _eval(args: Any, argv: Sequence[str] | None) -> int:
     store = Path(args.store or Path("results") / args.suite)
     model_path = resolve_model(args.model)
     executor_name = args.executor or ("joblib" if args.jobs > 1 else "serial")
-    executor = make_executor(executor_name, n_jobs=args.jobs, address=args.address)
-    threads = args.threads
-    if threads is None and executor_name != "serial":
-        # Workers share the cores: one torch thread each unless told otherwise.
-        threads = max(1, (os.cpu_count() or 1) // max(1, args.jobs))
+    executor = make_executor(
+        executor_name,
+        n_jobs=args.jobs,
+        address=args.address,
+        connect_timeout_s=args.connect_timeout,
+    )
+    threads = args.threads if args.threads is not None else executor.default_threads()
     taus = list(dict.fromkeys([*args.tau, *(SWEEP_TAUS if args.sweep else ())]))
     tasks = make_tasks(
         suite=args.suite,

@@ -15,9 +15,11 @@ __all__ = [
     "AlreadyPatchedError",
     "CheckpointNotFound",
     "CheckpointNotFoundError",
+    "ClusterUnreachableError",
     "CorruptCheckpoint",
     "CorruptCheckpointError",
     "EmbeddedCheckpointError",
+    "ExecutorUnavailableError",
     "InvalidModelPathError",
     "InvalidPatchConfig",
     "InvalidPatchConfigError",
@@ -89,6 +91,14 @@ class SavedModelError(RetrofitError, ValueError):
 
 class SettingsConflictError(RetrofitError, ValueError):
     """An explicit retrofit setting contradicts the one a saved directory carries."""
+
+
+class ExecutorUnavailableError(RetrofitError, RuntimeError):
+    """The chosen evaluation executor needs a package that is not installed."""
+
+
+class ClusterUnreachableError(RetrofitError, ConnectionError):
+    """The scheduler or cluster address given to a distributed executor does not answer."""
 
 
 # The first release's names, kept so user code that catches them still works.
