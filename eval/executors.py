@@ -310,7 +310,8 @@ class RayExecutor(Executor):
         n_jobs: CPUs of the local Ray instance started when ``address`` is
             ``None`` (one case per CPU); unused with an address.
         address: Ray cluster address (``host:6379``, ``ray://host:10001``) or
-            ``"auto"``; ``None`` starts a local instance for the run.
+            ``"auto"``; ``None`` starts a local instance for the run. A Ray
+            session this process has already started is used as it is.
         connect_timeout_s: Seconds to wait for the cluster's port to answer.
         max_retries: Times Ray reruns a case whose worker process died.
     """
@@ -341,14 +342,14 @@ class RayExecutor(Executor):
     def _session(self) -> Iterator[None]:
         import ray
 
+        if self.address is not None and self.address != "auto":
+            _check_reachable(self.address, self.connect_timeout_s, "ray cluster")
         if ray.is_initialized():  # the caller's own session: use it, leave it running
             yield
             return
         if self.address is None:
             ray.init(num_cpus=self.n_jobs, include_dashboard=False, log_to_driver=False)
         else:
-            if self.address != "auto":
-                _check_reachable(self.address, self.connect_timeout_s, "ray cluster")
             try:
                 ray.init(address=self.address, log_to_driver=False)
             except (ConnectionError, TimeoutError) as exc:
@@ -373,14 +374,18 @@ class RayExecutor(Executor):
             remote = ray.remote(num_cpus=1, max_retries=self.max_retries)(_indexed_alone)
             index_of = {remote.remote(fn, i, task): i for i, task in enumerate(tasks)}
             pending = list(index_of)
-            while pending:
-                (ref,), pending = ray.wait(pending, num_returns=1)
-                try:
-                    yield ray.get(ref)
-                except RayTaskError as exc:  # fn raised: the caller sees fn's exception
-                    raise exc.as_instanceof_cause() from None
-                except RayError as exc:  # the worker died on every try
-                    yield index_of[ref], LostTask(_one_line(exc))
+            try:
+                while pending:
+                    (ref,), pending = ray.wait(pending, num_returns=1)
+                    try:
+                        yield ray.get(ref)
+                    except RayTaskError as exc:  # fn raised: the caller sees fn's exception
+                        raise exc.as_instanceof_cause() from None
+                    except RayError as exc:  # the worker died on every try
+                        yield index_of[ref], LostTask(_one_line(exc))
+            finally:
+                for ref in pending:  # the run ended early: nothing left running for it
+                    ray.cancel(ref)
 
     def default_threads(self) -> int | None:
         """The serial run's count, so a case gives the serial numbers on any worker."""
