@@ -37,6 +37,7 @@ install line.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import threading
@@ -256,6 +257,9 @@ class DaskExecutor(Executor):
                     threads_per_worker=1,
                     processes=True,
                     dashboard_address=None,
+                    # Its workers' shutdown chatter is not the run's news; a
+                    # worker death is recorded in the rows it touches.
+                    silence_logs=logging.ERROR,
                 ) as cluster,
                 Client(cluster, set_as_default=False) as client,
             ):
