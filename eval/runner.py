@@ -467,10 +467,32 @@ def _patch_info(estimator: Any) -> dict[str, Any]:
     return {"patch_digest": report.digest(), "patch_report": as_dict}
 
 
+def _check_process_matches_key(spec: RunSpec) -> None:
+    """Refuse to run a case where the code or packages are not those its key names.
+
+    The key is made where the run is planned; a cluster worker may have another
+    install, and its numbers must not be stored under a key that says otherwise.
+    """
+    code = code_sha256()
+    if code != spec.code_sha256:
+        raise RuntimeError(
+            f"this process runs other retrofit code (sha256 {code[:12]}) than the run's key "
+            f"({spec.code_sha256[:12]}); install the same tabpfn-retrofit on every worker"
+        )
+    versions = package_versions()
+    differ = [f"{n} {versions.get(n)} (key: {v})" for n, v in spec.versions.items()
+              if versions.get(n) != v]  # fmt: skip
+    if differ:
+        raise RuntimeError(
+            "this process's packages differ from the run's key: " + "; ".join(differ)
+        )
+
+
 def _fit_predict(task: Task, row: dict[str, Any]) -> Any:
     """Fit and predict one case, filling ``row``; exceptions are recorded in it."""
     spec, estimator = task.spec, None
     try:
+        _check_process_matches_key(spec)
         X_train, X_test, y_train, y_test = case_data(spec)
         row.update(n_train=len(y_train), n_test=len(y_test), n_features=int(X_train.shape[1]))
         extra = {"ignore_pretraining_limits": True} if task.ignore_pretraining_limits else {}
