@@ -797,7 +797,9 @@ def add_eval_arguments(parser: Any) -> None:
     parser.add_argument("--address", default=None, help="dask scheduler / ray cluster address")
     parser.add_argument("--connect-timeout", type=float, default=DEFAULT_CONNECT_TIMEOUT_S,
                         help="seconds to wait for --address")  # fmt: skip
-    parser.add_argument("--threads", type=int, default=None, help="torch threads per worker")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads per case (default: serial and dask/ray this "
+                        "process's count, so the same numbers; joblib cores/jobs)")  # fmt: skip
     parser.add_argument("--store", default=None, help="results directory (default results/SUITE)")
     parser.add_argument("--retry-failed", action="store_true", help="recompute failed runs")
     parser.add_argument(
