@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
-from eval.paper.executors import EXECUTORS
+from eval.paper.executors import DEFAULT_CONNECT_TIMEOUT_S, EXECUTORS
 from eval.paper.protocol import (
     DEFAULT_EPS_DEN,
     DEFAULT_MODES,
@@ -111,7 +111,11 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--executor", default=None, choices=EXECUTORS,
                         help="default: serial, or joblib when --jobs > 1")  # fmt: skip
     p.add_argument("--address", default=None, help="dask scheduler / ray cluster address")
-    p.add_argument("--threads", type=int, default=None, help="torch threads per worker")
+    p.add_argument("--connect-timeout", type=float, default=DEFAULT_CONNECT_TIMEOUT_S,
+                   help="seconds to wait for --address")  # fmt: skip
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads per case (default: serial and dask/ray this "
+                   "process's count, so the same numbers; joblib cores/jobs)")  # fmt: skip
     p.add_argument("--store", default=None, help="results directory (default results/SUITE)")
     p.add_argument("--retry-failed", action="store_true", help="recompute failed runs")
     p.add_argument(

@@ -6,6 +6,7 @@ from retrofit.errors import RetrofitError
 
 __all__ = [
     "CheckpointChangedError",
+    "ClusterUnreachableError",
     "DatasetIntegrityError",
     "DatasetUnavailableError",
     "ExecutorUnavailableError",
@@ -28,6 +29,10 @@ class DatasetIntegrityError(RetrofitError, ValueError):
 
 class ExecutorUnavailableError(RetrofitError, RuntimeError):
     """The chosen executor needs a package that is not installed, or is unreachable."""
+
+
+class ClusterUnreachableError(RetrofitError, ConnectionError):
+    """The scheduler or cluster address given to a distributed executor does not answer."""
 
 
 class ReportError(RetrofitError, RuntimeError):

@@ -7,6 +7,7 @@ rows per split (``max_train_rows`` / ``max_test_rows``), so each fit is fast.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import sys
@@ -261,6 +262,25 @@ def test_two_local_processes_give_the_same_rows_as_serial(ckpt: Path, tmp_path: 
         assert row["rmse"] == loky[key]["rmse"]
         assert row["patch_digest"] == loky[key]["patch_digest"]
     assert {r["pid"] for r in loky.values()}.isdisjoint({os.getpid()})
+
+
+def test_a_process_without_the_code_and_packages_of_the_key_stores_the_case_as_failed(
+    ckpt: Path,
+) -> None:
+    # What a cluster worker with another install would do: its numbers must not
+    # be stored under a key that names other code.
+    task = _tasks(ckpt, modes=("none",), seeds=[0])[0]
+    assert run_task(task)["status"] == "ok"
+    other_code = dataclasses.replace(task.spec, code_sha256="0" * 64)
+    row = run_task(dataclasses.replace(task, spec=other_code))
+    assert row["status"] == "failed" and row["rmse"] is None
+    assert "runs other retrofit code" in row["error"] and "(000000000000)" in row["error"]
+    other_versions = dataclasses.replace(
+        task.spec, versions={**task.spec.versions, "tabpfn": "0.0"}
+    )
+    row = run_task(dataclasses.replace(task, spec=other_versions))
+    assert row["status"] == "failed"
+    assert f"tabpfn {task.spec.versions['tabpfn']} (key: 0.0)" in row["error"]
 
 
 @pytest.mark.parametrize("name, module", [("dask", "distributed"), ("ray", "ray")])

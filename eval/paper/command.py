@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -43,11 +42,13 @@ def _eval(args: Any, argv: Sequence[str] | None) -> int:
     store = Path(args.store or Path("results") / args.suite)
     model_path = resolve_model(args.model)
     executor_name = args.executor or ("joblib" if args.jobs > 1 else "serial")
-    executor = make_executor(executor_name, n_jobs=args.jobs, address=args.address)
-    threads = args.threads
-    if threads is None and executor_name != "serial":
-        # Workers share the cores: one torch thread each unless told otherwise.
-        threads = max(1, (os.cpu_count() or 1) // max(1, args.jobs))
+    executor = make_executor(
+        executor_name,
+        n_jobs=args.jobs,
+        address=args.address,
+        connect_timeout_s=args.connect_timeout,
+    )
+    threads = args.threads if args.threads is not None else executor.default_threads()
     taus = list(dict.fromkeys([*args.tau, *(SWEEP_TAUS if args.sweep else ())]))
     tasks = make_tasks(
         suite=args.suite,

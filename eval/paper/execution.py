@@ -32,14 +32,22 @@ from tqdm.auto import tqdm
 
 from eval.errors import CheckpointChangedError, StoreError
 from eval.paper.datasets import load_dataset, split
-from eval.paper.executors import Executor, SerialExecutor
+from eval.paper.executors import Executor, LostTask, SerialExecutor
 from eval.paper.protocol import SUITE_SOURCE
-from eval.paper.spec import RunSpec, Task, baseline_key, canonical_json, state_dict_sha256
+from eval.paper.spec import (
+    RunSpec,
+    Task,
+    baseline_key,
+    canonical_json,
+    code_sha256,
+    state_dict_sha256,
+)
 from eval.paper.store import claim_run, read_row, release_claim, run_path, utc_now, write_row
 from eval.provenance import provenance_dict
 from retrofit.estimator import OTabPFNRegressor
+from retrofit.versions import package_versions
 
-__all__ = ["RunSummary", "build_estimator", "case_data", "run_suite", "run_task"]
+__all__ = ["RunSummary", "build_estimator", "case_data", "lost_row", "run_suite", "run_task"]
 
 
 def case_data(spec: RunSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -103,10 +111,35 @@ def _patch_info(estimator: Any) -> dict[str, Any]:
     return {"patch_digest": report.digest(), "patch_report": as_dict}
 
 
+def _check_process_matches_key(spec: RunSpec) -> None:
+    """Refuse to run a case where the code or packages are not those its key names.
+
+    The key is made where the run is planned; a cluster worker may have another
+    install, and its numbers must not be stored under a key that says otherwise.
+    """
+    code = code_sha256()
+    if code != spec.code_sha256:
+        raise RuntimeError(
+            f"this process runs other retrofit code (sha256 {code[:12]}) than the run's key "
+            f"({spec.code_sha256[:12]}); install the same tabpfn-retrofit on every worker"
+        )
+    versions = package_versions()
+    differ = [
+        f"{n} {versions.get(n)} (key: {v})"
+        for n, v in spec.versions.items()
+        if versions.get(n) != v
+    ]
+    if differ:
+        raise RuntimeError(
+            "this process's packages differ from the run's key: " + "; ".join(differ)
+        )
+
+
 def _fit_predict(task: Task, row: dict[str, Any]) -> Any:
     """Fit and predict one case, filling ``row``; exceptions are recorded in it."""
     spec, estimator = task.spec, None
     try:
+        _check_process_matches_key(spec)
         X_train, X_test, y_train, y_test = case_data(spec)
         row.update(n_train=len(y_train), n_test=len(y_test), n_features=int(X_train.shape[1]))
         extra = {"ignore_pretraining_limits": True} if task.ignore_pretraining_limits else {}
@@ -154,7 +187,35 @@ def run_task(task: Task) -> dict[str, Any]:
     if task.threads is not None:
         torch.set_num_threads(task.threads)
     spec = task.spec
-    row: dict[str, Any] = {
+    row = _new_row(task)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        estimator = _fit_predict(task, row)
+    # Kept with the row (deduplicated) instead of flooding the progress bar.
+    row["warnings"] = sorted({_warning_line(w) for w in caught})
+    if estimator is not None:
+        row.update(_resolved_precision(estimator))
+        try:
+            row.update(_patch_info(estimator))
+        except Exception as exc:
+            row.update(patch_digest=None, patch_report=f"unavailable: {exc}")
+    row["finished_at"] = utc_now()
+    row["provenance"] = _provenance()
+    del estimator
+    after = state_dict_sha256(task.model_path)
+    if after != task.state_hash:
+        raise CheckpointChangedError(
+            f"checkpoint tensors of {task.model_path} changed during the run "
+            f"(state-dict sha256 {task.state_hash[:12]} -> {after[:12]}) after "
+            f"{spec.dataset}/seed {spec.seed}/{spec.mode}; rerun once it is stable"
+        )
+    return row
+
+
+def _new_row(task: Task) -> dict[str, Any]:
+    """The row of ``task`` before it runs: its config, status ``"failed"``, no numbers."""
+    spec = task.spec
+    return {
         "key": spec.key,
         "baseline_key": baseline_key(spec),
         **{k: v for k, v in spec.as_dict().items() if k != "versions"},
@@ -179,27 +240,13 @@ def run_task(task: Task) -> dict[str, Any]:
         "pid": os.getpid(),
         "started_at": utc_now(),
     }
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        estimator = _fit_predict(task, row)
-    # Kept with the row (deduplicated) instead of flooding the progress bar.
-    row["warnings"] = sorted({_warning_line(w) for w in caught})
-    if estimator is not None:
-        row.update(_resolved_precision(estimator))
-        try:
-            row.update(_patch_info(estimator))
-        except Exception as exc:
-            row.update(patch_digest=None, patch_report=f"unavailable: {exc}")
+
+
+def lost_row(task: Task, error: str) -> dict[str, Any]:
+    """The failed row of a task whose worker died on every try (an executor's ``LostTask``)."""
+    row = _new_row(task)
+    row.update(error=error, threads=task.threads, hostname=None, pid=None, warnings=[])
     row["finished_at"] = utc_now()
-    row["provenance"] = _provenance()
-    del estimator
-    after = state_dict_sha256(task.model_path)
-    if after != task.state_hash:
-        raise CheckpointChangedError(
-            f"checkpoint tensors of {task.model_path} changed during the run "
-            f"(state-dict sha256 {task.state_hash[:12]} -> {after[:12]}) after "
-            f"{spec.dataset}/seed {spec.seed}/{spec.mode}; rerun once it is stable"
-        )
     return row
 
 
@@ -290,7 +337,9 @@ def _run_todo(
     on_row: Callable[[dict[str, Any]], None] | None,
 ) -> None:
     with tqdm(total=len(todo), desc="cases", unit="run", disable=not progress) as bar:
-        for _, row in executor.map_unordered(task_fn, todo):
+        for index, row in executor.map_unordered(task_fn, todo):
+            if isinstance(row, LostTask):
+                row = lost_row(todo[index], row.error)
             write_row(store, row)
             summary.computed += 1
             summary.failed += row["status"] == "failed"

@@ -2,35 +2,62 @@
 
 Every executor has one job: apply a picklable function to a list of picklable
 tasks and yield ``(index, result)`` pairs as each task finishes, so that the
-caller can store each result the moment it exists (a kill then loses only the
-cases in flight). Cases are independent and seeded, so where they run does
-not change their numbers (given the same thread count; see the runner).
+caller (the process that owns the store) can store each result the moment it
+arrives; a kill then loses only the cases in flight. Cases are independent and
+seeded, so where they run does not change their numbers, given the same torch
+thread count: the task carries it and the task function applies it
+(``torch.set_num_threads``) in whichever process runs the case, and
+:meth:`Executor.default_threads` says what a run uses when none is given.
 
 * ``serial``: in this process, in order (the default).
 * ``joblib``: local worker processes (joblib's ``loky`` backend).
-* ``dask``: joblib with the Dask backend, on a ``dask.distributed`` cluster
-  (``address`` of a scheduler, or a local cluster when omitted).
-* ``ray``: joblib with Ray's backend (``ray.util.joblib``), on a Ray cluster
-  (``address``, or a local one).
+* ``dask``: a ``dask.distributed`` cluster: a ``Client`` to the scheduler at
+  ``address``, or a ``LocalCluster`` of ``n_jobs`` single-threaded worker
+  processes when none is given. Tasks are submitted at once and collected with
+  ``as_completed``.
+* ``ray``: a Ray cluster at ``address`` (``ray.init(address)``), or a local Ray
+  instance with ``n_jobs`` CPUs; tasks are remote functions, collected with
+  ``ray.wait``.
+
+Faults on a cluster: a task that raises propagates to the caller as in the
+serial executor (the runner's task function records a failing fit as a failed
+row itself and raises only for what must abort the run). A worker process that
+dies mid-case is replaced and its case retried by the scheduler (dask: up to
+``distributed.scheduler.allowed-failures`` times; ray: ``max_retries``); a case
+whose worker died on every try is yielded as a :class:`LostTask`, which the
+runner stores as a failed run, so no case is lost and none is yielded twice.
+An address that does not answer within the connect timeout raises
+:class:`~retrofit.errors.ClusterUnreachableError` before any task is submitted.
 
 Dask and Ray are optional: they are imported only when chosen, and a missing
-package raises :class:`ExecutorUnavailableError` with the install line.
+package raises :class:`~retrofit.errors.ExecutorUnavailableError` with the
+install line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+import socket
+import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
-from eval.errors import ExecutorUnavailableError
+from eval.errors import ClusterUnreachableError, ExecutorUnavailableError
+from retrofit.console import one_line
 
 __all__ = [
+    "DEFAULT_CONNECT_TIMEOUT_S",
     "EXECUTORS",
+    "ClusterUnreachableError",
     "DaskExecutor",
     "Executor",
     "ExecutorUnavailableError",
     "JoblibExecutor",
+    "LostTask",
     "RayExecutor",
     "SerialExecutor",
     "make_executor",
@@ -39,10 +66,40 @@ __all__ = [
 EXECUTORS: tuple[str, ...] = ("serial", "joblib", "dask", "ray")
 """Names accepted by :func:`make_executor` (and ``--executor``)."""
 
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+"""How long a cluster executor waits for its scheduler before giving up."""
+
+
+@dataclass(frozen=True)
+class LostTask:
+    """The outcome of a task whose worker process died on every try (no result exists).
+
+    Attributes:
+        error: One line: the scheduler's reason (``KilledWorker: ...``).
+    """
+
+    error: str
+
+
+def _one_line(exc: BaseException) -> str:
+    text = one_line(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
 
 def _indexed(fn: Callable[[Any], Any], index: int, task: Any) -> tuple[int, Any]:
     # Module-level so that process pools can pickle it.
     return index, fn(task)
+
+
+_CASE_LOCK = threading.Lock()
+
+
+def _indexed_alone(fn: Callable[[Any], Any], index: int, task: Any) -> tuple[int, Any]:
+    # A cluster worker process may run several tasks on threads (a dask worker
+    # started with --nthreads > 1); torch's thread count is per process, so the
+    # cases of one process take turns and each runs with the count it carries.
+    with _CASE_LOCK:
+        return index, fn(task)
 
 
 class Executor:
@@ -60,10 +117,16 @@ class Executor:
             tasks: Picklable tasks.
 
         Yields:
-            ``(index into tasks, fn(task))`` in completion order. An exception
-            raised by ``fn`` propagates to the caller.
+            ``(index into tasks, fn(task))`` in completion order, each index
+            once; a cluster executor yields ``(index, LostTask)`` for a task
+            whose worker died on every try. An exception raised by ``fn``
+            propagates to the caller.
         """
         raise NotImplementedError
+
+    def default_threads(self) -> int | None:
+        """Torch threads per case when the caller sets none (``None``: leave the process's)."""
+        return None
 
     def describe(self) -> str:
         """One-line description for provenance."""
@@ -84,24 +147,18 @@ class SerialExecutor(Executor):
 
 
 class JoblibExecutor(Executor):
-    """Runs tasks through ``joblib.Parallel`` (local ``loky`` processes by default).
+    """Runs tasks through ``joblib.Parallel`` on local ``loky`` processes.
 
     Args:
         n_jobs: Number of parallel workers.
-        backend: A joblib backend name (``"loky"``; ``"dask"`` and ``"ray"``
-            are set up by their own executors).
     """
 
     name = "joblib"
 
-    def __init__(self, n_jobs: int = 2, backend: str = "loky") -> None:
+    def __init__(self, n_jobs: int = 2) -> None:
         if n_jobs < 1:
             raise ValueError(f"n_jobs must be >= 1, got {n_jobs}")
         self.n_jobs = n_jobs
-        self.backend = backend
-
-    def _backend_context(self) -> contextlib.AbstractContextManager[Any]:
-        return contextlib.nullcontext()
 
     def map_unordered(
         self, fn: Callable[[Any], Any], tasks: Sequence[Any]
@@ -111,37 +168,72 @@ class JoblibExecutor(Executor):
 
         if not tasks:
             return
-        with self._backend_context():
-            parallel = joblib.Parallel(
-                n_jobs=self.n_jobs,
-                backend=self.backend,
-                return_as="generator_unordered",
-                # One case per dispatch: cases are long, and a kill should lose
-                # only what is running.
-                batch_size=1,
-                pre_dispatch="n_jobs",
-            )
-            yield from parallel(
-                joblib.delayed(_indexed)(fn, index, task) for index, task in enumerate(tasks)
-            )
+        parallel = joblib.Parallel(
+            n_jobs=self.n_jobs,
+            backend="loky",
+            return_as="generator_unordered",
+            # One case per dispatch: cases are long, and a kill should lose
+            # only what is running.
+            batch_size=1,
+            pre_dispatch="n_jobs",
+        )
+        yield from parallel(
+            joblib.delayed(_indexed)(fn, index, task) for index, task in enumerate(tasks)
+        )
+
+    def default_threads(self) -> int | None:
+        """The workers share this machine's cores: ``cpu_count // n_jobs`` each."""
+        return max(1, (os.cpu_count() or 1) // self.n_jobs)
 
     def describe(self) -> str:
         """See :meth:`Executor.describe`."""
-        return f"{self.name}(backend={self.backend}, n_jobs={self.n_jobs})"
+        return f"{self.name}(backend=loky, n_jobs={self.n_jobs})"
 
 
-class DaskExecutor(JoblibExecutor):
-    """joblib with the Dask backend on a ``dask.distributed`` cluster.
+def _serial_threads() -> int:
+    """The torch thread count a serial run in this process uses."""
+    import torch
+
+    return torch.get_num_threads()
+
+
+def _check_reachable(address: str, timeout_s: float, what: str) -> None:
+    """Open and close a TCP connection to ``address`` (``[scheme://]host:port``)."""
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host, port = None, None
+    if not host or port is None:
+        raise ClusterUnreachableError(f"{what} address {address!r} is not of the form host:port")
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise ClusterUnreachableError(
+            f"cannot reach the {what} at {address} within {timeout_s:g} s ({_one_line(exc)})"
+        ) from None
+
+
+class DaskExecutor(Executor):
+    """Runs tasks on a ``dask.distributed`` cluster, collected as they complete.
 
     Args:
-        n_jobs: Concurrent tasks (``-1``: as many as the cluster's workers).
+        n_jobs: Worker processes of the local cluster started when ``address``
+            is ``None`` (one thread each); unused with an address.
         address: Scheduler address (``tcp://host:8786``); ``None`` starts a
-            local cluster.
+            ``LocalCluster`` for the run and closes it after.
+        connect_timeout_s: Seconds to wait for the scheduler.
     """
 
     name = "dask"
 
-    def __init__(self, n_jobs: int = -1, address: str | None = None) -> None:
+    def __init__(
+        self,
+        n_jobs: int = 1,
+        address: str | None = None,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+    ) -> None:
         try:
             import distributed  # noqa: F401
         except ImportError as exc:
@@ -149,67 +241,182 @@ class DaskExecutor(JoblibExecutor):
                 "executor 'dask' needs dask.distributed: "
                 "pip install 'tabpfn-retrofit[dask]' (or 'dask[distributed]')"
             ) from exc
+        if address is None and n_jobs < 1:
+            raise ValueError(f"n_jobs must be >= 1 for a local dask cluster, got {n_jobs}")
         self.n_jobs = n_jobs
-        self.backend = "dask"
         self.address = address
-        self._client: Any = None
+        self.connect_timeout_s = connect_timeout_s
 
-    def _backend_context(self) -> contextlib.AbstractContextManager[Any]:
-        from distributed import Client
+    @contextlib.contextmanager
+    def _client(self) -> Iterator[Any]:
+        from distributed import Client, LocalCluster
 
-        if self._client is None:
-            self._client = Client(self.address) if self.address else Client(processes=True)
-        # joblib's "dask" backend uses the current distributed client.
-        return contextlib.nullcontext()
+        if self.address is None:
+            with (
+                LocalCluster(
+                    n_workers=self.n_jobs,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    # Its workers' shutdown chatter is not the run's news; a
+                    # worker death is recorded in the rows it touches.
+                    silence_logs=logging.ERROR,
+                ) as cluster,
+                Client(cluster, set_as_default=False) as client,
+            ):
+                yield client
+            return
+        try:
+            client = Client(self.address, timeout=self.connect_timeout_s, set_as_default=False)
+        except (OSError, TimeoutError) as exc:
+            raise ClusterUnreachableError(
+                f"cannot reach the dask scheduler at {self.address} within "
+                f"{self.connect_timeout_s:g} s ({_one_line(exc)})"
+            ) from None
+        with client:
+            yield client
+
+    def map_unordered(
+        self, fn: Callable[[Any], Any], tasks: Sequence[Any]
+    ) -> Iterator[tuple[int, Any]]:
+        """See :meth:`Executor.map_unordered`."""
+        from distributed import KilledWorker, as_completed
+
+        if not tasks:
+            return
+        with self._client() as client:
+            futures = [
+                client.submit(_indexed_alone, fn, index, task, pure=False)
+                for index, task in enumerate(tasks)
+            ]
+            index_of = {future.key: index for index, future in enumerate(futures)}
+            for future in as_completed(futures, loop=client.loop):
+                try:
+                    yield future.result()
+                except KilledWorker as exc:
+                    yield index_of[future.key], LostTask(_one_line(exc))
+                future.release()
+
+    def default_threads(self) -> int | None:
+        """The serial run's count, so a case gives the serial numbers on any worker."""
+        return _serial_threads()
 
     def describe(self) -> str:
         """See :meth:`Executor.describe`."""
-        return f"dask(address={self.address or 'local'}, n_jobs={self.n_jobs})"
+        if self.address is None:
+            return f"dask(LocalCluster, n_workers={self.n_jobs}, threads_per_worker=1)"
+        return f"dask(address={self.address})"
 
 
-class RayExecutor(JoblibExecutor):
-    """joblib with Ray's backend (``ray.util.joblib``) on a Ray cluster.
+class RayExecutor(Executor):
+    """Runs tasks as Ray remote functions, collected as they complete.
 
     Args:
-        n_jobs: Concurrent tasks (``-1``: as many as the cluster's CPUs).
-        address: Ray cluster address (``ray://host:10001`` or ``auto``);
-            ``None`` starts a local Ray.
+        n_jobs: CPUs of the local Ray instance started when ``address`` is
+            ``None`` (one case per CPU); unused with an address.
+        address: Ray cluster address (``host:6379``, ``ray://host:10001``) or
+            ``"auto"``; ``None`` starts a local instance for the run. A Ray
+            session this process has already started is used as it is.
+        connect_timeout_s: Seconds to wait for the cluster's port to answer.
+        max_retries: Times Ray reruns a case whose worker process died.
     """
 
     name = "ray"
 
-    def __init__(self, n_jobs: int = -1, address: str | None = None) -> None:
+    def __init__(
+        self,
+        n_jobs: int = 1,
+        address: str | None = None,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        max_retries: int = 3,
+    ) -> None:
         try:
             import ray  # noqa: F401
         except ImportError as exc:
             raise ExecutorUnavailableError(
-                "executor 'ray' needs ray: pip install 'ray[default]'"
+                "executor 'ray' needs ray: pip install 'tabpfn-retrofit[ray]' (or 'ray')"
             ) from exc
+        if address is None and n_jobs < 1:
+            raise ValueError(f"n_jobs must be >= 1 for a local ray instance, got {n_jobs}")
         self.n_jobs = n_jobs
-        self.backend = "ray"
         self.address = address
+        self.connect_timeout_s = connect_timeout_s
+        self.max_retries = max_retries
 
-    def _backend_context(self) -> contextlib.AbstractContextManager[Any]:
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[None]:
         import ray
-        from ray.util.joblib import register_ray
 
-        if not ray.is_initialized():
-            ray.init(address=self.address)
-        register_ray()
-        return contextlib.nullcontext()
+        if self.address is not None and self.address != "auto":
+            _check_reachable(self.address, self.connect_timeout_s, "ray cluster")
+        if ray.is_initialized():  # the caller's own session: use it, leave it running
+            yield
+            return
+        if self.address is None:
+            ray.init(num_cpus=self.n_jobs, include_dashboard=False, log_to_driver=False)
+        else:
+            try:
+                ray.init(address=self.address, log_to_driver=False)
+            except (ConnectionError, TimeoutError) as exc:
+                raise ClusterUnreachableError(
+                    f"cannot reach the ray cluster at {self.address} ({_one_line(exc)})"
+                ) from None
+        try:
+            yield
+        finally:
+            ray.shutdown()
+
+    def map_unordered(
+        self, fn: Callable[[Any], Any], tasks: Sequence[Any]
+    ) -> Iterator[tuple[int, Any]]:
+        """See :meth:`Executor.map_unordered`."""
+        import ray
+        from ray.exceptions import RayError, RayTaskError
+
+        if not tasks:
+            return
+        with self._session():
+            remote = ray.remote(num_cpus=1, max_retries=self.max_retries)(_indexed_alone)
+            index_of = {remote.remote(fn, i, task): i for i, task in enumerate(tasks)}
+            pending = list(index_of)
+            try:
+                while pending:
+                    (ref,), pending = ray.wait(pending, num_returns=1)
+                    try:
+                        yield ray.get(ref)
+                    except RayTaskError as exc:  # fn raised: the caller sees fn's exception
+                        raise exc.as_instanceof_cause() from None
+                    except RayError as exc:  # the worker died on every try
+                        yield index_of[ref], LostTask(_one_line(exc))
+            finally:
+                for ref in pending:  # the run ended early: nothing left running for it
+                    ray.cancel(ref)
+
+    def default_threads(self) -> int | None:
+        """The serial run's count, so a case gives the serial numbers on any worker."""
+        return _serial_threads()
 
     def describe(self) -> str:
         """See :meth:`Executor.describe`."""
-        return f"ray(address={self.address or 'local'}, n_jobs={self.n_jobs})"
+        if self.address is None:
+            return f"ray(local, num_cpus={self.n_jobs})"
+        return f"ray(address={self.address})"
 
 
-def make_executor(name: str, n_jobs: int = 1, address: str | None = None) -> Executor:
+def make_executor(
+    name: str,
+    n_jobs: int = 1,
+    address: str | None = None,
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+) -> Executor:
     """Build an executor by name.
 
     Args:
         name: One of :data:`EXECUTORS`.
-        n_jobs: Parallel workers (ignored by ``serial``).
+        n_jobs: Parallel workers (ignored by ``serial``, and by ``dask`` /
+            ``ray`` given an address: the cluster has its own).
         address: Cluster address for ``dask`` / ``ray``.
+        connect_timeout_s: Seconds ``dask`` / ``ray`` wait for ``address``.
 
     Returns:
         The executor.
@@ -223,7 +430,11 @@ def make_executor(name: str, n_jobs: int = 1, address: str | None = None) -> Exe
     if name == "joblib":
         return JoblibExecutor(n_jobs=max(1, n_jobs))
     if name == "dask":
-        return DaskExecutor(n_jobs=n_jobs, address=address)
+        return DaskExecutor(
+            n_jobs=max(1, n_jobs), address=address, connect_timeout_s=connect_timeout_s
+        )
     if name == "ray":
-        return RayExecutor(n_jobs=n_jobs, address=address)
+        return RayExecutor(
+            n_jobs=max(1, n_jobs), address=address, connect_timeout_s=connect_timeout_s
+        )
     raise ValueError(f"unknown executor {name!r}; valid executors: {', '.join(EXECUTORS)}")
