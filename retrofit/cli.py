@@ -269,6 +269,16 @@ def _numeric_target(frame: pd.DataFrame, target: str, path: str, *, allow_missin
     return values
 
 
+def _refuse_infinite(values: np.ndarray, what: str) -> None:
+    """An infinite value is an error naming where it is (tabpfn would only say "infinity")."""
+    import numpy as np
+
+    infinite = np.isinf(values)
+    if infinite.any():
+        row = int(np.flatnonzero(infinite)[0])
+        raise CommandError(f"{what} holds an infinite value (data row {row}: {values[row]})")
+
+
 def _numeric_features(frame: pd.DataFrame, columns: list[str], path: str) -> np.ndarray:
     import numpy as np
     import pandas as pd
@@ -283,6 +293,7 @@ def _numeric_features(frame: pd.DataFrame, columns: list[str], path: str) -> np.
                 f"feature column {name!r} in {path} is not numeric "
                 f"(data row {row}: {frame[name].iloc[row]!r}); encode it as numbers first"
             )
+        _refuse_infinite(values, f"feature column {name!r} in {path}")
         out[:, j] = values
     return out
 

@@ -67,7 +67,8 @@ def _local_file(model_path: ModelPathLike) -> Path | None:
     path = Path(model_path).expanduser()
     if path.is_dir():
         raise CheckpointNotFoundError(
-            f"model_path {str(model_path)!r} is a directory, not a checkpoint"
+            f"model_path {str(model_path)!r} is a directory, not a checkpoint, and not a "
+            f"saved retrofit: it has no {saved.MANIFEST_NAME}"
         )
     if not path.is_file():
         raise CheckpointNotFoundError(

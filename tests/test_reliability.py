@@ -149,6 +149,33 @@ def test_a_test_column_is_never_matched_to_a_train_column_named_a_dot_1(
     assert not out.exists()
 
 
+# --- item 15, command-line parts: inf in a feature, a directory without retrofit.json ---
+
+
+@pytest.mark.parametrize("role", ["train", "test"])
+def test_an_infinite_feature_names_the_file_the_column_and_the_row(role, data, model_arg, capsys):
+    """Issue 15 item 15: tabpfn said only "Input X contains infinity"."""
+    frame = pd.read_csv(data[role])
+    frame.loc[2, "b"] = np.inf
+    frame.to_csv(data[role], index=False)
+    out = data["train"].parent / "p.csv"
+    code, _, err = _run(_predict(data, model_arg, out), capsys)
+    assert code == 2
+    _one_error_line(err, "predict")
+    assert f"feature column 'b' in {data[role]} holds an infinite value (data row 2: inf)" in err
+    assert not out.exists()
+
+
+def test_a_model_directory_without_retrofit_json_says_that_file_is_missing(data, capsys, tmp_path):
+    """Issue 15 item 15: "is a directory, not a checkpoint" did not say what was missing."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    code, _, err = _run(_predict(data, folder, tmp_path / "p.csv"), capsys)
+    assert code == 2
+    _one_error_line(err, "predict")
+    assert "it has no retrofit.json" in err
+
+
 # --- item 6: --out resolving to an input ------------------------------------------------
 
 
@@ -474,19 +501,36 @@ def test_library_warnings_logs_and_ansi_escapes_stay_off_a_commands_stderr(capsy
     assert not logging.root.manager.disable  # logging is back on after the command
 
 
-def test_predict_keeps_the_libraries_warnings_off_stderr(data, model_arg, capsys, monkeypatch):
-    """Issue 15 item 13: a warning raised inside the fit does not reach the user."""
-    fit = OTabPFNRegressor.fit
+_NOISY_PREDICT = """
+import logging, sys, warnings
+from eval import cli
+from retrofit.estimator import OTabPFNRegressor
+fit = OTabPFNRegressor.fit
+def noisy_fit(self, X, y):
+    warnings.warn("\\x1b[31mtorch.cuda: no GPU\\x1b[0m", UserWarning)
+    logging.getLogger("tabpfn").warning("Running on CPU")
+    logging.getLogger("huggingface_hub").warning("Retrying in 1s [Retry 1/5].")
+    return fit(self, X, y)
+OTabPFNRegressor.fit = noisy_fit
+sys.exit(cli.main(sys.argv[1:]))
+"""
 
-    def noisy_fit(self, X, y):
-        warnings.warn("\x1b[31mtorch.cuda: no GPU\x1b[0m", UserWarning, stacklevel=1)
-        logging.getLogger("tabpfn").warning("Running on CPU")
-        return fit(self, X, y)
 
-    monkeypatch.setattr(OTabPFNRegressor, "fit", noisy_fit)
-    code, stdout, err = _run(_predict(data, model_arg, data["train"].parent / "p.csv"), capsys)
-    assert code == 0 and stdout.startswith("RMSE ")
-    assert err == ""
+def test_predict_keeps_the_libraries_warnings_and_logs_off_stderr(data, model_arg, tmp_path):
+    """Issue 15 item 13: as a process (pytest would swallow both): stderr stays empty."""
+    argv = [str(a) for a in _predict(data, model_arg, tmp_path / "p.csv")]
+    result = subprocess.run(
+        [sys.executable, "-c", _NOISY_PREDICT, *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "always"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("RMSE ")
+    assert result.stderr == ""
 
 
 def test_offline_v2_without_hf_hub_offline_fails_fast_in_one_line(

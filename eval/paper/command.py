@@ -126,6 +126,7 @@ def _eval(args: Any, argv: Sequence[str] | None, store: Path) -> int:
         "planned": summary.planned,
         "computed": summary.computed,
         "skipped": summary.skipped,
+        "claimed_elsewhere": summary.claimed_elsewhere,
         "failed": summary.failed,
         "nonfinite": summary.nonfinite,
         "runs_wall_s": summary.wall_s,
@@ -136,8 +137,13 @@ def _eval(args: Any, argv: Sequence[str] | None, store: Path) -> int:
         "provenance": provenance_dict(),
     }
     write_session(store, record)
+    elsewhere = (
+        f", {summary.claimed_elsewhere} left to another eval process computing them"
+        if summary.claimed_elsewhere
+        else ""
+    )
     print(
         f"done: {summary.computed} computed ({summary.failed} failed, {summary.nonfinite} "
-        f"non-finite), {summary.skipped} already stored, {record['wall_s']:.1f} s"
+        f"non-finite), {summary.skipped} already stored{elsewhere}, {record['wall_s']:.1f} s"
     )
     return 0
