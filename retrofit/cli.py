@@ -421,6 +421,7 @@ def _check_patch_out(args: argparse.Namespace) -> Path:
     from retrofit import saved
 
     out = Path(args.out).expanduser()
+    saved.remove_leftovers(out)  # a killed patch's temp folder, or its moved-aside DIR
     if Path(args.model).expanduser().is_file() and same_file(out, args.model):
         raise CommandError(f"--out {out} is the --model file; give a new directory")
     try:
