@@ -212,5 +212,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit status."""
     # --help exits 0 and a usage error exits 2 (one line) through SystemExit.
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # argparse would blame the top-level parser; name the subcommand
+        _subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
     return run_command(f"{PROG} {args.command}", lambda: args.handler(args))
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    for action in parser._actions:  # argparse keeps the subcommands only here
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[name]
+    return parser

@@ -1,17 +1,19 @@
-"""Every exception the evaluation raises; each derives from ``RetrofitError``."""
+"""Every exception the evaluation raises (from ``RetrofitError``) and its warnings."""
 
 from __future__ import annotations
 
-from retrofit.errors import RetrofitError
+from retrofit.errors import RetrofitError, RetrofitWarning
 
 __all__ = [
     "CheckpointChangedError",
     "ClusterUnreachableError",
     "DatasetIntegrityError",
     "DatasetUnavailableError",
+    "DatasetWarning",
     "ExecutorUnavailableError",
     "ReportError",
     "StoreError",
+    "StoreWarning",
 ]
 
 
@@ -41,3 +43,11 @@ class ReportError(RetrofitError, RuntimeError):
 
 class StoreError(RetrofitError, ValueError):
     """A file in a result store cannot be read (truncated, not JSON, wrong key)."""
+
+
+class StoreWarning(RetrofitWarning, RuntimeWarning):
+    """A store file was unreadable and its run is recomputed (``eval`` goes on)."""
+
+
+class DatasetWarning(RetrofitWarning):
+    """Loaded data differs from its suite file in a way that is worked around."""

@@ -43,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from eval.markdown import markdown_table
+from retrofit.console import OneLineArgumentParser, run_main
+from retrofit.errors import CommandError
 from retrofit.loading import load_host
 
 _ROOT = Path(__file__).resolve().parents[1]
@@ -666,7 +668,11 @@ def _render(report: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the GPU check; returns the exit status (2: no CUDA or bad usage)."""
-    parser = argparse.ArgumentParser(
+    return run_main(_parser, _run, argv)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = OneLineArgumentParser(
         prog="gpu_check", description="OAttention exactness, null-row proof and speed on CUDA."
     )
     parser.add_argument("out_dir", help="folder for gpu_check.json and gpu_check.md")
@@ -679,18 +685,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=("exactness", "host", "bench"),
         default=["exactness", "host", "bench"],
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
     _fix_sys_path()
     import torch
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print(
-            f"gpu_check: error: CUDA is not available (torch {torch.__version__}, built for "
+        raise CommandError(
+            f"CUDA is not available (torch {torch.__version__}, built for "
             f"CUDA {torch.version.cuda}); run it on a CUDA machine, or pass --device cpu "
-            "for a dry run",
-            file=sys.stderr,
+            "for a dry run"
         )
-        return 2
     from eval.provenance import provenance_dict
     from retrofit.files import write_json_atomic, write_text_atomic
 

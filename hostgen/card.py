@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.markdown import markdown_table
+from retrofit.console import OneLineArgumentParser, run_main
 from retrofit.embedded import EMBEDDED_FILENAME
 
 # Defaults are relative to the working directory (run from the repository root):
@@ -307,13 +308,20 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point; returns the exit status."""
-    p = argparse.ArgumentParser(prog="python -m hostgen.card", description=__doc__)
+    return run_main(_parser, _run, argv)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = OneLineArgumentParser(prog="python -m hostgen.card", description=__doc__)
     p.add_argument("--checkpoint", type=Path, default=_EMBEDDED_DIR / EMBEDDED_FILENAME)
     p.add_argument("--log", type=Path, default=_EMBEDDED_DIR / "training_log.jsonl")
     p.add_argument("--quality", type=Path, default=_QUALITY_DIR / "quality.json")
     p.add_argument("--dev-dir", type=Path, default=_QUALITY_DIR / "dev")
     p.add_argument("--out", type=Path, default=_EMBEDDED_DIR / "MODEL_CARD.md")
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
     write_card(args.checkpoint, args.log, args.quality, args.dev_dir, args.out)
     print(f"wrote {args.out} and {args.out.with_name('loss_curve.png')}")
     return 0

@@ -31,6 +31,8 @@ from hostgen.train import (
     rewrite_inference_config,
     train,
 )
+from retrofit.console import OneLineArgumentParser, run_main
+from retrofit.errors import CommandError
 
 DEFAULT_STEPS = 7500
 """Planned steps of the shipped checkpoint (the cosine schedule spans them)."""
@@ -44,7 +46,7 @@ DEFAULT_SOFTMAX_TEMPERATURE = 0.9
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineArgumentParser(
         prog="python -m hostgen.pretrain",
         description="Pretrain the embedded TabPFN-v3 regressor on the synthetic prior.",
     )
@@ -126,11 +128,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; returns the exit status."""
-    args = _parser().parse_args(argv)
+    """Run the command; returns the exit status (2 and one line on stderr on an error)."""
+    return run_main(_parser, _run, argv)
+
+
+def _run(args: argparse.Namespace) -> int:
     if "v3" not in args.out.name or args.out.suffix != ".safetensors":
-        print("--out must be a .safetensors file whose name contains 'v3'", file=sys.stderr)
-        return 2
+        raise CommandError("--out must be a .safetensors file whose name contains 'v3'")
     inference = inference_config_dict(
         n_estimators=args.n_estimators,
         preprocessing=args.preprocessing,

@@ -43,6 +43,7 @@ from sklearn.preprocessing import StandardScaler
 from eval.markdown import markdown_table
 from eval.paper.spec import model_label
 from eval.provenance import provenance_dict
+from retrofit.console import OneLineArgumentParser, run_main
 from retrofit.files import write_text_atomic
 
 __all__ = ["BASELINES", "DEV_DATASETS", "load_dev_dataset", "main", "run_cases", "summarize"]
@@ -364,7 +365,11 @@ def to_markdown(result: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the quality comparison; returns the exit status."""
-    parser = argparse.ArgumentParser(
+    return run_main(_parser, _run, argv)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = OneLineArgumentParser(
         prog="python -m hostgen.quality", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--suite", choices=["offline", "dev"], default="offline")
@@ -383,7 +388,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tag", default="default", help="name of a dev run's result file")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
 
     import torch
 

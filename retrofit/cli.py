@@ -19,13 +19,16 @@ each command imports the estimator, pandas and tabpfn when it runs.
 from __future__ import annotations
 
 import argparse
+import csv
 import math
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from retrofit.console import PROG, one_line, run_command, status
 from retrofit.errors import CommandError
 from retrofit.files import atomic_path
+from retrofit.outputs import check_output_dir, check_output_file, same_file
 from retrofit.settings import DEFAULT_SETTINGS, MODES, SUPPORTS, resolve_settings
 
 if TYPE_CHECKING:
@@ -212,12 +215,26 @@ def _check_model_argument(model: str) -> None:
 # --- CSV input and output ---------------------------------------------------------
 
 
+def _refuse_repeated_columns(path: Path, role: str) -> None:
+    """Refuses a header that names a column twice (pandas would rename the second ``a.1``)."""
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
+            header = next((row for row in csv.reader(fh) if row), [])
+    except (UnicodeDecodeError, csv.Error):
+        return  # pandas reports what it cannot read
+    repeated = [name for name, count in Counter(header).items() if count > 1]
+    if repeated:
+        names = ", ".join(repr(name) for name in repeated)
+        raise CommandError(f"{role} file {path} repeats column(s) {names} in its header")
+
+
 def _read_csv(path_text: str, role: str) -> pd.DataFrame:
     import pandas as pd
 
     path = Path(path_text).expanduser()
     if not path.is_file():
         raise CommandError(f"{role} file not found: {path}")
+    _refuse_repeated_columns(path, role)
     try:
         frame = pd.read_csv(path)
     except pd.errors.EmptyDataError as exc:
@@ -252,6 +269,16 @@ def _numeric_target(frame: pd.DataFrame, target: str, path: str, *, allow_missin
     return values
 
 
+def _refuse_infinite(values: np.ndarray, what: str) -> None:
+    """An infinite value is an error naming where it is (tabpfn would only say "infinity")."""
+    import numpy as np
+
+    infinite = np.isinf(values)
+    if infinite.any():
+        row = int(np.flatnonzero(infinite)[0])
+        raise CommandError(f"{what} holds an infinite value (data row {row}: {values[row]})")
+
+
 def _numeric_features(frame: pd.DataFrame, columns: list[str], path: str) -> np.ndarray:
     import numpy as np
     import pandas as pd
@@ -266,6 +293,7 @@ def _numeric_features(frame: pd.DataFrame, columns: list[str], path: str) -> np.
                 f"feature column {name!r} in {path} is not numeric "
                 f"(data row {row}: {frame[name].iloc[row]!r}); encode it as numbers first"
             )
+        _refuse_infinite(values, f"feature column {name!r} in {path}")
         out[:, j] = values
     return out
 
@@ -334,10 +362,16 @@ def _load_predict_data(args: argparse.Namespace):
     return X_all, y_all, X_test, y_test, np.arange(len(X_test)), features
 
 
+def _check_predict_out(args: argparse.Namespace) -> None:
+    """``--out`` must be a writable file name that is none of the inputs (before the fit)."""
+    check_output_file(args.out, inputs={"train": args.train, "test": args.test})
+
+
 def _predict(args: argparse.Namespace) -> int:
     import numpy as np
     import pandas as pd
 
+    _check_predict_out(args)
     requested = _requested_settings(args)
     if args.precision is not None:
         _precision(args.precision)
@@ -382,13 +416,27 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_patch_out(args: argparse.Namespace) -> Path:
+    """``--out`` may replace only a saved directory or a file (``--force``), never ``--model``."""
+    from retrofit import saved
+
+    out = Path(args.out).expanduser()
+    saved.remove_leftovers(out)  # a killed patch's temp folder, or its moved-aside DIR
+    if Path(args.model).expanduser().is_file() and same_file(out, args.model):
+        raise CommandError(f"--out {out} is the --model file; give a new directory")
+    try:
+        saved.check_replaceable(out, overwrite=args.force)
+    except FileExistsError as exc:
+        raise CommandError(f"--out {exc}") from exc
+    check_output_dir(out.parent, option=f"--out {out}: folder")
+    return out
+
+
 def _patch(args: argparse.Namespace) -> int:
     from retrofit import saved, saving
 
     requested = _requested_settings(args)
-    out = Path(args.out).expanduser()
-    if out.exists() and not args.force:
-        raise CommandError(f"--out {out} already exists (use --force to replace it)")
+    out = _check_patch_out(args)
     _check_model_argument(args.model)
     # Re-patching a saved directory starts from its settings; any given here replace them.
     defaults = (

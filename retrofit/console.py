@@ -3,8 +3,14 @@
 Every ``tabpfn-retrofit`` subcommand and every ``python -m`` entry point runs
 through :func:`run_command`: a user error is one line on stderr (``PROG
 COMMAND: error: MESSAGE``) and exit status 2, argparse's own errors included
-(:class:`OneLineArgumentParser`); Ctrl-C is one line and 130. Set
-``TABPFN_RETROFIT_DEBUG=1`` to get the traceback instead.
+(:class:`OneLineArgumentParser`); Ctrl-C is one line and 130. While a
+command runs, the libraries underneath stay quiet: their warnings (torch,
+tabpfn, scikit-learn) and log records (tabpfn's and Hugging Face's download
+retries) are not printed; the project's own warnings
+(:class:`~retrofit.errors.RetrofitWarning`) are one line each,
+``PROG COMMAND: warning: MESSAGE``. ANSI escapes are stripped from every
+message. Set ``TABPFN_RETROFIT_DEBUG=1`` to get the tracebacks, warnings and
+logs instead.
 
 This module imports nothing heavy, so building a parser stays fast.
 """
@@ -12,12 +18,16 @@ This module imports nothing heavy, so building a parser stays fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
+import re
 import sys
-from collections.abc import Callable, Sequence
-from typing import NoReturn
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import NoReturn, TextIO
 
-from retrofit.errors import CommandError
+from retrofit.errors import CommandError, RetrofitWarning
 
 __all__ = [
     "EXIT_ERROR",
@@ -25,9 +35,11 @@ __all__ = [
     "PROG",
     "OneLineArgumentParser",
     "one_line",
+    "quiet_libraries",
     "run_command",
     "run_main",
     "status",
+    "strip_ansi",
 ]
 
 PROG = "tabpfn-retrofit"
@@ -35,9 +47,60 @@ EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 
 
+# CSI sequences (colours, cursor moves), OSC sequences (titles, links) and other
+# two-character escapes, as terminals and rich/colorama-style libraries emit them.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI escape sequences."""
+    return _ANSI.sub("", text)
+
+
 def one_line(message: object) -> str:
-    """``message`` with every run of whitespace, newlines included, as one space."""
-    return " ".join(str(message).split())
+    """``message`` without ANSI escapes and with every run of whitespace as one space."""
+    return " ".join(strip_ansi(str(message)).split())
+
+
+def _debug() -> bool:
+    return bool(os.environ.get("TABPFN_RETROFIT_DEBUG"))
+
+
+@contextlib.contextmanager
+def quiet_libraries(command: str, stream: TextIO | None = None) -> Iterator[None]:
+    """Keeps third-party warnings and log records off stderr while a command runs.
+
+    A :class:`~retrofit.errors.RetrofitWarning` is printed as one line (each
+    distinct message once); every other warning and every log record is
+    dropped. Nothing is changed when ``TABPFN_RETROFIT_DEBUG`` is set.
+
+    Args:
+        command: How to name the command in a warning line.
+        stream: Where warning lines go (default: ``sys.stderr`` at the time).
+    """
+    if _debug():
+        yield
+        return
+    shown: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if not issubclass(category, RetrofitWarning):
+            return
+        text = one_line(message)
+        if text not in shown:
+            shown.add(text)
+            print(f"{command}: warning: {text}", file=stream or sys.stderr, flush=True)
+
+    previous_disable = logging.root.manager.disable
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.simplefilter("always", RetrofitWarning)
+        warnings.showwarning = show
+        logging.disable(logging.CRITICAL)
+        try:
+            yield
+        finally:
+            logging.disable(previous_disable)
 
 
 def _print_error(command: str, message: str) -> None:
@@ -65,14 +128,15 @@ def run_command(command: str, body: Callable[[], int]) -> int:
         on Ctrl-C.
     """
     try:
-        return int(body())
+        with quiet_libraries(command):
+            return int(body())
     except KeyboardInterrupt:
         print(f"{command}: interrupted", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
     except CommandError as exc:
         message = one_line(exc)
     except Exception as exc:  # every failure is one line, typed errors by name
-        if os.environ.get("TABPFN_RETROFIT_DEBUG"):
+        if _debug():
             raise
         message = f"{type(exc).__name__}: {one_line(exc)}"
     _print_error(command, message)
@@ -100,4 +164,4 @@ def run_main(
 def status(args: argparse.Namespace, message: str) -> None:
     """A progress line on stderr, unless the command was given ``--quiet``."""
     if not getattr(args, "quiet", False):
-        print(f"[{PROG}] {message}", file=sys.stderr, flush=True)
+        print(f"[{PROG}] {strip_ansi(message)}", file=sys.stderr, flush=True)

@@ -28,7 +28,9 @@ __all__ = [
     "NotPatchedError",
     "NothingMatched",
     "NothingMatchedError",
+    "OutputExistsError",
     "RetrofitError",
+    "RetrofitWarning",
     "SavedModelError",
     "SettingsConflictError",
     "UnsafeCheckpointError",
@@ -105,8 +107,20 @@ class SavedModelError(RetrofitError, ValueError):
     """A saved retrofit directory is missing, malformed, or fails its SHA-256 check."""
 
 
+class OutputExistsError(RetrofitError, FileExistsError):
+    """The output exists and may not be replaced (no ``--force``, or not replaceable)."""
+
+
 class SettingsConflictError(RetrofitError, ValueError):
     """An explicit retrofit setting contradicts the one a saved directory carries."""
+
+
+class RetrofitWarning(UserWarning):
+    """Base class of the warnings the project itself issues.
+
+    A command prints these as one line each and keeps every other library's
+    warnings off stderr (``retrofit.console``).
+    """
 
 
 # The first release's names, kept so user code that catches them still works.

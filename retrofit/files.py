@@ -28,7 +28,10 @@ from typing import Any
 
 __all__ = [
     "atomic_path",
+    "default_dir_mode",
+    "default_file_mode",
     "from_jsonable",
+    "process_alive",
     "read_json",
     "to_jsonable",
     "write_json_atomic",
@@ -38,13 +41,42 @@ __all__ = [
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def default_file_mode() -> int:
+    """The mode ``open(path, "w")`` gives a new file: ``0o666`` less the umask."""
+    return 0o666 & ~_umask()
+
+
+def default_dir_mode() -> int:
+    """The mode ``mkdir`` gives a new directory: ``0o777`` less the umask."""
+    return 0o777 & ~_umask()
+
+
 def _default_mode(path: Path) -> int:
     try:
         return stat.S_IMODE(path.stat().st_mode)
     except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+        return default_file_mode()
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with ``pid`` runs on this machine (one of another user counts)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 @contextlib.contextmanager

@@ -69,9 +69,8 @@ def _local_file(model_path: ModelPathLike) -> Path | None:
     path = Path(model_path).expanduser()
     if path.is_dir():
         raise CheckpointNotFoundError(
-            f"model_path {str(model_path)!r} is a directory without {saved.MANIFEST_NAME}: "
-            f"{saved.MANIFEST_NAME} is missing, so it is no saved retrofit directory (and a "
-            "directory is not a checkpoint file)"
+            f"model_path {str(model_path)!r} is a directory, not a checkpoint, and not a "
+            f"saved retrofit: it has no {saved.MANIFEST_NAME}"
         )
     if not path.is_file():
         raise CheckpointNotFoundError(

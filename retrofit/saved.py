@@ -20,7 +20,13 @@ must equal the saved one, otherwise :class:`SettingsConflictError`; to change a
 setting, patch the source again into a new directory.
 
 The directory is written next to its destination under a hidden temporary name
-and renamed into place, so a crash never leaves a half-written ``DIR``.
+(``.DIR.tmp-PID-*``) and renamed into place, so a crash never leaves a
+half-written ``DIR``; the next write beside it removes the leftovers of a
+process that is gone (and puts back a ``DIR`` it had moved aside). Replacing
+(``overwrite``) is allowed only for a saved retrofit directory or a file,
+never for any other directory (:func:`check_replaceable`). The directory and
+its files get the permissions ``mkdir`` and ``open`` would give them (the
+umask), or those of the directory and files they replace.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,10 +47,13 @@ from tabpfn.checkpoint import save_as_safetensors
 
 from retrofit.checkpoints import load_checkpoint
 from retrofit.errors import (
+    OutputExistsError,
     SavedModelError,
     SettingsConflictError,
 )
+from retrofit.files import default_dir_mode, default_file_mode, process_alive
 from retrofit.hashing import sha256_file
+from retrofit.outputs import missing_dirs, remove_empty_dirs
 from retrofit.settings import SETTING_NAMES
 from retrofit.versions import package_versions
 
@@ -54,8 +64,10 @@ __all__ = [
     "SavedModelError",
     "SavedRetrofit",
     "SettingsConflictError",
+    "check_replaceable",
     "is_saved_dir",
     "load_saved",
+    "remove_leftovers",
     "sha256_file",
     "write_saved",
 ]
@@ -96,6 +108,94 @@ def is_saved_dir(path: object) -> bool:
     return p.is_dir() and (p / MANIFEST_NAME).is_file()
 
 
+def check_replaceable(out_dir: str | os.PathLike[str], *, overwrite: bool) -> None:
+    """Refuses an ``out_dir`` that writing a saved directory there may not replace.
+
+    Nothing there is fine. With ``overwrite`` a file, or a saved retrofit
+    directory holding only its ``retrofit.json`` and weights, may be replaced;
+    any other directory never is (it may hold the user's files).
+
+    Raises:
+        OutputExistsError: ``out_dir`` exists and may not be replaced.
+    """
+    out = Path(out_dir).expanduser()
+    if not os.path.lexists(out):
+        return
+    if not overwrite:
+        raise OutputExistsError(f"{out} already exists (use --force to replace it)")
+    if out.is_symlink() or not out.is_dir():
+        return
+    if not (out / MANIFEST_NAME).is_file():
+        raise OutputExistsError(
+            f"{out} is a directory but not a saved retrofit (no {MANIFEST_NAME}); "
+            "--force replaces only a saved retrofit directory or a file"
+        )
+    others = sorted(
+        entry.name
+        for entry in out.iterdir()
+        if entry.name != MANIFEST_NAME and not _is_weights_file_name(entry.name)
+    )
+    if others:
+        raise OutputExistsError(
+            f"{out} holds files a saved retrofit does not ({', '.join(others[:5])}); "
+            "--force replaces only a saved retrofit directory, move them first"
+        )
+
+
+def _is_weights_file_name(name: str) -> bool:
+    return name.endswith("_regressor_retrofit.safetensors")
+
+
+# Leftovers of a killed write beside DIR: .DIR.tmp-PID-XXXX and .DIR.old-PID.
+def _leftover_pattern(out: Path) -> re.Pattern[str]:
+    return re.compile(rf"\.{re.escape(out.name)}\.(tmp|old)-(\d+)(?:-.*)?")
+
+
+def remove_leftovers(out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Removes what a killed write of ``out_dir`` left beside it; returns what it removed.
+
+    Only leftovers of processes that no longer run are touched. A ``.DIR.old-PID``
+    (the previous ``DIR``, moved aside just before the new one was renamed in)
+    is put back when ``DIR`` itself is missing.
+    """
+    out = Path(out_dir).expanduser()
+    if not out.parent.is_dir():
+        return []
+    pattern = _leftover_pattern(out)
+    removed: list[Path] = []
+    for entry in sorted(out.parent.iterdir()):
+        match = pattern.fullmatch(entry.name)
+        if match is None or process_alive(int(match.group(2))):
+            continue
+        if match.group(1) == "old" and not os.path.lexists(out):
+            os.rename(entry, out)
+            continue
+        _remove(entry)
+        removed.append(entry)
+    return removed
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _match_modes(tmp: Path, out: Path) -> None:
+    """Gives ``tmp`` and its files the modes of the ``out`` they replace, else the umask's.
+
+    ``mkdtemp`` makes the folder 0700 and a writer may use a private temporary
+    file too, so every mode is set explicitly.
+    """
+    replaced = out.is_dir() and not out.is_symlink()
+    for entry in tmp.iterdir():
+        old = out / entry.name
+        keep = replaced and old.is_file()
+        os.chmod(entry, stat.S_IMODE(old.stat().st_mode) if keep else default_file_mode())
+    os.chmod(tmp, stat.S_IMODE(out.stat().st_mode) if replaced else default_dir_mode())
+
+
 def _weights_file_name(architecture_name: str) -> str:
     # tabpfn picks the version from the file name ("v3" in it -> v3, "v3.5" ->
     # v3.5, none of its identifiers -> v2), so the architecture name leads it,
@@ -131,7 +231,9 @@ def write_saved(
         The saved directory, as :func:`load_saved` reads it.
 
     Raises:
-        FileExistsError: ``out_dir`` exists and ``overwrite`` is false.
+        OutputExistsError: ``out_dir`` exists and ``overwrite`` is false, or it
+            is a directory that is not a saved retrofit (see
+            :func:`check_replaceable`), or it is ``source_checkpoint`` itself.
         SavedModelError: ``settings`` lacks a setting, or the checkpoint has no
             state dict.
         retrofit.errors.UnsafeCheckpointError: A ``.ckpt`` source holds more
@@ -142,8 +244,10 @@ def write_saved(
         raise SavedModelError(f"settings lack {', '.join(missing)}")
     source = Path(source_checkpoint)
     out = Path(out_dir).expanduser()
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"output directory already exists: {out} (use --force to replace)")
+    remove_leftovers(out)
+    check_replaceable(out, overwrite=overwrite)
+    if out.exists() and out.resolve() == source.resolve():
+        raise OutputExistsError(f"{out} is the source checkpoint; give another directory")
 
     checkpoint = load_checkpoint(source)
     if not isinstance(checkpoint.get("state_dict"), dict):
@@ -153,8 +257,9 @@ def write_saved(
     kept.update({k: checkpoint[k] for k in _CHECKPOINT_KEYS if k in checkpoint})
     weights_name = _weights_file_name(architecture_name)
 
+    created = missing_dirs(out.parent)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
     try:
         save_as_safetensors(kept, tmp / weights_name)
         manifest = {
@@ -175,19 +280,20 @@ def write_saved(
             "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        _match_modes(tmp, out)
         _move_into_place(tmp, out, overwrite=overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_empty_dirs(created)
         raise
     return load_saved(out)
 
 
 def _move_into_place(tmp: Path, out: Path, *, overwrite: bool) -> None:
-    if not out.exists():
+    if not os.path.lexists(out):
         os.rename(tmp, out)
         return
-    if not overwrite:
-        raise FileExistsError(f"output directory already exists: {out} (use --force to replace)")
+    check_replaceable(out, overwrite=overwrite)  # again: it may have changed meanwhile
     old = out.parent / f".{out.name}.old-{os.getpid()}"
     os.rename(out, old)
     try:
@@ -195,7 +301,7 @@ def _move_into_place(tmp: Path, out: Path, *, overwrite: bool) -> None:
     except BaseException:
         os.rename(old, out)
         raise
-    shutil.rmtree(old, ignore_errors=True)
+    _remove(old)  # a directory, or the file (or link) --force replaced
 
 
 def load_saved(directory: str | os.PathLike[str]) -> SavedRetrofit:

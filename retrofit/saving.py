@@ -11,7 +11,7 @@ from pathlib import Path
 
 from retrofit.loading import load_host, resolve_checkpoint
 from retrofit.patcher import patch
-from retrofit.saved import SavedRetrofit, write_saved
+from retrofit.saved import SavedRetrofit, check_replaceable, write_saved
 from retrofit.settings import RetrofitSettings
 
 __all__ = ["save_patched"]
@@ -41,19 +41,19 @@ def save_patched(
         tau: Presence scale.
         support: ``"count"`` or ``"mass"``.
         eps_den: OAttention denominator floor.
-        overwrite: Replace an existing ``out_dir``.
+        overwrite: Replace an existing ``out_dir`` (a saved retrofit directory or a file).
 
     Returns:
         The verified saved directory.
 
     Raises:
-        FileExistsError: ``out_dir`` exists and ``overwrite`` is false.
+        retrofit.errors.OutputExistsError: ``out_dir`` exists and ``overwrite`` is
+            false, or it is a directory that is not a saved retrofit.
         retrofit.UnsupportedArchitectureError: The host has no patch table.
         retrofit.weights.WeightsUnavailableError: The weights are not on disk.
     """
     out = Path(out_dir).expanduser()
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"output directory already exists: {out} (use --force to replace)")
+    check_replaceable(out, overwrite=overwrite)
     source = resolve_checkpoint(model_path)
     specs = load_host(model_path)
     settings = RetrofitSettings(mode=mode, tau=tau, support=support, eps_den=eps_den)

@@ -9,13 +9,19 @@ set by ``TABPFN_MODEL_CACHE_DIR``) under tabpfn's default file name; when it is
 missing, tabpfn's own downloader fetches it (every version but v2 first asks for
 the licence acceptance, see ``docs/real_weights.md``). Offline, or when the
 download is refused, the failure is one :class:`WeightsUnavailableError` naming
-the exact path where the file must be placed. Nothing here reimplements a download.
+the exact path where the file must be placed. Offline means ``HF_HUB_OFFLINE`` set, or
+the Hugging Face host not reachable within a few seconds (checked before
+tabpfn's downloader, which would otherwise retry for about half a minute).
+Nothing here reimplements a download.
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import threading
 from pathlib import Path
+from urllib.parse import urlparse
 
 from tabpfn import model_loading
 from tabpfn.constants import ModelVersion
@@ -28,6 +34,7 @@ __all__ = [
     "WeightsUnavailableError",
     "default_checkpoint_path",
     "default_weights",
+    "hub_reachable",
     "is_version_alias",
     "resolve_version",
 ]
@@ -54,6 +61,8 @@ _MANUAL_URL = {
 }
 
 _TRUTHY_OFF = ("", "0", "false", "no", "off")
+_REACH_TIMEOUT_S = 3.0
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 
 
 def is_version_alias(model_path: object) -> bool:
@@ -109,6 +118,36 @@ def _offline_requested() -> bool:
     return value not in _TRUTHY_OFF
 
 
+def _hub_host() -> str:
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    return urlparse(endpoint).hostname or "huggingface.co"
+
+
+def hub_reachable(timeout_s: float = _REACH_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to the Hugging Face host opens within ``timeout_s``.
+
+    Behind a proxy (``HTTPS_PROXY``, ``ALL_PROXY``) the direct connection says
+    nothing, so the answer is True and the download decides. The name lookup
+    runs in a daemon thread, so a resolver that hangs cannot stall the caller.
+    """
+    if any(os.environ.get(name) for name in _PROXY_VARIABLES):
+        return True
+    host = _hub_host()
+    reached = threading.Event()
+
+    def connect() -> None:
+        try:
+            with socket.create_connection((host, 443), timeout=timeout_s):
+                reached.set()
+        except OSError:
+            pass
+
+    worker = threading.Thread(target=connect, name="hub-reachable", daemon=True)
+    worker.start()
+    worker.join(timeout_s + 0.5)
+    return reached.is_set()
+
+
 def _unavailable(version: str, path: Path, why: str) -> WeightsUnavailableError:
     return WeightsUnavailableError(
         f"TabPFN {version} regressor weights are not available ({why}); "
@@ -123,7 +162,8 @@ def default_weights(version: str, *, download: bool = True) -> Path:
     The download is tabpfn's own (:func:`tabpfn.model_loading.download_model`):
     v2 comes from Hugging Face or tabpfn's public mirror, the others need the
     licence accepted first (``TABPFN_TOKEN``; see ``docs/real_weights.md``). No
-    download is tried when ``download`` is false or ``HF_HUB_OFFLINE`` is set.
+    download is tried when ``download`` is false, ``HF_HUB_OFFLINE`` is set, or the
+    Hugging Face host is unreachable (:func:`hub_reachable`).
 
     Args:
         version: A key of :data:`DEFAULT_VERSIONS`, or ``"auto"``.
@@ -144,6 +184,10 @@ def default_weights(version: str, *, download: bool = True) -> Path:
         raise _unavailable(version, path, "not in the model cache and downloading is off")
     if _offline_requested():
         raise _unavailable(version, path, "not in the model cache and HF_HUB_OFFLINE is set")
+    if not hub_reachable():
+        raise _unavailable(
+            version, path, f"not in the model cache and {_hub_host()} cannot be reached"
+        )
     try:
         result = model_loading.download_model(
             path, version=DEFAULT_VERSIONS[version], which="regressor"

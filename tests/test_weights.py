@@ -25,6 +25,7 @@ from retrofit.weights import WeightsUnavailableError
 from tests._tiny_models import tiny_v3_checkpoint
 
 SETTINGS = {"mode": "full-o", "tau": 1.0, "support": "count", "eps_den": 1e-6}
+_REAL_HUB_REACHABLE = weights.hub_reachable
 
 
 @pytest.fixture
@@ -34,6 +35,12 @@ def cache_dir(tmp_path, monkeypatch) -> Path:
     cache.mkdir()
     monkeypatch.setattr(model_loading, "get_cache_dir", lambda: cache)
     return cache
+
+
+@pytest.fixture(autouse=True)
+def reachable_hub(monkeypatch) -> None:
+    """Pretend the Hugging Face host answers, so the faked downloader is what is tried."""
+    monkeypatch.setattr(weights, "hub_reachable", lambda *args, **kwargs: True)
 
 
 @pytest.fixture
@@ -85,6 +92,54 @@ def test_hf_hub_offline_fails_without_trying_a_download(cache_dir, no_download, 
     with pytest.raises(WeightsUnavailableError, match="HF_HUB_OFFLINE"):
         weights.default_weights("v3")
     assert no_download == []
+
+
+def test_an_unreachable_hub_fails_fast_without_trying_a_download(
+    cache_dir, no_download, monkeypatch
+):
+    """Issue 15 item 13: offline without HF_HUB_OFFLINE is one line, no retry loop."""
+    monkeypatch.setattr(weights, "hub_reachable", _REAL_HUB_REACHABLE)
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+    def refused(address, timeout=None):
+        raise ConnectionRefusedError(f"[Errno 111] refused {address}")
+
+    monkeypatch.setattr(weights.socket, "create_connection", refused)
+    with pytest.raises(WeightsUnavailableError, match=r"huggingface\.co cannot be reached") as info:
+        weights.default_weights("v2")
+    assert "\n" not in str(info.value)
+    assert str(weights.default_checkpoint_path("v2")) in str(info.value)
+    assert no_download == []  # tabpfn's downloader (and its retries) never ran
+
+
+def test_the_hub_counts_as_reachable_when_a_connection_opens(monkeypatch):
+    opened = []
+
+    class Connection:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def connect(address, timeout=None):
+        opened.append(address)
+        return Connection()
+
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(weights.socket, "create_connection", connect)
+    assert _REAL_HUB_REACHABLE() is True
+    assert opened == [("huggingface.co", 443)]
+
+
+def test_behind_a_proxy_the_hub_counts_as_reachable_without_connecting(monkeypatch):
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    opened = []
+    monkeypatch.setattr(weights.socket, "create_connection", lambda *a, **k: opened.append(a))
+    assert _REAL_HUB_REACHABLE() is True
+    assert opened == []
 
 
 def test_download_disabled_fails_without_trying(cache_dir, no_download):

@@ -15,7 +15,9 @@ from eval.paper.protocol import SWEEP_TAUS
 from eval.paper.spec import make_tasks
 from eval.paper.store import carrier_path, utc_now, write_carriers, write_session
 from eval.provenance import provenance_dict
+from retrofit.errors import CommandError
 from retrofit.loading import resolve_checkpoint
+from retrofit.outputs import check_output_dir, missing_dirs, remove_empty_dirs
 
 __all__ = ["eval_command", "resolve_model"]
 
@@ -31,15 +33,33 @@ def eval_command(args: Any, argv: Sequence[str] | None = None) -> int:
     A user error (unknown dataset, missing weights or data, missing executor
     package, a checkpoint that changed mid-run) raises; the command line turns
     it into one line on stderr and exit status 2 (``retrofit.console``).
-    Finished runs stay stored.
+    The options and the store are checked before any case is computed.
+    Finished runs stay stored; a store the command created and then left
+    empty (it failed before a run finished) is removed again.
     """
-    return _eval(args, argv)
+    store = Path(args.store or Path("results") / args.suite)
+    _check_options(args)
+    check_output_dir(store, option="--store")
+    created = missing_dirs(store)
+    try:
+        return _eval(args, argv, store)
+    except BaseException:
+        remove_empty_dirs(created)
+        raise
 
 
-def _eval(args: Any, argv: Sequence[str] | None) -> int:
+def _check_options(args: Any) -> None:
+    """The counts that must be positive, before anything is resolved or written."""
+    for option in ("n_estimators", "jobs", "threads", "max_train_rows", "max_test_rows"):
+        value = getattr(args, option, None)
+        if value is not None and value < 1:
+            flag = "--" + option.replace("_", "-")
+            raise CommandError(f"{flag} must be >= 1, got {value}")
+
+
+def _eval(args: Any, argv: Sequence[str] | None, store: Path) -> int:
     started = utc_now()
     t0 = time.perf_counter()
-    store = Path(args.store or Path("results") / args.suite)
     model_path = resolve_model(args.model)
     executor_name = args.executor or ("joblib" if args.jobs > 1 else "serial")
     executor = make_executor(
@@ -107,6 +127,7 @@ def _eval(args: Any, argv: Sequence[str] | None) -> int:
         "planned": summary.planned,
         "computed": summary.computed,
         "skipped": summary.skipped,
+        "claimed_elsewhere": summary.claimed_elsewhere,
         "failed": summary.failed,
         "nonfinite": summary.nonfinite,
         "runs_wall_s": summary.wall_s,
@@ -117,8 +138,13 @@ def _eval(args: Any, argv: Sequence[str] | None) -> int:
         "provenance": provenance_dict(),
     }
     write_session(store, record)
+    elsewhere = (
+        f", {summary.claimed_elsewhere} left to another eval process computing them"
+        if summary.claimed_elsewhere
+        else ""
+    )
     print(
         f"done: {summary.computed} computed ({summary.failed} failed, {summary.nonfinite} "
-        f"non-finite), {summary.skipped} already stored, {record['wall_s']:.1f} s"
+        f"non-finite), {summary.skipped} already stored{elsewhere}, {record['wall_s']:.1f} s"
     )
     return 0

@@ -65,7 +65,8 @@ import numpy as np
 import pandas as pd
 from sklearn.model_selection import train_test_split
 
-from eval.errors import DatasetIntegrityError, DatasetUnavailableError
+from eval.errors import DatasetIntegrityError, DatasetUnavailableError, DatasetWarning
+from retrofit.console import OneLineArgumentParser, run_main
 
 __all__ = [
     "OFFLINE18_DATASETS",
@@ -802,6 +803,7 @@ def _openml_frame(name: str, spec: _Spec, features: pd.DataFrame, names: list[st
     warnings.warn(
         f"{name}: OpenML feature names {names} differ from the suite's "
         f"{list(spec.feature_names)}; matching columns by position",
+        DatasetWarning,
         stacklevel=3,
     )
     return features.copy()
@@ -840,6 +842,7 @@ def _load_openml(name: str, suites_dir: str | None) -> Dataset:
     if _normalized(target) != _normalized(spec.target):
         warnings.warn(
             f"{name}: OpenML target {target!r} differs from suite target {spec.target!r}",
+            DatasetWarning,
             stacklevel=2,
         )
     frame = _openml_frame(name, spec, pd.DataFrame(features), [str(n) for n in names])
@@ -904,7 +907,11 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         Process exit status.
     """
-    parser = argparse.ArgumentParser(
+    return run_main(_parser, _run, argv)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = OneLineArgumentParser(
         prog="python -m eval.paper.datasets", description=__doc__.splitlines()[0]
     )
     group = parser.add_mutually_exclusive_group(required=True)
@@ -926,7 +933,10 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="load every offline dataset and verify it against offline18.json",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.print_manifest:
         sys.stdout.write(_dump(build_manifest(args.print_manifest)))
     elif args.write_manifests:

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from eval.errors import CheckpointChangedError, StoreError
+from eval.errors import CheckpointChangedError, StoreError, StoreWarning
 from eval.paper.datasets import load_dataset, split
 from eval.paper.executors import Executor, LostTask, SerialExecutor
 from eval.paper.protocol import SUITE_SOURCE
@@ -307,15 +307,19 @@ def run_suite(
             continue
         seen.add(key)
         try:
-            existing = read_row(run_path(store, key))
+            existing = read_row(run_path(store, key), advice="recomputing it")
         except StoreError as exc:  # a truncated file is recomputed, loudly
-            warnings.warn(f"{exc}; recomputing it", RuntimeWarning, stacklevel=2)
+            warnings.warn(str(exc), StoreWarning, stacklevel=2)
             existing = None
         if existing is not None and (existing.get("status") == "ok" or not retry_failed):
             summary.skipped += 1
             continue
         if not claim_run(store, key):  # another eval process is computing it
             summary.claimed_elsewhere += 1
+            continue
+        if existing is None and _stored_meanwhile(store, key, retry_failed):
+            release_claim(store, key)  # finished by another process since we looked
+            summary.skipped += 1
             continue
         todo.append(task)
     try:
@@ -325,6 +329,15 @@ def run_suite(
             release_claim(store, task.spec.key)
     summary.wall_s = time.perf_counter() - start
     return summary
+
+
+def _stored_meanwhile(store: str | Path, key: str, retry_failed: bool) -> bool:
+    """Whether a row for ``key`` appeared between the first look and the claim."""
+    try:
+        row = read_row(run_path(store, key))
+    except StoreError:
+        return False
+    return row is not None and (row.get("status") == "ok" or not retry_failed)
 
 
 def _run_todo(

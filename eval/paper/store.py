@@ -4,7 +4,8 @@ Layout (``store`` is a suite's results directory, e.g. ``results/offline18``)::
 
     runs/<key>.json         one row per (case, variant, tau); key = sha256 of
                             the run's full config (``eval.paper.spec.RunSpec``)
-    runs/<key>.claim        held while a process computes that run
+    runs/<key>.claim        held while a process computes that run (its PID
+                            and host inside, for people; the lock is the truth)
     sessions/<time>.json    one record per ``eval`` command (wall time, counts,
                             the code paths that were dirty in git)
     carriers/<sha12>.json   carrier norms of a host (``eval.paper.carriers``)
@@ -19,13 +20,19 @@ store through this module alone, without the runner.
 from __future__ import annotations
 
 import os
+import platform
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from eval.errors import StoreError
-from retrofit.files import read_json, write_json_atomic
+from retrofit.files import process_alive, read_json, write_json_atomic
+
+try:  # POSIX: a claim is an flock on its file, released by the kernel when its holder dies
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: the PID in the file decides
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "carrier_path",
@@ -59,8 +66,15 @@ def run_path(store: str | Path, key: str) -> Path:
     return runs_dir(store) / f"{key}.json"
 
 
-def read_row(path: Path) -> dict[str, Any] | None:
+_RERUN = "run eval again to recompute it (it replaces the file)"
+
+
+def read_row(path: Path, *, advice: str = _RERUN) -> dict[str, Any] | None:
     """The row stored at ``path``; None if there is none.
+
+    Args:
+        path: A run file.
+        advice: What the error message tells the user to do.
 
     Raises:
         StoreError: If the file exists but is truncated, not JSON, or holds
@@ -71,12 +85,9 @@ def read_row(path: Path) -> dict[str, Any] | None:
     try:
         row = read_json(path)
     except (OSError, ValueError) as exc:
-        raise StoreError(
-            f"run file {path} is unreadable ({type(exc).__name__}); delete it and rerun "
-            "eval to recompute that run"
-        ) from exc
+        raise StoreError(f"run file {path} is unreadable ({type(exc).__name__}); {advice}") from exc
     if not isinstance(row, dict) or row.get("key") != path.stem:
-        raise StoreError(f"run file {path} does not hold the run its name says; delete it")
+        raise StoreError(f"run file {path} does not hold the run its name says; {advice}")
     return row
 
 
@@ -97,46 +108,82 @@ def load_rows(store: str | Path) -> list[dict[str, Any]]:
     return [row for p in sorted(directory.glob("*.json")) if (row := read_row(p)) is not None]
 
 
+# Claim files this process holds, with the descriptor that holds each lock.
+_HELD: dict[Path, int] = {}
+
+
+def _claim_path(store: str | Path, key: str) -> Path:
+    return runs_dir(store) / f"{key}.claim"
+
+
+def _claim_text() -> bytes:
+    return f"{os.getpid()} {platform.node()}\n".encode()
+
+
 def claim_run(store: str | Path, key: str) -> bool:
     """Claims the run ``key`` for this process; False if another process holds it.
 
-    A claim is a file created with ``O_EXCL``, so two ``eval`` processes on
-    one store never compute the same run twice. A claim whose process is
-    gone (killed) is taken over.
+    On POSIX the claim is an exclusive ``flock`` on ``runs/<key>.claim``: the
+    kernel drops it when the holding process ends in any way (kill -9
+    included), so the claim of a dead process is simply taken over, and no
+    PID is ever guessed at. Without ``fcntl`` the file is created with
+    ``O_EXCL`` and a claim whose PID no longer runs is taken over. A claim
+    held by this process already counts as held (a second ``run_suite`` in one
+    process skips it too).
     """
-    path = runs_dir(store) / f"{key}.claim"
+    path = _claim_path(store, key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    for _ in range(2):
+    if fcntl is None:  # pragma: no cover - exercised on Windows only
+        return _claim_by_pid(path)
+    for _ in range(8):  # each retry follows a releaser that unlinked the file we opened
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            if _claim_is_live(path):
-                return False
-            path.unlink(missing_ok=True)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # BlockingIOError: someone holds it
+            os.close(fd)
+            return False
+        try:
+            current = os.stat(path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current != os.fstat(fd).st_ino:  # released (unlinked) after we opened it
+            os.close(fd)
             continue
-        with os.fdopen(fd, "w") as fh:
-            fh.write(f"{os.getpid()}\n")
+        os.ftruncate(fd, 0)
+        os.write(fd, _claim_text())
+        _HELD[path] = fd
         return True
     return False
 
 
-def _claim_is_live(path: Path) -> bool:
-    try:
-        pid = int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+def _claim_by_pid(path: Path) -> bool:  # pragma: no cover - no fcntl
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                pid = int(path.read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                return False  # being written right now, or unreadable: leave it
+            if process_alive(pid):
+                return False
+            path.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(_claim_text())
         return True
-    return True
+    return False
 
 
 def release_claim(store: str | Path, key: str) -> None:
-    """Drops this process's claim on ``key`` (if any)."""
-    (runs_dir(store) / f"{key}.claim").unlink(missing_ok=True)
+    """Drops this process's claim on ``key`` (if it holds one)."""
+    path = _claim_path(store, key)
+    fd = _HELD.pop(path, None)
+    if fcntl is not None and fd is None:
+        return  # not ours: never delete another process's claim
+    path.unlink(missing_ok=True)  # unlinked while still locked, then unlocked
+    if fd is not None:
+        os.close(fd)
 
 
 def write_session(store: str | Path, record: dict[str, Any]) -> Path:
