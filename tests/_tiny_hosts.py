@@ -3,21 +3,17 @@ live in ``_tiny_models.py`` and ``test_patch_v2.py``).
 
 Each is built from tabpfn's own config class (``parse_config``/``get_architecture``
 of its module) with the zero-initialised projections perturbed
-(:func:`_tiny_models.perturb_zero_init`), so a swapped block really changes the
-output. ``PUBLISHED`` holds the fields that differ from each config class's
-defaults at the published size (the defaults are the published checkpoints'
-configs; only the output head sizes must be given).
+(:func:`eval.calibration.perturb_zero_init`), so a swapped block really changes the
+output (the published sizes: ``eval.calibration.PUBLISHED_CONFIGS``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import torch
-from _tiny_models import perturb_zero_init
-from tabpfn.architectures import ARCHITECTURES
+from eval.calibration import build_random_host
 
-__all__ = ["PUBLISHED", "TINY", "build_host"]
+__all__ = ["TINY", "build_host"]
 
 TINY: dict[str, dict[str, Any]] = {
     "tabpfn_v2_5": {
@@ -60,13 +56,6 @@ TINY: dict[str, dict[str, Any]] = {
 }
 """Tiny configs (the ICL width of the tiny v3.5 is 16, with one test KV head as published)."""
 
-PUBLISHED: dict[str, dict[str, Any]] = {
-    "tabpfn_v2_5": {"num_buckets": 5000, "max_num_classes": 0},
-    "tabpfn_v2_6": {"num_buckets": 5000, "max_num_classes": 0},
-    "tabpfn_v3_5": {"num_buckets": 5000, "max_num_classes": 10},
-}
-"""The config classes' defaults (the published sizes) with the head sizes given."""
-
 
 def build_host(name: str, seed: int = 0, config: dict[str, Any] | None = None, **overrides):
     """A random ``name`` model (``tabpfn_v2_5``, ...) in eval mode, zero-inits perturbed.
@@ -77,11 +66,4 @@ def build_host(name: str, seed: int = 0, config: dict[str, Any] | None = None, *
         config: The config fields; ``TINY[name]`` when None.
         **overrides: Fields replacing those of ``config``.
     """
-    arch = ARCHITECTURES[name]
-    parsed, unused = arch.parse_config({**(config or TINY[name]), **overrides})
-    if unused:
-        raise ValueError(f"unknown {name} config fields: {sorted(unused)}")
-    torch.manual_seed(seed)
-    model = arch.get_architecture(parsed)
-    perturb_zero_init(model, seed)
-    return model.eval()
+    return build_random_host(name, {**(config or TINY[name]), **overrides}, seed)

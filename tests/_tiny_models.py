@@ -20,6 +20,8 @@ from tabpfn.checkpoint import save_as_safetensors
 from tabpfn.inference_config import InferenceConfig
 from tabpfn.preprocessing import PreprocessorConfig
 
+from eval.calibration import perturb_zero_init  # the one recipe, shared with the calibration
+
 __all__ = [
     "TINY_V3_CONFIG",
     "build_tiny_v3",
@@ -51,22 +53,6 @@ TINY_V3_CONFIG: dict[str, Any] = {
 def tiny_v3_config(**overrides: Any) -> dict[str, Any]:
     """The tiny v3 config with ``overrides`` applied (``TabPFNV3Config`` field names)."""
     return {**TINY_V3_CONFIG, **overrides}
-
-
-def perturb_zero_init(model: torch.nn.Module, seed: int = 0, scale: float = 0.5) -> None:
-    """Fills every all-zero weight matrix with seeded noise, in place.
-
-    Covers tabpfn's zero-initialised ``out_projection`` weights, the MLPs' last
-    linear and the softmax-scaling query MLP (weight and bias), wherever they
-    sit in the model. Buffers are left alone.
-    """
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for _, param in sorted(model.named_parameters()):
-            if param.numel() and not bool(param.any()):
-                noise = torch.randn(param.shape, generator=gen, dtype=torch.float64)
-                fan_in = param.shape[-1] if param.dim() > 1 else 1
-                param.copy_((noise * scale / fan_in**0.5).to(param.dtype))
 
 
 def build_tiny_v3(config: dict[str, Any] | None = None, seed: int = 0) -> tabpfn_v3.TabPFNV3:
