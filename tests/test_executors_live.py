@@ -253,8 +253,9 @@ def test_a_worker_killed_mid_case_is_retried_and_every_run_stored_once(
 def test_a_case_whose_worker_dies_on_every_try_is_stored_as_failed(
     backend: str, request: pytest.FixtureRequest, embedded: Path, tmp_path: Path
 ) -> None:
-    # dask_cluster allows one death per case, the Ray executor here one retry.
-    executor = _cluster_executor(backend, request, max_retries=1)
+    # dask_cluster allows one death per case (the second is final); the Ray
+    # executor here none (each retry would start and import a fresh worker).
+    executor = _cluster_executor(backend, request, max_retries=0)
     tasks = _tasks(embedded, modes=("none", "oattention"))
     task_fn = functools.partial(_executor_tasks.exit_on_mode, "oattention")
     summary = run_suite(tasks, tmp_path, executor=executor, progress=False, task_fn=task_fn)
