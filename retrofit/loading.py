@@ -70,7 +70,7 @@ def _local_file(model_path: ModelPathLike) -> Path | None:
     if path.is_dir():
         raise CheckpointNotFoundError(
             f"model_path {str(model_path)!r} is a directory, not a checkpoint, and not a "
-            f"saved retrofit: it has no {saved.MANIFEST_NAME}"
+            f"saved retrofit: it has no {saved.MANIFEST_NAME} ({saved.MANIFEST_NAME} is missing)"
         )
     if not path.is_file():
         raise CheckpointNotFoundError(

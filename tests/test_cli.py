@@ -393,10 +393,10 @@ def test_unsupported_architecture_is_refused_before_writing(capsys, tmp_path, mo
     from tabpfn.checkpoint import save_as_safetensors
 
     import retrofit.hosts  # noqa: F401 -- registers the tables
-    from retrofit import patcher
+    from retrofit import tables
 
     # Every tabpfn 9.2 regressor class has a table: drop v2.6's to stand for an unknown one.
-    monkeypatch.delitem(patcher._HOST_PATCHERS, TabPFNV2p6)
+    monkeypatch.delitem(tables._HOST_PATCHERS, TabPFNV2p6)
     arch = ARCHITECTURES["tabpfn_v2_6"]
     config = {"emsize": 8, "nlayers": 1, "nhead": 2, "num_thinking_rows": 2}
     parsed, _ = arch.parse_config({**config, "num_buckets": 8, "max_num_classes": 0})

@@ -297,6 +297,7 @@ def run_suite(
         CheckpointChangedError: If the checkpoint changed mid-run.
     """
     executor = executor or SerialExecutor()
+    executor.check_reachable()  # before any run is claimed: an unreachable cluster stores nothing
     start = time.perf_counter()
     summary = RunSummary(planned=len(tasks))
     todo: list[Task] = []

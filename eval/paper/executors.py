@@ -128,6 +128,13 @@ class Executor:
         """Torch threads per case when the caller sets none (``None``: leave the process's)."""
         return None
 
+    def check_reachable(self) -> None:
+        """Fails fast if the executor's cluster does not answer (before any run is claimed).
+
+        Raises:
+            ClusterUnreachableError: If a given scheduler or cluster address does not answer.
+        """
+
     def describe(self) -> str:
         """One-line description for provenance."""
         return self.name
@@ -247,6 +254,11 @@ class DaskExecutor(Executor):
         self.address = address
         self.connect_timeout_s = connect_timeout_s
 
+    def check_reachable(self) -> None:
+        """See :meth:`Executor.check_reachable`."""
+        if self.address is not None:
+            _check_reachable(self.address, self.connect_timeout_s, "dask scheduler")
+
     @contextlib.contextmanager
     def _client(self) -> Iterator[Any]:
         from distributed import Client, LocalCluster
@@ -343,12 +355,16 @@ class RayExecutor(Executor):
         self.connect_timeout_s = connect_timeout_s
         self.max_retries = max_retries
 
+    def check_reachable(self) -> None:
+        """See :meth:`Executor.check_reachable`."""
+        if self.address is not None and self.address != "auto":
+            _check_reachable(self.address, self.connect_timeout_s, "ray cluster")
+
     @contextlib.contextmanager
     def _session(self) -> Iterator[None]:
         import ray
 
-        if self.address is not None and self.address != "auto":
-            _check_reachable(self.address, self.connect_timeout_s, "ray cluster")
+        self.check_reachable()
         if ray.is_initialized():  # the caller's own session: use it, leave it running
             yield
             return
