@@ -197,3 +197,17 @@ def test_a_fit_state_cannot_be_reloaded_yet_and_says_why(checkpoints, tmp_path):
     est.save_fit_state(tmp_path / "state.tabpfn_fit")
     with pytest.raises(TypeError, match="OTabPFNRegressor"):
         OTabPFNRegressor.load_from_fit_state(tmp_path / "state.tabpfn_fit")
+
+
+@pytest.mark.parametrize("mode", ["oattention", "full-o"])
+def test_gradients_reach_an_upstream_module_through_a_patched_model(checkpoints, mode):
+    torch.manual_seed(0)
+    upstream = torch.nn.Linear(3, 3)
+    X_train, X_test = upstream(torch.randn(30, 3)), upstream(torch.randn(8, 3))
+    est = _est(checkpoints[0], mode=mode, n_estimators=1, differentiable_input=True)
+    est.set_params(ignore_pretraining_limits=True)
+    est.fit_with_differentiable_input(X_train, torch.randn(30))
+    logits, _, _ = est.forward(X_test, use_inference_mode=True)
+    logits.float().logsumexp(0).sum().backward()
+    grad = upstream.weight.grad
+    assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0
