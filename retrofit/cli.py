@@ -50,6 +50,9 @@ _SETTINGS_NOTE = (
 )
 
 
+POINT_OUTPUTS = ("mean", "median", "mode")
+DEFAULT_QUANTILES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
 # --- argument parsing -------------------------------------------------------------
 
 
@@ -92,8 +95,10 @@ def _add_predict(subparsers: Any) -> argparse.ArgumentParser:
             "Fit the retrofitted TabPFN regressor on TRAIN and write predictions for "
             "TEST (or for a held-out fraction of TRAIN) to OUT as CSV with the columns "
             "'row' (0-based data row of the file predicted), the target (when known) "
-            "and 'prediction'. When the target is known, the RMSE is printed. "
-            "Features must be numeric; empty cells are missing values. " + _SETTINGS_NOTE
+            "and 'prediction' (or one column 'quantile_Q' per quantile). When the "
+            "target is known, the RMSE of a point prediction is printed. Empty cells "
+            "are missing values; text columns are encoded by tabpfn as categoricals. "
+            + _SETTINGS_NOTE
         ),
     )
     parser.add_argument("--train", required=True, metavar="TRAIN.csv", help="training data")
@@ -135,6 +140,28 @@ def _add_predict(subparsers: Any) -> argparse.ArgumentParser:
             "inference precision: 'auto' lets tabpfn pick (bf16/fp16 autocast where "
             "supported), or a fixed dtype (default: the estimator's)"
         ),
+    )
+    parser.add_argument(
+        "--output-type",
+        dest="output_type",
+        choices=(*POINT_OUTPUTS, "quantiles"),
+        help="what to predict (default mean; quantiles when --quantiles is given)",
+    )
+    parser.add_argument(
+        "--quantiles",
+        metavar="Q,...",
+        help="comma-separated quantiles in [0, 1] (default 0.1,0.2,...,0.9)",
+    )
+    parser.add_argument(
+        "--categorical",
+        metavar="COLS",
+        help="comma-separated feature columns to treat as categorical (numbers too)",
+    )
+    parser.add_argument(
+        "--ignore-pretraining-limits",
+        dest="ignore_pretraining_limits",
+        action="store_true",
+        help="fit beyond tabpfn's row and feature limits (e.g. > 5,000 rows on CPU)",
     )
     parser.add_argument("--quiet", action="store_true", help="no status lines on stderr")
     parser.set_defaults(handler=run_predict)
@@ -279,23 +306,15 @@ def _refuse_infinite(values: np.ndarray, what: str) -> None:
         raise CommandError(f"{what} holds an infinite value (data row {row}: {values[row]})")
 
 
-def _numeric_features(frame: pd.DataFrame, columns: list[str], path: str) -> np.ndarray:
+def _refuse_infinite_features(frame: pd.DataFrame, path: str) -> None:
+    """Every numeric feature column must be finite (NaN is a missing value, inf is an error)."""
     import numpy as np
-    import pandas as pd
 
-    out = np.empty((frame.shape[0], len(columns)), dtype=np.float64)
-    for j, name in enumerate(columns):
-        values = pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype=np.float64)
-        bad = np.isnan(values) & frame[name].notna().to_numpy()
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise CommandError(
-                f"feature column {name!r} in {path} is not numeric "
-                f"(data row {row}: {frame[name].iloc[row]!r}); encode it as numbers first"
+    for name in frame.columns:
+        if frame[name].dtype.kind in "fiu":
+            _refuse_infinite(
+                frame[name].to_numpy(dtype=np.float64), f"feature column {name!r} in {path}"
             )
-        _refuse_infinite(values, f"feature column {name!r} in {path}")
-        out[:, j] = values
-    return out
 
 
 def _write_csv_atomic(frame: pd.DataFrame, path_text: str) -> Path:
@@ -328,7 +347,8 @@ def _load_predict_data(args: argparse.Namespace):
     if not features:
         raise CommandError(f"{args.train} has no feature columns besides {args.target!r}")
     y_all = _numeric_target(train, args.target, args.train, allow_missing=False)
-    X_all = _numeric_features(train, features, args.train)
+    X_all = train[features]  # numbers as parsed; text columns stay text, for tabpfn
+    _refuse_infinite_features(X_all, args.train)
 
     if args.holdout is not None:
         F = args.holdout
@@ -343,9 +363,9 @@ def _load_predict_data(args: argparse.Namespace):
         order = np.random.default_rng(args.seed).permutation(len(y_all))
         test_rows, train_rows = np.sort(order[:n_test]), np.sort(order[n_test:])
         return (
-            X_all[train_rows],
+            X_all.iloc[train_rows],
             y_all[train_rows],
-            X_all[test_rows],
+            X_all.iloc[test_rows],
             y_all[test_rows],
             test_rows,
             features,
@@ -355,7 +375,8 @@ def _load_predict_data(args: argparse.Namespace):
     missing = [c for c in features if c not in test.columns]
     if missing:
         raise CommandError(f"test file {args.test} lacks feature column(s): {', '.join(missing)}")
-    X_test = _numeric_features(test, features, args.test)
+    X_test = test[features]
+    _refuse_infinite_features(X_test, args.test)
     y_test = None
     if args.target in test.columns:
         y_test = _numeric_target(test, args.target, args.test, allow_missing=True)
@@ -365,6 +386,36 @@ def _load_predict_data(args: argparse.Namespace):
 def _check_predict_out(args: argparse.Namespace) -> None:
     """``--out`` must be a writable file name that is none of the inputs (before the fit)."""
     check_output_file(args.out, inputs={"train": args.train, "test": args.test})
+
+
+def _output_request(args: argparse.Namespace) -> tuple[str, list[float]]:
+    """``--output-type`` and ``--quantiles``: what to predict, and which quantiles."""
+    output_type = args.output_type or ("quantiles" if args.quantiles else "mean")
+    if args.quantiles is not None and output_type != "quantiles":
+        raise CommandError(f"--quantiles needs --output-type quantiles, not {output_type}")
+    if args.quantiles is None:
+        return output_type, list(DEFAULT_QUANTILES)
+    try:
+        quantiles = [float(q) for q in args.quantiles.split(",")]
+    except ValueError as exc:
+        raise CommandError(f"--quantiles must be numbers separated by commas: {exc}") from exc
+    if not all(0 <= q <= 1 for q in quantiles):
+        raise CommandError(f"--quantiles must lie in [0, 1], got {args.quantiles}")
+    return output_type, quantiles
+
+
+def _categorical_indices(names: str | None, features: list[str]) -> list[int]:
+    """Positions of the ``--categorical`` columns among the features."""
+    if not names:
+        return []
+    wanted = [name.strip() for name in names.split(",") if name.strip()]
+    unknown = [name for name in wanted if name not in features]
+    if unknown:
+        raise CommandError(
+            f"--categorical names no feature column {', '.join(unknown)} "
+            f"(features: {', '.join(map(str, features))})"
+        )
+    return [features.index(name) for name in wanted]
 
 
 def _predict(args: argparse.Namespace) -> int:
@@ -377,7 +428,9 @@ def _predict(args: argparse.Namespace) -> int:
         _precision(args.precision)
     if args.n_estimators is not None and args.n_estimators < 1:
         raise CommandError(f"--n-estimators must be >= 1, got {args.n_estimators}")
+    output_type, quantiles = _output_request(args)
     X_train, y_train, X_test, y_test, rows, features = _load_predict_data(args)
+    categorical = _categorical_indices(args.categorical, features)
     _check_model_argument(args.model)  # after the cheap local checks: it may download
     settings = _resolve_settings(args.model, requested)
 
@@ -390,6 +443,10 @@ def _predict(args: argparse.Namespace) -> int:
         params["device"] = args.device
     if args.precision is not None:
         params["inference_precision"] = _precision(args.precision)
+    if categorical:
+        params["categorical_features_indices"] = categorical
+    if args.ignore_pretraining_limits:
+        params["ignore_pretraining_limits"] = True
     estimator = OTabPFNRegressor(**params)
     status(
         args,
@@ -398,17 +455,21 @@ def _predict(args: argparse.Namespace) -> int:
         f"support {settings['support']}, eps_den {settings['eps_den']})",
     )
     estimator.fit(X_train, y_train)
-    status(args, f"predicting {len(X_test)} rows")
-    prediction = np.asarray(estimator.predict(X_test), dtype=np.float64)
-
+    status(args, f"predicting {len(X_test)} rows ({output_type})")
     out = pd.DataFrame({"row": rows})
     if y_test is not None:
         out[args.target] = y_test
-    out["prediction"] = prediction
+    if output_type == "quantiles":
+        predicted = estimator.predict(X_test, output_type="quantiles", quantiles=quantiles)
+        for q, values in zip(quantiles, predicted, strict=True):
+            out[f"quantile_{q:g}"] = np.asarray(values, dtype=np.float64)
+    else:
+        prediction = np.asarray(estimator.predict(X_test, output_type=output_type), np.float64)
+        out["prediction"] = prediction
     path = _write_csv_atomic(out, args.out)
     status(args, f"wrote {len(out)} predictions to {path}")
 
-    if y_test is not None:
+    if y_test is not None and output_type != "quantiles":
         known = ~np.isnan(y_test)
         if known.any():
             rmse = float(np.sqrt(np.mean((prediction[known] - y_test[known]) ** 2)))

@@ -1,167 +1,238 @@
-"""``OTabPFNRegressor``: a scikit-learn regressor over a retrofitted TabPFN.
+"""``OTabPFNRegressor``: ``tabpfn.TabPFNRegressor`` with the zero vector as a true NULL state.
 
-``fit`` loads a fresh host model (:func:`retrofit.loading.load_host`), patches
-it in place (:func:`retrofit.patch`; ``mode="none"`` leaves it unpatched but
-takes the same code path) and hands it by reference to an inner
-``tabpfn.TabPFNRegressor`` through ``tabpfn.ModelSpecs``. Every ``fit`` builds
-its own model object, so estimators and refits never share weights.
+The estimator *is* a ``TabPFNRegressor`` (a subclass): every constructor
+parameter, method, fitted attribute, input and error is tabpfn's, plus four
+retrofit settings (``mode``, ``tau``, ``support``, ``eps_den``). Only model
+loading differs: tabpfn loads the model(s) as usual, then each fresh model is
+patched in place (:func:`retrofit.patch`); ``mode="none"`` patches nothing and
+is tabpfn itself.
+
+Two private tabpfn methods are overridden, both here and nowhere else
+(``tests/test_tabpfn_private_api.py`` fails when tabpfn changes either):
+
+* ``_initialize_model_variables``, where every fit (and
+  ``get_inference_config``) loads the models: tabpfn is given the translated
+  ``model_path`` (:func:`retrofit.loading.resolve_for_tabpfn`) and the models
+  it loaded are patched before anything runs them.
+* ``_get_tuning_regressor``, which builds the holdout regressors of
+  ``tuning_config`` as ``TabPFNRegressor(**self.get_params())``: here they
+  are of this class, so they load and patch the same way.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from typing import Any
+from collections.abc import Sequence
+from os import PathLike
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
-from tabpfn import TabPFNRegressor
+from tabpfn import ModelSpecs, TabPFNRegressor, model_loading
 
-from retrofit.loading import load_host, resolve_model
+from retrofit.errors import SettingsConflictError
+from retrofit.loading import resolve_for_tabpfn
 from retrofit.patcher import PatchReport, patch
-from retrofit.settings import SETTING_NAMES, resolve_settings
+from retrofit.settings import SETTING_NAMES, RetrofitSettings, resolve_settings
 from retrofit.validation import check_numeric_target
 
-__all__ = ["OTabPFNRegressor"]
+if TYPE_CHECKING:
+    from tabpfn.constants import MemorySavingMode
+    from tabpfn.inference_config import InferenceConfig
+    from tabpfn.inference_tuning import RegressorEvalMetrics, RegressorTuningConfig
+    from tabpfn.utils import DevicesSpecification
+
+__all__ = ["ModelPath", "OTabPFNRegressor"]
+
+#: What ``model_path`` takes: tabpfn's kinds plus "embedded", the aliases and saved directories.
+ModelPath = str | PathLike | ModelSpecs | list[str | PathLike | ModelSpecs]
 
 
-class OTabPFNRegressor(RegressorMixin, BaseEstimator):
+class OTabPFNRegressor(TabPFNRegressor):
     """TabPFN regression with the zero vector as a true NULL state.
 
+    Every argument but the first four is ``tabpfn.TabPFNRegressor``'s, with its
+    default and meaning, except ``model_path``'s default (``"embedded"``, which
+    works offline; ``"auto"`` is tabpfn's default model).
+
     Args:
-        mode: ``"none"`` (the unpatched host, same code path), ``"oattention"``
-            or ``"full-o"``. None: the saved directory's, else ``"full-o"``.
+        mode: ``"none"`` (tabpfn's unpatched model), ``"oattention"`` or
+            ``"full-o"``. None: the saved directory's, else ``"full-o"``.
         tau: Presence temperature ``> 0``. None: saved, else the host class's
             default (``retrofit.settings.DEFAULT_TAU_BY_HOST``; 1.0 for v3).
         support: ``n_eff`` of the learned length scaling, ``"count"`` or
             ``"mass"``. None: saved, else ``"count"``.
         eps_den: OAttention denominator floor ``>= 0``. None: saved, else 1e-6.
-        model_path: ``"embedded"`` (the shipped host), ``"v3"``/``"v2"``, a
-            saved retrofit directory, or a checkpoint file.
-        n_estimators: Forward passes per prediction (tabpfn's ``"auto"``: the
-            checkpoint's inference config).
-        device: Passed to ``TabPFNRegressor`` (``"auto"``, ``"cpu"``, ...).
-        random_state: Passed to ``TabPFNRegressor``.
-        fit_mode: ``"fit_preprocessors"``, ``"low_memory"``, ``"fit_with_cache"``
-            or ``"batched"``; passed through.
-        inference_precision: ``"auto"``, ``"autocast"`` or a ``torch.dtype``.
-        memory_saving_mode: Passed through (chunked in-place evaluation).
-        ignore_pretraining_limits: Passed through.
-        kv_cache_precision: Storage of the ``fit_with_cache`` KV cache (None:
-            tabpfn's default, int8 for v3).
+        model_path: ``"embedded"`` (the shipped host), ``"auto"`` (tabpfn's
+            default model), ``"v3"``/``"v2"``, a saved retrofit directory, a
+            checkpoint file, a ``tabpfn.ModelSpecs`` (patched as a copy; the
+            given model is left as it is), or a list of these (each model
+            patched). A saved directory's settings are the defaults of
+            ``mode``, ``tau``, ``support`` and ``eps_den``.
+        n_estimators: See ``tabpfn.TabPFNRegressor``.
+        auto_scale_n_estimators: See ``tabpfn.TabPFNRegressor``.
+        categorical_features_indices: See ``tabpfn.TabPFNRegressor``.
+        softmax_temperature: See ``tabpfn.TabPFNRegressor``.
+        average_before_softmax: See ``tabpfn.TabPFNRegressor``.
+        device: See ``tabpfn.TabPFNRegressor``.
+        ignore_pretraining_limits: See ``tabpfn.TabPFNRegressor``.
+        inference_precision: See ``tabpfn.TabPFNRegressor``.
+        fit_mode: See ``tabpfn.TabPFNRegressor``.
+        memory_saving_mode: See ``tabpfn.TabPFNRegressor``.
+        enable_torch_compile: See ``tabpfn.TabPFNRegressor``.
+        keep_cache_on_device: See ``tabpfn.TabPFNRegressor``.
+        kv_cache_precision: See ``tabpfn.TabPFNRegressor``.
+        random_state: See ``tabpfn.TabPFNRegressor``.
+        n_jobs: Deprecated in tabpfn; see ``tabpfn.TabPFNRegressor``.
+        n_preprocessing_jobs: See ``tabpfn.TabPFNRegressor``.
+        inference_config: See ``tabpfn.TabPFNRegressor``.
+        differentiable_input: See ``tabpfn.TabPFNRegressor``.
+        eval_metric: See ``tabpfn.TabPFNRegressor``.
+        tuning_config: See ``tabpfn.TabPFNRegressor`` (its holdout regressors
+            are patched too).
+        show_progress_bar: See ``tabpfn.TabPFNRegressor``.
 
     Attributes:
-        regressor_: The fitted inner ``tabpfn.TabPFNRegressor``.
-        model_: The (patched) host model it uses.
-        patch_report_: The :class:`~retrofit.PatchReport`, None for ``"none"``.
         settings_: The resolved ``mode``, ``tau``, ``support``, ``eps_den``.
-        n_features_in_: Number of features seen in ``fit``.
+        patch_reports_: One :class:`~retrofit.PatchReport` per model in
+            ``models_``; empty for ``mode="none"``.
+        patch_report_: The report of the single model (None for ``"none"``).
+        models_: tabpfn's fitted attribute: the (patched) models in use; every
+            other fitted attribute is tabpfn's too.
     """
 
     def __init__(
         self,
+        *,
         mode: str | None = None,
         tau: float | None = None,
         support: str | None = None,
         eps_den: float | None = None,
-        model_path: str = "embedded",
-        n_estimators: int | str = "auto",
-        device: str = "auto",
-        random_state: int | None = 0,
-        fit_mode: str = "fit_preprocessors",
-        inference_precision: torch.dtype | str = "auto",
-        memory_saving_mode: bool | str | float = "auto",
+        n_estimators: int | Literal["auto"] = "auto",
+        auto_scale_n_estimators: bool = True,
+        categorical_features_indices: Sequence[int] | None = None,
+        softmax_temperature: float | Literal["auto"] = "auto",
+        average_before_softmax: bool = False,
+        model_path: ModelPath = "embedded",
+        device: DevicesSpecification = "auto",
         ignore_pretraining_limits: bool = False,
-        kv_cache_precision: str | None = None,
+        inference_precision: torch.dtype | Literal["autocast", "auto"] = "auto",
+        fit_mode: Literal[
+            "low_memory", "fit_preprocessors", "fit_with_cache", "batched"
+        ] = "fit_preprocessors",
+        memory_saving_mode: MemorySavingMode = "auto",
+        enable_torch_compile: bool = False,
+        keep_cache_on_device: bool = True,
+        kv_cache_precision: Literal["auto", "int8", "fp8", "adaptive"] | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = 0,
+        n_jobs: int | None = None,
+        n_preprocessing_jobs: int = 1,
+        inference_config: dict | InferenceConfig | None = None,
+        differentiable_input: bool = False,
+        eval_metric: str | RegressorEvalMetrics | None = None,
+        tuning_config: dict | RegressorTuningConfig | None = None,
+        show_progress_bar: bool = False,
     ) -> None:
+        super().__init__(
+            n_estimators=n_estimators,
+            auto_scale_n_estimators=auto_scale_n_estimators,
+            categorical_features_indices=categorical_features_indices,
+            softmax_temperature=softmax_temperature,
+            average_before_softmax=average_before_softmax,
+            model_path=model_path,
+            device=device,
+            ignore_pretraining_limits=ignore_pretraining_limits,
+            inference_precision=inference_precision,
+            fit_mode=fit_mode,
+            memory_saving_mode=memory_saving_mode,
+            enable_torch_compile=enable_torch_compile,
+            keep_cache_on_device=keep_cache_on_device,
+            kv_cache_precision=kv_cache_precision,
+            random_state=random_state,
+            n_jobs=n_jobs,
+            n_preprocessing_jobs=n_preprocessing_jobs,
+            inference_config=inference_config,
+            differentiable_input=differentiable_input,
+            eval_metric=eval_metric,
+            tuning_config=tuning_config,
+            show_progress_bar=show_progress_bar,
+        )
         self.mode = mode
         self.tau = tau
         self.support = support
         self.eps_den = eps_den
-        self.model_path = model_path
-        self.n_estimators = n_estimators
-        self.device = device
-        self.random_state = random_state
-        self.fit_mode = fit_mode
-        self.inference_precision = inference_precision
-        self.memory_saving_mode = memory_saving_mode
-        self.ignore_pretraining_limits = ignore_pretraining_limits
-        self.kv_cache_precision = kv_cache_precision
 
-    def __sklearn_tags__(self):
-        """TabPFN handles missing feature values itself."""
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = True
-        return tags
+    @property
+    def patch_report_(self) -> PatchReport | None:
+        """The patch report of the single model; None for ``mode="none"``.
+
+        Raises:
+            AttributeError: Before the model is loaded.
+            ValueError: With several models (use ``patch_reports_``), as
+                tabpfn's ``model_`` does.
+        """
+        reports = self.__dict__.get("patch_reports_")
+        if reports is None:
+            raise AttributeError("patch_report_ is set when the model is loaded (in fit)")
+        if len(self.models_) > 1:
+            raise ValueError("several models are in use; read patch_reports_ instead")
+        return reports[0] if reports else None
+
+    def _retrofit_settings(self, saved_settings: list[dict]) -> RetrofitSettings:
+        requested = {name: getattr(self, name) for name in SETTING_NAMES}
+        distinct = {tuple(sorted(s.items())) for s in saved_settings}
+        if len(distinct) > 1:
+            raise SettingsConflictError(
+                "the saved directories in model_path were retrofitted with different "
+                f"settings: {'; '.join(str(dict(s)) for s in sorted(distinct))}"
+            )
+        saved = saved_settings[0] if saved_settings else None
+        return resolve_settings(requested, saved, where=f"saved model {self.model_path}")
 
     def fit(self, X: Any, y: Any) -> OTabPFNRegressor:
-        """Loads a fresh host, patches it and fits the inner TabPFN regressor.
-
-        Args:
-            X: Features ``(n_samples, n_features)``; NaN allowed.
-            y: Finite targets ``(n_samples,)``.
-
-        Returns:
-            self.
+        """``TabPFNRegressor.fit``, refusing a target that is not numbers first.
 
         Raises:
-            InvalidPatchConfigError: On an unknown mode or support, or a bad tau/eps_den.
-            ValueError: On NaN/inf targets or malformed input.
             InvalidInputError: On a target that is not numbers ("y must be numeric").
-            retrofit.loading.CheckpointNotFoundError: If the checkpoint is missing.
-            retrofit.loading.CorruptCheckpointError: If it cannot be loaded.
-            retrofit.UnsupportedArchitectureError: If the host has no patch table.
         """
-        model = resolve_model(self.model_path)
-        settings = resolve_settings(
-            {name: getattr(self, name) for name in SETTING_NAMES},
-            model.saved_settings,
-            where=f"saved model {self.model_path}",
-        )
         check_numeric_target(y)
-        X, y = validate_data(
-            self,
-            X,
-            y,
-            dtype=np.float64,
-            ensure_all_finite="allow-nan",
-            ensure_min_samples=2,
-            y_numeric=True,
-        )
-        specs = load_host(model)
-        report: PatchReport | None = None
-        if settings.mode != "none":
-            patch_settings = settings.to_dict()
-            if self.tau is None and model.saved_settings is None:
-                patch_settings["tau"] = None  # the host class's default tau
-            report = patch(specs.model, **patch_settings)
-            settings = dataclasses.replace(settings, tau=report.tau)
-        regressor = TabPFNRegressor(
-            model_path=specs,
-            n_estimators=self.n_estimators,
-            device=self.device,
-            random_state=self.random_state,
-            fit_mode=self.fit_mode,
-            inference_precision=self.inference_precision,
-            memory_saving_mode=self.memory_saving_mode,
-            ignore_pretraining_limits=self.ignore_pretraining_limits,
-            kv_cache_precision=self.kv_cache_precision,
-        )
-        regressor.fit(X, y)
-        self.regressor_ = regressor
-        self.model_ = specs.model
-        self.patch_report_ = report
+        return super().fit(X, y)
+
+    def _initialize_model_variables(self) -> int:
+        """Loads the models as tabpfn does, from the translated ``model_path``, and patches them."""
+        resolved = resolve_for_tabpfn(self.model_path)
+        settings = self._retrofit_settings([dict(s.settings) for s in resolved.saved])
+        requested_path = self.model_path
+        self.model_path = resolved.value
+        try:
+            byte_size = super()._initialize_model_variables()
+        finally:
+            self.model_path = requested_path
+        reports: list[PatchReport] = []
+        config = settings.patch_config()
+        if config is not None:
+            # Built models are shared when tabpfn's model cache is on, and ModelSpecs
+            # models are the caller's: the patch goes to a copy then.
+            shared = resolved.by_reference or model_loading._get_built_model_cache_size() > 0
+            if shared:
+                self.models_ = [copy.deepcopy(model) for model in self.models_]
+            patch_settings = config.to_dict()
+            if self.tau is None and not resolved.saved:
+                patch_settings["tau"] = None  # each host class's default tau
+            reports = [patch(model, **patch_settings) for model in self.models_]
+            settings = dataclasses.replace(settings, tau=reports[0].tau)
         self.settings_ = settings.to_dict()
-        return self
+        self.patch_reports_ = reports
+        return byte_size
 
-    def predict(self, X: Any) -> np.ndarray:
-        """Mean predictions ``(n_samples,)``.
-
-        Raises:
-            sklearn.exceptions.NotFittedError: Before ``fit``.
-            ValueError: If ``X`` has a different number of features than in ``fit``.
-        """
-        check_is_fitted(self, "regressor_")
-        X = validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite="allow-nan")
-        return np.asarray(self.regressor_.predict(X), dtype=np.float64)
+    def _get_tuning_regressor(self, **overwrite_kwargs: Any) -> OTabPFNRegressor:
+        """The holdout regressor tabpfn builds for ``tuning_config``, as one of this class."""
+        # tabpfn builds it from get_params(), which here holds the four retrofit
+        # settings that TabPFNRegressor does not take: let tabpfn build it from a
+        # TabPFNRegressor view of this estimator, then add them back.
+        view = copy.copy(self)
+        view.__class__ = TabPFNRegressor
+        plain = TabPFNRegressor._get_tuning_regressor(view, **overwrite_kwargs)
+        settings = {name: getattr(self, name) for name in SETTING_NAMES}
+        return type(self)(**plain.get_params(deep=False), **settings)

@@ -12,6 +12,10 @@ Accepted ``model_path`` values (one resolver each, tried in order):
 ``"v3.5"`` or ``"auto"`` (tabpfn's default checkpoints and tabpfn's default
 version, see :mod:`retrofit.weights`), a saved retrofit directory (see
 :mod:`retrofit.saved`), or a local ``.safetensors``/``.ckpt`` file.
+
+:func:`resolve_for_tabpfn` translates the estimator's ``model_path`` (any of
+the above, or whatever tabpfn itself takes: ``"auto"``, a ``ModelSpecs``, a
+list) into the ``model_path`` tabpfn's own loader receives.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tabpfn import ModelSpecs, model_loading
 from tabpfn.inference_config import cpu_sample_limit
+from tabpfn.model_loading import ModelSource
 
 from retrofit import saved, weights
 from retrofit.checkpoints import check_checkpoint
@@ -38,8 +44,10 @@ __all__ = [
     "CHECKPOINT_SUFFIXES",
     "ModelPathLike",
     "ResolvedModel",
+    "TabPFNModelPath",
     "load_host",
     "resolve_checkpoint",
+    "resolve_for_tabpfn",
     "resolve_model",
 ]
 
@@ -163,9 +171,10 @@ def resolve_checkpoint(model_path: ModelPathLike | ResolvedModel) -> Path:
 def load_host(model_path: ModelPathLike | ResolvedModel = "embedded") -> ModelSpecs:
     """A freshly built host model with its configs, ready for ``TabPFNRegressor``.
 
-    tabpfn's per-path limit on CPU training rows (``MAX_CPU_SAMPLES``), which
-    its loader sets only for checkpoints given by path, is applied here too,
-    so an in-memory model fits as many rows on CPU as the same checkpoint
+    tabpfn's per-path limit on CPU training rows (``MAX_CPU_SAMPLES``, by
+    version: 1,000 before v3, 5,000 from v3), which its loader sets only for
+    checkpoints given by path, replaces the checkpoint's own value here too, so
+    an in-memory model fits exactly the rows on CPU that the same checkpoint
     given by path would.
 
     Args:
@@ -197,11 +206,95 @@ def load_host(model_path: ModelPathLike | ResolvedModel = "embedded") -> ModelSp
         # TABPFN_MODEL_CACHE_SIZE shares built models between calls; ours must not be.
         model = copy.deepcopy(model)
     version = model_loading.resolve_model_version(path)
-    limit = max(inference_config.MAX_CPU_SAMPLES, cpu_sample_limit(version))
-    inference_config = dataclasses.replace(inference_config, MAX_CPU_SAMPLES=limit)
+    inference_config = dataclasses.replace(
+        inference_config, MAX_CPU_SAMPLES=cpu_sample_limit(version)
+    )
     return ModelSpecs(
         model=model,
         architecture_config=arch_config,
         inference_config=inference_config,
         norm_criterion=criterion,
     )
+
+
+def _tabpfn_file_names() -> frozenset[str]:
+    # Every checkpoint file name tabpfn can download (ModelSource.get_* lists them).
+    sources = [getattr(ModelSource, n)() for n in dir(ModelSource) if n.startswith("get_")]
+    return frozenset(name for source in sources for name in source.filenames)
+
+
+def _tabpfn_entry(entry: Any) -> tuple[Any, saved.SavedRetrofit | None]:
+    """One ``model_path`` entry in tabpfn's terms, and its saved directory if any."""
+    if isinstance(entry, ModelSpecs) or entry is None or entry == "auto":
+        return entry, None
+    if not isinstance(entry, (str, os.PathLike)):
+        raise InvalidModelPathError(
+            "model_path must be 'auto', 'embedded', a version alias, a path, a ModelSpecs "
+            f"or a list of these; got {type(entry).__name__}"
+        )
+    for resolver in (_embedded, _version_alias, _saved_directory):
+        found = resolver(entry)
+        if isinstance(found, saved.SavedRetrofit):
+            return str(found.checkpoint), found
+        if found is not None:
+            return str(found), None
+    where = model_loading.resolve_model_path(entry, which="regressor")[0][0]
+    if where.is_file() or Path(entry).name in _tabpfn_file_names():
+        return entry, None  # tabpfn loads it, or downloads one of its own checkpoints
+    raise CheckpointNotFoundError(
+        f"model_path {str(entry)!r}: no such file, and not 'auto', 'embedded', 'v3', 'v2', "
+        "a saved retrofit directory or one of tabpfn's checkpoint names"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class TabPFNModelPath:
+    """An estimator's ``model_path`` resolved once into what tabpfn's loader takes.
+
+    Attributes:
+        value: tabpfn's ``model_path``: ``"auto"``, a checkpoint path, a
+            ``ModelSpecs``, or a list of paths or of ``ModelSpecs``.
+        saved: The saved retrofit directories among the entries.
+        by_reference: Whether tabpfn will use in-memory models by reference
+            (``ModelSpecs``); a patch must then go to a copy.
+    """
+
+    value: Any
+    saved: tuple[saved.SavedRetrofit, ...] = ()
+    by_reference: bool = False
+
+
+def resolve_for_tabpfn(model_path: Any) -> TabPFNModelPath:
+    """Translate an estimator's ``model_path`` into tabpfn's.
+
+    ``"embedded"``, ``"v3"``/``"v2"`` and saved directories become their
+    checkpoint files; ``"auto"``, checkpoint files, tabpfn's own checkpoint
+    names (which tabpfn downloads) and ``ModelSpecs`` pass unchanged. In a list
+    each entry is translated; a list mixing ``ModelSpecs`` and files (which
+    tabpfn refuses) has its files loaded by :func:`load_host`.
+
+    Args:
+        model_path: What ``OTabPFNRegressor(model_path=...)`` was given.
+
+    Returns:
+        The translation, with the saved directories it named.
+
+    Raises:
+        InvalidModelPathError: An entry is of a type no loader takes.
+        CheckpointNotFoundError: A file that does not exist and is not one tabpfn
+            downloads.
+        SavedModelError: A saved directory fails its check.
+        WeightsUnavailableError: ``"v3"``/``"v2"`` weights cannot be had.
+    """
+    if not isinstance(model_path, list):
+        value, found = _tabpfn_entry(model_path)
+        return TabPFNModelPath(value, (found,) if found else (), isinstance(value, ModelSpecs))
+    pairs = [_tabpfn_entry(entry) for entry in model_path]
+    values = [value for value, _ in pairs]
+    by_reference = any(isinstance(value, ModelSpecs) for value in values)
+    if by_reference:
+        values = [
+            v if isinstance(v, ModelSpecs) else load_host(ResolvedModel(str(v), Path(v)))
+            for v in values
+        ]
+    return TabPFNModelPath(values, tuple(f for _, f in pairs if f is not None), by_reference)

@@ -277,9 +277,15 @@ PREDICT_ERRORS = {
         lambda d: {"--train": _write(d, "t.csv", "a,b,c,y\n1,2,3,4\n2,3,4,five\n3,4,5,6\n")},
         "target column 'y' in",
     ),
-    "non-numeric feature": (
-        lambda d: {"--train": _write(d, "f.csv", "a,b,c,y\n1,x,3,4\n2,3,4,5\n3,4,5,6\n")},
-        "feature column 'b'",
+    "quantiles with a point output": (
+        lambda d: {"--output-type": "mean", "--quantiles": "0.5"},
+        "--quantiles needs --output-type quantiles",
+    ),
+    "quantile out of range": (lambda d: {"--quantiles": "0.1,1.5"}, "must lie in [0, 1]"),
+    "quantile not a number": (lambda d: {"--quantiles": "0.1,half"}, "numbers separated"),
+    "unknown categorical column": (
+        lambda d: {"--categorical": "a,zz"},
+        "--categorical names no feature column zz",
     ),
     "unknown mode": (lambda d: {"--mode": "full"}, "unknown mode 'full'"),
     "bad tau": (lambda d: {"--tau": "-1"}, "--tau must be"),
@@ -464,6 +470,10 @@ def test_offline_v3_is_one_line_naming_where_to_put_the_file(data, capsys, monke
                 "--seed",
                 "--n-estimators",
                 "--precision",
+                "--output-type",
+                "--quantiles",
+                "--categorical",
+                "--ignore-pretraining-limits",
             ],
         ),
         ("patch", ["--model", "--mode", "--tau", "--support", "--eps-den", "--out", "--force"]),
@@ -504,3 +514,98 @@ def test_the_installed_console_script_runs_predict(data, model_arg, tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("RMSE ")
     assert len(pd.read_csv(out)) == round(0.2 * N_TRAIN)
+
+
+# --- output types, text and categorical columns, the CPU row limit ----------------------
+
+
+def _fitted(model, frame, **params) -> OTabPFNRegressor:
+    estimator = OTabPFNRegressor(
+        model_path=model,
+        n_estimators=1,
+        device="cpu",
+        random_state=0,
+        inference_precision=torch.float32,
+        **params,
+    )
+    return estimator.fit(frame.drop(columns="y"), frame["y"].to_numpy())
+
+
+def _predict_argv(data, model_arg, out, *extra):
+    return _args(
+        "predict --train", data["train"], "--target y --test", data["test"], "--out", out,
+        "--model", model_arg, *FAST, *extra,
+    )  # fmt: skip
+
+
+def test_predict_quantiles_writes_one_column_per_quantile(data, model_arg, capsys):
+    out = data["train"].parent / "q.csv"
+    code, stdout, _ = _run(_predict_argv(data, model_arg, out, "--quantiles 0.05,0.5,0.95"), capsys)
+    assert code == 0 and "RMSE" not in stdout
+    pred = pd.read_csv(out)
+    assert list(pred.columns) == ["row", "y", "quantile_0.05", "quantile_0.5", "quantile_0.95"]
+    test = pd.read_csv(data["test"]).drop(columns="y")
+    expected = _fitted(model_arg, pd.read_csv(data["train"])).predict(
+        test, output_type="quantiles", quantiles=[0.05, 0.5, 0.95]
+    )
+    for column, values in zip(pred.columns[2:], expected, strict=True):
+        np.testing.assert_array_equal(pred[column].to_numpy(), values)
+    assert (pred["quantile_0.05"] <= pred["quantile_0.95"]).all()
+
+
+def test_predict_output_type_quantiles_defaults_to_tabpfns_nine(data, model_arg, capsys):
+    out = data["train"].parent / "q9.csv"
+    assert _run(_predict_argv(data, model_arg, out, "--output-type quantiles"), capsys)[0] == 0
+    assert list(pd.read_csv(out).columns)[2:] == [f"quantile_{q / 10:g}" for q in range(1, 10)]
+
+
+@pytest.mark.parametrize("output_type", ["median", "mode"])
+def test_predict_point_output_types_match_the_estimator(data, model_arg, capsys, output_type):
+    out = data["train"].parent / "p.csv"
+    code, stdout, _ = _run(
+        _predict_argv(data, model_arg, out, f"--output-type {output_type}"), capsys
+    )
+    assert code == 0 and stdout.startswith("RMSE ")
+    test = pd.read_csv(data["test"]).drop(columns="y")
+    expected = _fitted(model_arg, pd.read_csv(data["train"])).predict(test, output_type=output_type)
+    np.testing.assert_array_equal(pd.read_csv(out)["prediction"].to_numpy(), expected)
+
+
+def test_text_and_declared_categorical_columns_are_tabpfns_categoricals(
+    model_arg, capsys, tmp_path
+):
+    rng = np.random.default_rng(1)
+    n = N_TRAIN + N_TEST
+    frame = pd.DataFrame(
+        {
+            "a": rng.normal(size=n),
+            "city": rng.choice(["Oslo", "Lima", "Pune"], size=n),
+            "grade": rng.integers(1, 4, size=n),
+        }
+    )
+    frame["y"] = frame["a"] + (frame["city"] == "Oslo") * 2.0 + frame["grade"] * 0.5
+    frame.loc[3, "city"] = None
+    frame.iloc[:N_TRAIN].to_csv(tmp_path / "train.csv", index=False)
+    frame.iloc[N_TRAIN:].to_csv(tmp_path / "test.csv", index=False)
+    data = {"train": tmp_path / "train.csv", "test": tmp_path / "test.csv"}
+    out = tmp_path / "pred.csv"
+    assert _run(_predict_argv(data, model_arg, out, "--categorical grade"), capsys)[0] == 0
+    train, test = pd.read_csv(data["train"]), pd.read_csv(data["test"]).drop(columns="y")
+    estimator = _fitted(model_arg, train, categorical_features_indices=[2])
+    np.testing.assert_array_equal(pd.read_csv(out)["prediction"], estimator.predict(test))
+    assert estimator.categorical_features_indices_ is not None
+
+
+def test_more_than_5000_cpu_rows_need_ignore_pretraining_limits(model_arg, capsys, tmp_path):
+    rng = np.random.default_rng(2)
+    frame = pd.DataFrame(rng.normal(size=(5010, 2)), columns=["a", "b"])
+    frame["y"] = frame["a"] - frame["b"]
+    frame.iloc[:5001].to_csv(tmp_path / "train.csv", index=False)
+    frame.iloc[5001:].to_csv(tmp_path / "test.csv", index=False)
+    data = {"train": tmp_path / "train.csv", "test": tmp_path / "test.csv"}
+    out = tmp_path / "pred.csv"
+    code, _, err = _run(_predict_argv(data, model_arg, out), capsys)
+    assert code == 2 and err.count("\n") == 1 and "ignore_pretraining_limits" in err
+    assert not out.exists()
+    assert _run(_predict_argv(data, model_arg, out, "--ignore-pretraining-limits"), capsys)[0] == 0
+    assert np.isfinite(pd.read_csv(out)["prediction"]).all()

@@ -64,7 +64,7 @@ class _Recorder:
 
 
 def _icl_blocks(estimator: Any) -> Any:
-    models = getattr(estimator.regressor_, "models_", None)
+    models = getattr(estimator, "models_", None)
     if not models:
         raise RuntimeError("fitted regressor has no models_")
     blocks = getattr(models[0], "icl_blocks", None)

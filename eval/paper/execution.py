@@ -87,7 +87,7 @@ def build_estimator(spec: RunSpec, model_path: str, **extra: Any) -> Any:
 
 
 def _resolved_precision(estimator: Any) -> dict[str, Any]:
-    inner = getattr(estimator, "regressor_", None)
+    inner = estimator  # OTabPFNRegressor is the fitted TabPFNRegressor
     forced = getattr(inner, "forced_inference_dtype_", None)
     devices = getattr(inner, "devices_", None)
     return {

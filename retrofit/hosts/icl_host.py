@@ -96,8 +96,12 @@ class OICLModelMixin:
         out = super()._stages_0_to_2(x_RiBC, y, *args, **kwargs)
         config = patch_config_of(self)
         if config.mode == "full-o":
-            x_BRiClE = out[0]
-            self.__dict__[_CARRIER_PRESENCE] = presence(x_BRiClE.flatten(-2), config.tau)
+            h_BRiD = out[0].flatten(-2)
+            if torch.is_grad_enabled() and h_BRiD.requires_grad:
+                # forward() then adds the target embedding into these carriers in
+                # place, which autograd refuses for a tensor presence saved.
+                h_BRiD = h_BRiD.clone()
+            self.__dict__[_CARRIER_PRESENCE] = presence(h_BRiD, config.tau)
         return out
 
     def _embed_icl_y(self, y_BN: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:

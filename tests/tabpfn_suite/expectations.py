@@ -1,0 +1,67 @@
+"""Which of tabpfn's regressor tests the runner leaves out or expects to fail, and why.
+
+Patterns are matched (``fnmatch``) against a test's name with its parameters,
+e.g. ``test_get_embeddings[train]``. Everything not listed must pass, for every
+target.
+"""
+
+from __future__ import annotations
+
+_DOWNLOAD = "needs downloaded TabPFN weights ({}); this machine is offline"
+
+#: Deselected for every target: the test needs something this step cannot have.
+DESELECTED: dict[str, str] = {
+    "test__fit_predict__alternative_model_paths__outputs_correct_shape*": _DOWNLOAD.format(
+        "every non-default checkpoint of v2 to v3.5"
+    ),
+    "test__fit_predict__multiple_model_paths__outputs_correct_shape*": _DOWNLOAD.format(
+        "two v2 regressor checkpoints"
+    ),
+    "test_multiple_models_predict_different_results": _DOWNLOAD.format(
+        "two v2 regressor checkpoints"
+    ),
+    "test__fit_preprocessors_and_with_cache_produce_equal_results*": _DOWNLOAD.format(
+        "create_default_for_version of each version"
+    ),
+    "test__fit_preprocessors_and_with_cache_with_quantized_kv_cache__v3_family*": (
+        _DOWNLOAD.format("create_default_for_version of v3, v3.5, v3.5-fast")
+    ),
+    "test__fit_preprocessors_and_low_memory_produce_equal_results*": _DOWNLOAD.format(
+        "create_default_for_version of each version"
+    ),
+    "test__fit_and_predict__on_demo_dataset__r2_reasonable*": _DOWNLOAD.format(
+        "create_default_for_version of each version"
+    ),
+    "test_onnx_exportable_cpu": _DOWNLOAD.format("v2.5"),
+    "test_initialize_model_variables_regressor_sets_required_attributes": _DOWNLOAD.format(
+        "tabpfn's default model, loaded by initialize_tabpfn_model('auto')"
+    ),
+}
+
+#: Expected to fail: pattern -> (reason, the targets it fails for). Strict: a pass fails.
+_EVERY = ("tabpfn", "none", "oattention", "full-o")
+_PATCHED = ("oattention", "full-o")
+_V2_5 = (
+    "builds its model with the module's _create_dummy_regressor_model_specs, an in-memory "
+    "TabPFNV2p5: the patched modes refuse it (UnsupportedArchitectureError) until a v2.5 "
+    "patch table exists (the hosts issue); mode none and plain tabpfn pass"
+)
+
+EXPECTED_FAILURES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "test__predict_batched__uses_fitted_target_transforms": (
+        "asserts that some ensemble member has a target transform; the embedded "
+        "checkpoint's inference config has none, so plain tabpfn fails it too",
+        _EVERY,
+    ),
+    "test__predict_batched__rejects_tuning_config": (_V2_5, _PATCHED),
+    "test__predict_batched__shares_its_logit_reduction_with_predict": (_V2_5, _PATCHED),
+    "test__compute_holdout_validation_data__*": (_V2_5, _PATCHED),
+    "test__fit__with_calibrate_temperature__*": (_V2_5, _PATCHED),
+    "test__fit__without_tuning_config__leaves_the_temperature_a_no_op": (_V2_5, _PATCHED),
+    "test__fit__constant_target_with_tuning_config__skips_calibration": (_V2_5, _PATCHED),
+    "test__fit__tuning_config_without_features_enabled__warns_and_is_ignored": (
+        _V2_5,
+        _PATCHED,
+    ),
+    "test__fit__small_dataset_with_tuning__warns_but_succeeds": (_V2_5, _PATCHED),
+}
