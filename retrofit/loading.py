@@ -225,8 +225,12 @@ def _tabpfn_file_names() -> frozenset[str]:
 
 def _tabpfn_entry(entry: Any) -> tuple[Any, saved.SavedRetrofit | None]:
     """One ``model_path`` entry in tabpfn's terms, and its saved directory if any."""
-    if isinstance(entry, ModelSpecs) or entry is None or entry == "auto":
+    if isinstance(entry, ModelSpecs) or entry is None:
         return entry, None
+    if entry == "auto":
+        # tabpfn's default version, through its own resolver and downloader, with
+        # the one-line offline error naming where to place the file.
+        return str(weights.default_weights("auto")), None
     if not isinstance(entry, (str, os.PathLike)):
         raise InvalidModelPathError(
             "model_path must be 'auto', 'embedded', a version alias, a path, a ModelSpecs "
@@ -238,6 +242,8 @@ def _tabpfn_entry(entry: Any) -> tuple[Any, saved.SavedRetrofit | None]:
             return str(found.checkpoint), found
         if found is not None:
             return str(found), None
+    if Path(entry).expanduser().is_dir():
+        _local_file(entry)  # a directory without retrofit.json: raises, naming the file
     where = model_loading.resolve_model_path(entry, which="regressor")[0][0]
     if where.is_file() or Path(entry).name in _tabpfn_file_names():
         return entry, None  # tabpfn loads it, or downloads one of its own checkpoints

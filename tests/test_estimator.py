@@ -231,7 +231,7 @@ def test_autocast_precision_runs(fit_mode):
 def test_auto_precision_follows_tabpfns_cpu_bf16_check():
     est = _est(mode="full-o", inference_precision="auto")
     assert np.isfinite(_fit_predict(est)).all()
-    assert est.regressor_.use_autocast_ is CPU_AUTOCAST
+    assert est.use_autocast_ is CPU_AUTOCAST
 
 
 def test_without_hardware_bf16_auto_runs_float32_and_autocast_says_why(monkeypatch):
@@ -239,7 +239,7 @@ def test_without_hardware_bf16_auto_runs_float32_and_autocast_says_why(monkeypat
     monkeypatch.setattr(tabpfn.utils, "_cpu_supports_fast_bf16", lambda: False)
     est = _est(mode="full-o", inference_precision="auto")
     pred = _fit_predict(est)
-    assert est.regressor_.use_autocast_ is False
+    assert est.use_autocast_ is False
     np.testing.assert_array_equal(pred, _fit_predict(_est(mode="full-o")))  # float32
     with pytest.raises(ValueError, match="hardware-accelerated bfloat16"):
         _fit_predict(_est(mode="full-o", inference_precision="autocast"))

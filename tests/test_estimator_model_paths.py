@@ -46,10 +46,12 @@ def _fit_predict(est):
     return est.fit(X[:35], y[:35]).predict(X[35:])
 
 
-def test_the_default_model_path_is_the_embedded_host_and_tabpfns_auto_stays_auto():
+def test_the_default_model_path_is_the_embedded_host_and_auto_is_tabpfns_default_file():
     assert OTabPFNRegressor().model_path == "embedded"
     assert resolve_for_tabpfn("embedded").value == str(retrofit.embedded_model_path())
-    assert resolve_for_tabpfn("auto").value == "auto"
+    # "auto" is the file tabpfn's "auto" loads (v3.5 in 9.2); offline, one line naming it.
+    with pytest.raises(retrofit.WeightsUnavailableError, match=r"tabpfn-v3\.5-20260909"):
+        resolve_for_tabpfn("auto")
     assert resolve_for_tabpfn(None).value is None
 
 
@@ -112,7 +114,11 @@ def test_two_different_checkpoints_ensemble_differently_from_one(checkpoints):
     assert not np.array_equal(one, two)
 
 
-def test_tabpfns_default_v3_5_architecture_is_refused_by_name_until_it_has_a_patch_table():
+def test_an_architecture_without_a_patch_table_is_refused_by_name(monkeypatch):
+    from retrofit import tables
+
+    # Every tabpfn 9.2 regressor class has a table; drop v3.5's to stand for an unknown one.
+    monkeypatch.delitem(tables._HOST_PATCHERS, tabpfn_v3_5.TabPFNV3p5)
     config = tabpfn_v3_5.TabPFNV3p5Config(
         embed_dim=8,
         dist_embed_num_blocks=1,

@@ -40,28 +40,10 @@ DESELECTED: dict[str, str] = {
 
 #: Expected to fail: pattern -> (reason, the targets it fails for). Strict: a pass fails.
 _EVERY = ("tabpfn", "none", "oattention", "full-o")
-_PATCHED = ("oattention", "full-o")
-_V2_5 = (
-    "builds its model with the module's _create_dummy_regressor_model_specs, an in-memory "
-    "TabPFNV2p5: the patched modes refuse it (UnsupportedArchitectureError) until a v2.5 "
-    "patch table exists (the hosts issue); mode none and plain tabpfn pass"
-)
-
 EXPECTED_FAILURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "test__predict_batched__uses_fitted_target_transforms": (
         "asserts that some ensemble member has a target transform; the embedded "
         "checkpoint's inference config has none, so plain tabpfn fails it too",
         _EVERY,
     ),
-    "test__predict_batched__rejects_tuning_config": (_V2_5, _PATCHED),
-    "test__predict_batched__shares_its_logit_reduction_with_predict": (_V2_5, _PATCHED),
-    "test__compute_holdout_validation_data__*": (_V2_5, _PATCHED),
-    "test__fit__with_calibrate_temperature__*": (_V2_5, _PATCHED),
-    "test__fit__without_tuning_config__leaves_the_temperature_a_no_op": (_V2_5, _PATCHED),
-    "test__fit__constant_target_with_tuning_config__skips_calibration": (_V2_5, _PATCHED),
-    "test__fit__tuning_config_without_features_enabled__warns_and_is_ignored": (
-        _V2_5,
-        _PATCHED,
-    ),
-    "test__fit__small_dataset_with_tuning__warns_but_succeeds": (_V2_5, _PATCHED),
 }
