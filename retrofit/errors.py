@@ -13,6 +13,7 @@ from __future__ import annotations
 __all__ = [
     "AlreadyPatched",
     "AlreadyPatchedError",
+    "BatchInputError",
     "CheckpointNotFound",
     "CheckpointNotFoundError",
     "CorruptCheckpoint",
@@ -89,6 +90,10 @@ class SavedModelError(RetrofitError, ValueError):
 
 class SettingsConflictError(RetrofitError, ValueError):
     """An explicit retrofit setting contradicts the one a saved directory carries."""
+
+
+class BatchInputError(RetrofitError, ValueError):
+    """A batched prediction's input lists are malformed; the message names the dataset."""
 
 
 # The first release's names, kept so user code that catches them still works.

@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.utils.validation import check_is_fitted, validate_data
 from tabpfn import TabPFNRegressor
 
+from retrofit.batched import check_batch_lists, predict_batched
 from retrofit.loading import load_host, resolve_model
 from retrofit.patcher import PatchReport, patch
 from retrofit.settings import SETTING_NAMES, resolve_settings
@@ -156,3 +157,27 @@ class OTabPFNRegressor(RegressorMixin, BaseEstimator):
         check_is_fitted(self, "regressor_")
         X = validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite="allow-nan")
         return np.asarray(self.regressor_.predict(X), dtype=np.float64)
+
+    def predict_batched(
+        self, X_train_list, y_train_list, X_test_list, *, output_type="mean", quantiles=None
+    ):
+        """Predictions for many datasets (tabpfn's ``predict_batched``), ragged ones too.
+
+        Same signature and return as ``TabPFNRegressor.predict_batched``; see
+        :func:`retrofit.batched.predict_batched` (which also reports the padding).
+        ``self`` is left unchanged; unfitted, a clone fitted on dataset 0 loads the host.
+        """
+        check_batch_lists(X_train_list, y_train_list, X_test_list)
+        fitted = (
+            self
+            if hasattr(self, "regressor_")
+            else clone(self).fit(X_train_list[0], y_train_list[0])
+        )
+        return predict_batched(
+            fitted.regressor_,
+            X_train_list,
+            y_train_list,
+            X_test_list,
+            output_type=output_type,
+            quantiles=quantiles,
+        ).results
