@@ -12,6 +12,7 @@ import argparse
 from collections.abc import Callable, Sequence
 
 from eval import commands
+from retrofit import cli_batch
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
@@ -119,6 +120,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_eval,
     _add_report,
     _add_bench,
+    cli_batch.add_parser,  # predict-batch
 ]
 
 

@@ -31,7 +31,13 @@ import torch
 from tabpfn import TabPFNRegressor
 from tabpfn.constants import DEFAULT_SAVE_PEAK_MEMORY_FACTOR
 from tabpfn.errors import TabPFNValidationError
-from tabpfn.inference import _maybe_run_gpu_preprocessing, _prepare_model_inputs
+from tabpfn.inference import (
+    _batch_member_inputs,
+    _estimator_batch_budget,
+    _maybe_run_gpu_preprocessing,
+    _members_per_forward,
+    _prepare_model_inputs,
+)
 from tabpfn.memory import should_save_peak_mem
 from tabpfn.preprocessing.clean import clean_data_transform
 from tabpfn.preprocessing.datamodel import FeatureModality
@@ -147,14 +153,33 @@ def _refuse_per_dataset_state(regressor: TabPFNRegressor) -> None:
 
 
 @dataclasses.dataclass
+class _Unit:
+    """Members of one dataset that share a model and a prepared shape.
+
+    Their stages before ICL run as one forward, as in ``predict``; their
+    carriers ``(B, R, D)`` are one entry of a padded ICL batch.
+    """
+
+    dataset: int
+    members: list[int]
+    model: torch.nn.Module
+    carriers_BRD: torch.Tensor | None
+    num_train: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(n_train, n_test)``."""
+        assert self.carriers_BRD is not None
+        return self.num_train, self.carriers_BRD.shape[1] - self.num_train
+
+
+@dataclasses.dataclass
 class _Dataset:
-    """One dataset after fit and stages 0-2: its worker and member carriers."""
+    """One dataset after fit and stages 0-2: its worker, member configs and units."""
 
     worker: TabPFNRegressor
     configs: list[Any]
-    models: list[torch.nn.Module]
-    carriers: list[torch.Tensor]  # (1, R, D) per member
-    num_train: list[int]
+    units: list[_Unit]
     save_peak_mem: bool
 
 
@@ -169,10 +194,12 @@ def _worker_for(regressor: TabPFNRegressor) -> TabPFNRegressor:
 
 
 def _embed_dataset(
-    regressor: TabPFNRegressor, X: Any, y: Any, X_test: Any
+    regressor: TabPFNRegressor, index: int, X: Any, y: Any, X_test: Any
 ) -> tuple[_Dataset | None, TabPFNRegressor]:
-    """Fits one dataset and runs each member's stages before ICL, as ``predict`` does.
+    """Fits one dataset and runs its members' stages before ICL, as ``predict`` does.
 
+    Members that share a model and a prepared shape run as one forward in
+    chunks of tabpfn's estimator batch budget, like ``predict``'s engine.
     Returns ``(None, worker)`` for a constant target (answered analytically).
     """
     worker = _worker_for(regressor)
@@ -204,11 +231,14 @@ def _embed_dataset(
         devices=[device],
         dtype_byte_size=executor.dtype_byte_size,
     )
-    data = _Dataset(worker, [], [], [], [], save_peak_mem)
-    for member in executor.ensemble_members:
+    members = executor.ensemble_members
+    prepared: dict[tuple, list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
+    models: dict[int, torch.nn.Module] = {}
+    for j, member in enumerate(members):
         model = executor.model_caches[member.config._model_index].get(device)
         if dtype is not None:
             model.type(dtype)  # what the engine's iter_outputs does before a forward
+        models[id(model)] = model
         X_full, y_train = _prepare_model_inputs(
             device, dtype, member.X_train, member.transform_X_test(X_test), member.y_train
         )
@@ -218,17 +248,24 @@ def _embed_dataset(
             num_train_rows=member.X_train.shape[0],
             feature_schema=member.feature_schema,
         )
-        with (
-            get_autocast_context(device, enabled=worker.use_autocast_),
-            torch.inference_mode(),
-        ):
-            carriers = icl_stage_for(model).embed(
-                model, X_full, y_train, performance_options=_options(model, save_peak_mem)
-            )
-        data.configs.append(member.config)
-        data.models.append(model)
-        data.carriers.append(carriers)
-        data.num_train.append(int(y_train.shape[0]))
+        key = (id(model), tuple(X_full.shape), tuple(y_train.shape))
+        prepared.setdefault(key, []).append((j, X_full, y_train))
+    data = _Dataset(worker, [m.config for m in members], [], save_peak_mem)
+    for (model_id, shape, _), group in prepared.items():
+        model = models[model_id]
+        size = _members_per_forward(shape[0], shape[2], _estimator_batch_budget(model))
+        for start in range(0, len(group), size):
+            chunk = group[start : start + size]
+            X_RBC, y_NB = _batch_member_inputs([c[1] for c in chunk], [c[2] for c in chunk])
+            with (
+                get_autocast_context(device, enabled=worker.use_autocast_),
+                torch.inference_mode(),
+            ):
+                carriers_BRD = icl_stage_for(model).embed(
+                    model, X_RBC, y_NB, performance_options=_options(model, save_peak_mem)
+                )
+            unit = _Unit(index, [c[0] for c in chunk], model, carriers_BRD, int(y_NB.shape[0]))
+            data.units.append(unit)
     return data, worker
 
 
@@ -300,7 +337,7 @@ def predict_batched(
     embedded: dict[int, _Dataset] = {}
     for i, (X, y, X_test) in enumerate(zip(X_train_list, y_train_list, X_test_list, strict=True)):
         try:
-            data, worker = _embed_dataset(regressor, X, y, X_test)
+            data, worker = _embed_dataset(regressor, i, X, y, X_test)
         except (ValueError, TypeError) as err:
             raise BatchInputError(f"dataset {i}: {err}") from err
         if data is None:
@@ -326,56 +363,51 @@ def _run_icl(
     stats: PaddingStats,
     buckets: list[list[int]],
     progress: Progress | None,
-) -> dict[int, list[torch.Tensor]]:
-    """The padded ICL forwards: per estimator, per bucket; ``(M, O)`` per member."""
-    indices = list(embedded)
-    n_members = {len(d.carriers) for d in embedded.values()}
-    if len(n_members) != 1:
-        raise BatchInputError(f"datasets have different ensemble sizes {sorted(n_members)}")
-    (n_est,) = n_members
-    # Members of a dataset share its row counts unless tabpfn subsamples rows per
-    # member; the plan follows the first member, the stats count every forward.
-    shapes = [
-        (embedded[i].num_train[0], embedded[i].carriers[0].shape[1] - embedded[i].num_train[0])
-        for i in indices
-    ]
-    planned = plan_buckets(shapes, max_padded_fraction=max_padded_fraction, max_rows=max_rows)
-    buckets.extend([indices[j] for j in bucket] for bucket in planned)
-    outputs: dict[int, list[torch.Tensor]] = {i: [] for i in indices}
-    total, done = n_est * len(buckets), 0
-    for e in range(n_est):
-        for bucket in buckets:
-            # One forward per model object (a checkpoint with several models
-            # gives members different ones).
-            by_model: dict[int, list[int]] = {}
-            for i in bucket:
-                by_model.setdefault(id(embedded[i].models[e]), []).append(i)
-            for group in by_model.values():
-                model = embedded[group[0]].models[e]
-                save_peak = any(embedded[i].save_peak_mem for i in group)
-                worker = embedded[group[0]].worker
-                with (
-                    get_autocast_context(worker.devices_[0], enabled=worker.use_autocast_),
-                    torch.inference_mode(),
-                ):
-                    outs = run_padded_icl(
-                        model,
-                        [embedded[i].carriers[e] for i in group],
-                        [embedded[i].num_train[e] for i in group],
-                        stats=stats,
-                        performance_options=_options(model, save_peak),
-                    )
-                for i, out_MBO in zip(group, outs, strict=True):
-                    outputs[i].append(out_MBO.squeeze(1))
-                    embedded[i].carriers[e] = None  # type: ignore[call-overload]
-            done += 1
-            if progress is not None:
-                progress("icl", done, total)
+) -> dict[int, list[torch.Tensor | None]]:
+    """The padded ICL forwards, one per bucket of units; ``(M, O)`` per member."""
+    by_model: dict[int, list[_Unit]] = {}
+    for data in embedded.values():
+        for unit in data.units:
+            by_model.setdefault(id(unit.model), []).append(unit)
+    plans = []
+    for units in by_model.values():
+        planned = plan_buckets(
+            [u.shape for u in units],
+            batch=[len(u.members) for u in units],
+            max_padded_fraction=max_padded_fraction,
+            max_rows=max_rows,
+        )
+        plans.extend([units[k] for k in bucket] for bucket in planned)
+    buckets.extend(sorted({u.dataset for u in bucket}) for bucket in plans)
+    outputs: dict[int, list[torch.Tensor | None]] = {
+        i: [None] * len(d.configs) for i, d in embedded.items()
+    }
+    for done, bucket in enumerate(plans, start=1):
+        model = bucket[0].model
+        save_peak = any(embedded[u.dataset].save_peak_mem for u in bucket)
+        worker = embedded[bucket[0].dataset].worker
+        with (
+            get_autocast_context(worker.devices_[0], enabled=worker.use_autocast_),
+            torch.inference_mode(),
+        ):
+            outs = run_padded_icl(
+                model,
+                [u.carriers_BRD for u in bucket],
+                [u.num_train for u in bucket],
+                stats=stats,
+                performance_options=_options(model, save_peak),
+            )
+        for unit, out_MBO in zip(bucket, outs, strict=True):
+            for column, member in enumerate(unit.members):
+                outputs[unit.dataset][member] = out_MBO[:, column]
+            unit.carriers_BRD = None  # release the carriers as soon as they are used
+        if progress is not None:
+            progress("icl", done, len(plans))
     return outputs
 
 
 def _decode(
-    data: _Dataset, outputs: list[torch.Tensor], output_type: str, quantiles: list[float]
+    data: _Dataset, outputs: list[torch.Tensor | None], output_type: str, quantiles: list[float]
 ) -> Any:
     """Translates, averages and decodes one dataset's members as ``predict`` does."""
     worker = data.worker

@@ -138,14 +138,23 @@ class PaddingStats:
         """Share of the computed attention cells that involved padding."""
         return 1.0 - self.real_cells / self.padded_cells if self.padded_cells else 0.0
 
-    def add(self, shapes: Sequence[tuple[int, int]], batch_per_dataset: int = 1) -> None:
-        """Counts one padded forward over datasets of ``(n_train, n_test)`` shapes."""
+    def add(
+        self, shapes: Sequence[tuple[int, int]], batch: Sequence[int] | None = None
+    ) -> None:
+        """Counts one padded forward over datasets of ``(n_train, n_test)`` shapes.
+
+        Args:
+            shapes: ``(n_train, n_test)`` per dataset.
+            batch: Batch elements (ensemble members) per dataset; 1 each when None.
+        """
+        batch = [1] * len(shapes) if batch is None else list(batch)
         n_max = max(n for n, _ in shapes)
         m_max = max(m for _, m in shapes)
-        self.real_rows += batch_per_dataset * sum(n + m for n, m in shapes)
-        self.padded_rows += batch_per_dataset * len(shapes) * (n_max + m_max)
-        self.real_cells += batch_per_dataset * sum((n + m) * n for n, m in shapes)
-        self.padded_cells += batch_per_dataset * len(shapes) * (n_max + m_max) * n_max
+        for (n, m), b in zip(shapes, batch, strict=True):
+            self.real_rows += b * (n + m)
+            self.padded_rows += b * (n_max + m_max)
+            self.real_cells += b * (n + m) * n
+            self.padded_cells += b * (n_max + m_max) * n_max
         self.forwards += 1
 
     def to_dict(self) -> dict[str, float]:
@@ -157,15 +166,16 @@ class PaddingStats:
         }
 
 
-def _fractions(shapes: Sequence[tuple[int, int]]) -> tuple[float, float]:
+def _fractions(shapes: Sequence[tuple[int, int]], batch: Sequence[int]) -> PaddingStats:
     stats = PaddingStats()
-    stats.add(shapes)
-    return stats.padded_row_fraction, stats.padded_cell_fraction
+    stats.add(shapes, batch)
+    return stats
 
 
 def plan_buckets(
     shapes: Sequence[tuple[int, int]],
     *,
+    batch: Sequence[int] | None = None,
     max_padded_fraction: float = DEFAULT_MAX_PADDED_FRACTION,
     max_rows: int = DEFAULT_MAX_ROWS_PER_FORWARD,
 ) -> list[list[int]]:
@@ -179,8 +189,10 @@ def plan_buckets(
 
     Args:
         shapes: ``(n_train, n_test)`` per dataset.
+        batch: Batch elements (ensemble members) per dataset; 1 each when None.
         max_padded_fraction: Bound in ``[0, 1)`` on each bucket's padded share.
-        max_rows: Bound on a bucket's padded rows (memory); a single dataset
+        max_rows: Bound on a bucket's padded rows summed over its batch
+            elements (memory); a single dataset
             longer than this still gets a bucket of its own.
 
     Returns:
@@ -191,13 +203,18 @@ def plan_buckets(
     """
     if not 0.0 <= max_padded_fraction < 1.0:
         raise ValueError(f"max_padded_fraction must be in [0, 1), got {max_padded_fraction!r}")
+    batch = [1] * len(shapes) if batch is None else list(batch)
     order = sorted(range(len(shapes)), key=lambda i: (-shapes[i][0], -shapes[i][1], i))
     buckets: list[list[int]] = []
     for i in order:
         if buckets:
-            trial = [shapes[j] for j in buckets[-1]] + [shapes[i]]
-            rows = len(trial) * (max(n for n, _ in trial) + max(m for _, m in trial))
-            if rows <= max_rows and max(_fractions(trial)) <= max_padded_fraction:
+            members = [*buckets[-1], i]
+            trial = _fractions([shapes[j] for j in members], [batch[j] for j in members])
+            if (
+                trial.padded_rows <= max_rows
+                and trial.padded_row_fraction <= max_padded_fraction
+                and trial.padded_cell_fraction <= max_padded_fraction
+            ):
                 buckets[-1].append(i)
                 continue
         buckets.append([i])
@@ -255,7 +272,7 @@ def run_padded_icl(
     x_BRD, n_max = pad_carriers(carriers, num_train)
     if stats is not None:
         shapes = [(n, x.shape[1] - n) for x, n in zip(carriers, num_train, strict=True)]
-        stats.add(shapes, batch_per_dataset=carriers[0].shape[0])
+        stats.add(shapes, [x.shape[0] for x in carriers])
     x_BRD = stage.run_blocks(model, x_BRD, n_max, **forward_kwargs)
     outputs = []
     start = 0

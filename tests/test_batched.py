@@ -298,7 +298,7 @@ def test_the_embedded_host_batches_ragged_datasets_exactly():
 
     if not (Path(retrofit.embedded.__file__).parent / EMBEDDED_FILENAME).is_file():
         pytest.skip(f"the embedded checkpoint {EMBEDDED_FILENAME} has not shipped yet")
-    sets = _datasets([(40, 8, 3), (90, 20, 6), (15, 5, 2)], seed=3)
+    sets = _datasets([(30, 6, 3), (50, 10, 4), (12, 4, 2)], seed=3)
     kwargs = {"model_path": "embedded", "n_estimators": 2, "inference_precision": torch.float64}
     with reference_kernel():
         alone = _per_dataset(sets, **kwargs)
