@@ -138,9 +138,7 @@ class PaddingStats:
         """Share of the computed attention cells that involved padding."""
         return 1.0 - self.real_cells / self.padded_cells if self.padded_cells else 0.0
 
-    def add(
-        self, shapes: Sequence[tuple[int, int]], batch: Sequence[int] | None = None
-    ) -> None:
+    def add(self, shapes: Sequence[tuple[int, int]], batch: Sequence[int] | None = None) -> None:
         """Counts one padded forward over datasets of ``(n_train, n_test)`` shapes.
 
         Args:
