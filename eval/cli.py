@@ -99,17 +99,22 @@ def _run_report(args: argparse.Namespace) -> int:
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     from eval.bench import add_bench_arguments
+    from eval.bench_batched import add_batched_arguments
 
     p = sub.add_parser(
         "bench", help="OAttention vs plain SDPA: time, peak memory, fit+predict per mode"
     )
     add_bench_arguments(p)
+    add_batched_arguments(p)  # --batched: eval/bench_batched.py
     p.set_defaults(handler=_run_bench)
 
 
 def _run_bench(args: argparse.Namespace) -> int:
     from eval.bench import bench_command
+    from eval.bench_batched import bench_batched_command
 
+    if args.batched:
+        return bench_batched_command(args)
     return bench_command(args)
 
 

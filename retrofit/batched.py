@@ -8,9 +8,10 @@ host a zero ICL carrier is a true NULL, so :func:`predict_batched` does this:
    the patched model (``fit_mode="fit_preprocessors"``, as tabpfn's own
    ``predict_batched``), and each ensemble member goes through the stages
    before ICL on its own, with the inputs ``predict`` builds for it;
-2. datasets are grouped into length buckets (:func:`retrofit.icl_batch.plan_buckets`)
-   and, per estimator and bucket, the ICL carriers are padded with zero rows
-   and the patched ICL blocks run once (:func:`retrofit.icl_batch.run_padded_icl`);
+2. the members' carriers are grouped into length buckets
+   (:func:`retrofit.icl_batch.plan_buckets`) and, per bucket, padded with zero
+   rows and run through the patched ICL blocks in one forward, every member of
+   every dataset of the bucket along the batch (:func:`retrofit.icl_batch.run_padded_icl`);
 3. padded rows are dropped before the decoder, and each dataset's estimators
    are translated, averaged and decoded with tabpfn's own helpers, as
    ``predict`` does.
@@ -287,6 +288,7 @@ def predict_batched(
     max_padded_fraction: float = DEFAULT_MAX_PADDED_FRACTION,
     max_rows: int = DEFAULT_MAX_ROWS_PER_FORWARD,
     progress: Progress | None = None,
+    padded: bool | None = None,
 ) -> BatchedPrediction:
     """Predicts for several independent datasets, ragged ones in fused ICL forwards.
 
@@ -303,6 +305,9 @@ def predict_batched(
             of attention cells.
         max_rows: Bound on the padded rows of one ICL forward.
         progress: Called as ``progress(phase, done, total)``.
+        padded: None (default): the padded path for ragged input on a patched
+            host, tabpfn's ``predict_batched`` otherwise. True: the padded path
+            for same-shape input too (benchmarks); False: always tabpfn's.
 
     Returns:
         The :class:`BatchedPrediction`; its ``results`` are what
@@ -321,7 +326,9 @@ def predict_batched(
     quantiles = _check_output_request(output_type, quantiles)
     model = regressor.get_params(deep=False)["model_path"]
     model = getattr(model, "model", model)
-    if not is_ragged(X_train_list, X_test_list) or not supports_padded_icl(model):
+    if padded is None:
+        padded = is_ragged(X_train_list, X_test_list) and supports_padded_icl(model)
+    if not padded:
         results = regressor.predict_batched(
             list(X_train_list),
             list(y_train_list),
