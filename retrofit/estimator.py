@@ -159,8 +159,14 @@ class OTabPFNRegressor(RegressorMixin, BaseEstimator):
         return np.asarray(self.regressor_.predict(X), dtype=np.float64)
 
     def predict_batched(
-        self, X_train_list, y_train_list, X_test_list, *, output_type="mean", quantiles=None
-    ):
+        self,
+        X_train_list: list[Any],
+        y_train_list: list[Any],
+        X_test_list: list[Any],
+        *,
+        output_type: str = "mean",
+        quantiles: list[float] | None = None,
+    ) -> list[Any]:
         """Predictions for many datasets (tabpfn's ``predict_batched``), ragged ones too.
 
         Same signature and return as ``TabPFNRegressor.predict_batched``; see
