@@ -18,7 +18,14 @@ host a zero ICL carrier is a true NULL, so :func:`predict_batched` does this:
 
 Same-shape input, and any input on a model without a null-padded ICL stage
 (``mode="none"``), is handed to tabpfn's ``predict_batched`` unchanged, so it
-behaves (and errs) as tabpfn does.
+behaves (and errs) as tabpfn does. Hosts with a stage: patched v3 and v2
+(``retrofit/hosts/*_icl_stage.py``); another host opts in with
+:func:`retrofit.icl_batch.register_icl_stage`.
+
+With ``fit_mode="fit_with_cache"`` the padded path, like tabpfn's own
+``predict_batched``, runs the full forward instead of the KV cache: it equals
+per-dataset ``predict`` exactly with an unquantized cache
+(``kv_cache_precision="auto"``) and within the cache's rounding with int8.
 """
 
 from __future__ import annotations
@@ -372,10 +379,13 @@ def _run_icl(
     progress: Progress | None,
 ) -> dict[int, list[torch.Tensor | None]]:
     """The padded ICL forwards, one per bucket of units; ``(M, O)`` per member."""
-    by_model: dict[int, list[_Unit]] = {}
+    # One forward needs one model and one trailing carrier shape (v2: its cells).
+    by_model: dict[tuple, list[_Unit]] = {}
     for data in embedded.values():
         for unit in data.units:
-            by_model.setdefault(id(unit.model), []).append(unit)
+            assert unit.carriers_BRD is not None
+            key = (id(unit.model), tuple(unit.carriers_BRD.shape[2:]))
+            by_model.setdefault(key, []).append(unit)
     plans = []
     for units in by_model.values():
         planned = plan_buckets(

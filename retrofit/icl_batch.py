@@ -8,8 +8,9 @@ padded with zero rows to one length and run through the ICL blocks in one
 forward, with no mask, and every real row's output is the one it gets alone.
 
 This module is host-agnostic. A host opts in by registering an
-:class:`ICLStage` for its *patched* class (an unpatched host has none, since
-padding is not exact there); :func:`run_padded_icl` pads, runs and unpads;
+:class:`ICLStage` for its class; only a *patched* model of that class gets
+it (padding is not exact on an unpatched host); :func:`run_padded_icl` pads,
+runs and unpads;
 :func:`plan_buckets` groups datasets by length so that the padding stays a
 bounded fraction of the work.
 
@@ -21,7 +22,9 @@ longest test part of the bucket)::
 with ``single_eval_pos = N``, so every key row is a train row or a null.
 
 Shape letters: B batch elements (ensemble members of one dataset), R rows
-(train then test), N train rows, M test rows, D ICL width, O decoder outputs.
+(train then test), N train rows, M test rows, D ICL width, O decoder outputs;
+``...`` the trailing carrier dimensions of a row (``D`` for v3, ``(C, D)`` for
+v2's per-cell carriers).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import torch
 from torch import nn
 
 from retrofit.errors import UnsupportedArchitectureError
+from retrofit.patcher import is_patched
 
 __all__ = [
     "DEFAULT_MAX_PADDED_FRACTION",
@@ -66,17 +70,17 @@ class ICLStage(Protocol):
     def embed(
         self, model: nn.Module, x_RBC: torch.Tensor, y_N: torch.Tensor, **forward_kwargs: Any
     ) -> torch.Tensor:
-        """ICL carriers ``(B, R, D)``, train rows first, target injected."""
+        """ICL carriers ``(B, R, ...)``, train rows first, target injected."""
         ...
 
     def run_blocks(
         self, model: nn.Module, x_BRD: torch.Tensor, num_train: int, **forward_kwargs: Any
     ) -> torch.Tensor:
-        """The ICL blocks over ``x_BRD`` with ``num_train`` key rows."""
+        """The ICL blocks over ``x_BRD`` (``(B, R, ...)``) with ``num_train`` key rows."""
         ...
 
     def decode(self, model: nn.Module, x_BMD: torch.Tensor) -> torch.Tensor:
-        """The host's output ``(M, B, O)`` for test carriers ``(B, M, D)``."""
+        """The host's output ``(M, B, O)`` for test carriers ``(B, M, ...)``."""
         ...
 
 
@@ -84,28 +88,32 @@ _ICL_STAGES: dict[type[nn.Module], ICLStage] = {}
 
 
 def register_icl_stage(host_class: type[nn.Module], stage: ICLStage) -> ICLStage:
-    """Registers ``stage`` for models of exactly ``host_class`` (a patched class)."""
+    """Registers ``stage`` for patched models of exactly ``host_class``."""
     _ICL_STAGES[host_class] = stage
     return stage
 
 
 def supports_padded_icl(model: nn.Module) -> bool:
-    """Whether ``model``'s exact class has a registered :class:`ICLStage`."""
-    return type(model) in _ICL_STAGES
+    """Whether ``model`` is patched and its exact class has a registered :class:`ICLStage`."""
+    return type(model) in _ICL_STAGES and is_patched(model)
 
 
 def icl_stage_for(model: nn.Module) -> ICLStage:
     """The registered :class:`ICLStage` of ``model``'s exact class.
 
     Raises:
-        UnsupportedArchitectureError: If there is none (e.g. an unpatched host).
+        UnsupportedArchitectureError: If there is none, or ``model`` is not patched.
     """
     stage = _ICL_STAGES.get(type(model))
     if stage is None:
         known = ", ".join(sorted(c.__name__ for c in _ICL_STAGES)) or "none"
         raise UnsupportedArchitectureError(
-            f"{type(model).__name__} has no null-padded ICL stage (hosts with one: {known}); "
-            "zero padding is exact only on a patched host whose ICL stage is closed"
+            f"{type(model).__name__} has no null-padded ICL stage (hosts with one: {known})"
+        )
+    if not is_patched(model):
+        raise UnsupportedArchitectureError(
+            f"{type(model).__name__} is not patched, so it has no null-padded ICL stage: "
+            "zero padding is exact only where the retrofit closes the ICL stage"
         )
     return stage
 
@@ -225,7 +233,8 @@ def pad_carriers(
     """Stacks ragged ICL carriers with zero rows (layout in the module docstring).
 
     Args:
-        carriers: ``(B_d, R_d, D)`` per dataset, train rows first.
+        carriers: ``(B_d, R_d, ...)`` per dataset, train rows first, one
+            trailing shape for all.
         num_train: ``N_d`` per dataset.
 
     Returns:
@@ -235,7 +244,7 @@ def pad_carriers(
     n_max = max(num_train)
     m_max = max(x.shape[1] - n for x, n in zip(carriers, num_train, strict=True))
     first = carriers[0]
-    x_BRD = first.new_zeros(sum(x.shape[0] for x in carriers), n_max + m_max, first.shape[2])
+    x_BRD = first.new_zeros((sum(x.shape[0] for x in carriers), n_max + m_max, *first.shape[2:]))
     start = 0
     for x, n in zip(carriers, num_train, strict=True):
         b, m = x.shape[0], x.shape[1] - n
@@ -257,7 +266,7 @@ def run_padded_icl(
 
     Args:
         model: A host with a registered :class:`ICLStage` (a patched host).
-        carriers: ``(B_d, R_d, D)`` per dataset, from the stage's ``embed``.
+        carriers: ``(B_d, R_d, ...)`` per dataset, from the stage's ``embed``.
         num_train: ``N_d`` per dataset.
         stats: Accumulates the padding counts when given.
         **forward_kwargs: Passed to the stage (e.g. ``performance_options``).

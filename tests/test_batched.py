@@ -13,6 +13,8 @@ The claims, each a test here:
   by ``FP32_LOGIT_RTOL`` relative to ``max(1, |log p|)`` (measured maximum
   1.7e-6, the embedded host, 4 estimators) and ``FP32_OUTPUT_TOL`` times the
   target's std (measured 4.6e-6 on the tiny host, 9.5e-7 on the embedded);
+* v2 (per-cell carriers, between-items attention closed) pads exactly to
+  within 4 ulps in float64 (its item projections see other matrix heights);
 * the same padding fed to the unpatched host changes its predictions, so
   the equivalence cannot pass vacuously;
 * bad input fails before anything is returned, naming the dataset.
@@ -28,14 +30,17 @@ import numpy as np
 import pytest
 import torch
 from _tiny_models import build_tiny_v3, save_tiny_checkpoint, tiny_inference_config, tiny_v3_config
+from test_patch_v2 import build_tiny_v2, save_tiny_v2_checkpoint
 
 import retrofit
 import retrofit.embedded
+import retrofit.hosts.v2 as hosts_v2
 import retrofit.hosts.v3_block as v3_block
 from patches import oattention_reference
 from retrofit import OTabPFNRegressor
 from retrofit.batched import predict_batched
 from retrofit.errors import BatchInputError, UnsupportedArchitectureError
+from retrofit.hosts.v2_icl_stage import V2ICLStage
 from retrofit.hosts.v3_icl_stage import V3ICLStage
 from retrofit.icl_batch import (
     PaddingStats,
@@ -66,17 +71,20 @@ def _tiny_checkpoint(tmp_path_factory):
 
 @contextlib.contextmanager
 def reference_kernel():
-    """The patched v3 blocks evaluate OAttention by the float64 reference oracle."""
-    fast = v3_block.oattention
+    """The patched v3 and v2 blocks evaluate OAttention by the float64 reference oracle."""
+    modules = (v3_block, hosts_v2)
+    fast = [m.oattention for m in modules]
 
     def reference(*args, validate=True, **kwargs):
         return oattention_reference(*args, **kwargs)
 
-    v3_block.oattention = reference
+    for module in modules:
+        module.oattention = reference
     try:
         yield
     finally:
-        v3_block.oattention = fast
+        for module, kernel in zip(modules, fast, strict=True):
+            module.oattention = kernel
 
 
 def _datasets(shapes=RAGGED, seed=0):
@@ -226,6 +234,86 @@ def test_the_same_padding_changes_the_unpatched_hosts_output():
     assert sorted(drifts)[1] > 1e-3, drifts
     with pytest.raises(UnsupportedArchitectureError, match="no null-padded ICL stage"):
         run_padded_icl(host, carriers, [y.shape[0] for _, y in sets])
+
+
+# ---- v2: per-cell carriers, between-items attention closed ------------------------------
+
+
+def _v2_sets(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(10, 4, 3), (25, 7, 4), (6, 2, 3), (18, 5, 4)]  # 2 or 3 feature groups
+    return [
+        (
+            torch.randn(n + m, 1, c, generator=g, dtype=torch.float64),
+            torch.randn(n, generator=g, dtype=torch.float64),
+        )
+        for n, m, c in shapes
+    ]
+
+
+def _v2_padded(model, stage, sets):
+    """Each trailing carrier shape (feature groups) in one padded forward."""
+    carriers = [stage.embed(model, x, y) for x, y in sets]
+    out = {}
+    for shape in {tuple(c.shape[2:]) for c in carriers}:
+        idx = [i for i, c in enumerate(carriers) if tuple(c.shape[2:]) == shape]
+        outs = run_padded_icl(model, [carriers[i] for i in idx], [sets[i][1].shape[0] for i in idx])
+        out.update(zip(idx, outs, strict=True))
+    return [out[i] for i in range(len(sets))]
+
+
+@pytest.mark.parametrize("mode", ["oattention", "full-o"])
+def test_v2_zero_padded_rows_give_each_dataset_its_own_output(mode):
+    # The v2 item attention projects every column's rows as one matrix: other
+    # heights round differently in the last place (measured: 2.2e-16, 1 ulp).
+    model = build_tiny_v2().double()
+    retrofit.patch(model, mode)
+    stage = icl_stage_for(model)
+    sets = _v2_sets()
+    with torch.no_grad(), reference_kernel():
+        alone = [model(x, y) for x, y in sets]
+        split = [
+            stage.decode(
+                model, stage.run_blocks(model, stage.embed(model, x, y), len(y))[:, len(y) :]
+            )
+            for x, y in sets
+        ]
+        padded = _v2_padded(model, stage, sets)
+    for a, b, c in zip(alone, split, padded, strict=True):
+        assert torch.equal(a, b)  # the split is tabpfn's forward
+        ulp = torch.finfo(torch.float64).eps * max(1.0, a.abs().max().item())
+        assert (a - c).abs().max().item() <= 4 * ulp
+
+
+def test_v2_the_same_padding_changes_the_unpatched_host():
+    host = build_tiny_v2().double()
+    sets = _v2_sets()[:3:2]  # two datasets with the same feature groups
+    stage = V2ICLStage()
+    with torch.no_grad():
+        alone = [host(x, y) for x, y in sets]
+        carriers = [stage.embed(host, x, y) for x, y in sets]
+        x_BRCD, n_max = pad_carriers(carriers, [len(y) for _, y in sets])
+        out = stage.run_blocks(host, x_BRCD, n_max)
+    m = len(sets[1][0]) - len(sets[1][1])
+    padded = stage.decode(host, out[1:2, n_max : n_max + m])
+    assert ((alone[1] - padded).abs().max() / alone[1].abs().max()).item() > 1e-3
+    with pytest.raises(UnsupportedArchitectureError, match="no null-padded ICL stage"):
+        run_padded_icl(host, carriers, [len(y) for _, y in sets])
+
+
+def test_v2_ragged_predict_batched_matches_per_dataset_predict(tmp_path):
+    path = save_tiny_v2_checkpoint(build_tiny_v2(), tmp_path / "tiny_v2_regressor.safetensors")
+    sets = _datasets([(30, 7, 3), (50, 12, 5), (12, 3, 2), (40, 9, 4), (22, 5, 3)])
+    for dtype, tol in ((torch.float64, 4 * 2.2e-16), (torch.float32, FP32_LOGIT_RTOL)):
+        kwargs = {"model_path": str(path), "n_estimators": 2, "inference_precision": dtype}
+        with reference_kernel() if dtype == torch.float64 else contextlib.nullcontext():
+            alone = _per_dataset(sets, **kwargs)
+            batched = predict_batched(
+                _est(**kwargs).fit(*sets[0][:2]).regressor_, *_lists(sets), output_type="full"
+            )
+        assert batched.padded and batched.stats.padded_rows > batched.stats.real_rows
+        for a, b in zip(alone, batched.results, strict=True):
+            assert _logit_gap(a["logits"].numpy(), b["logits"].numpy()) <= tol
 
 
 # ---- buckets ------------------------------------------------------------------------------

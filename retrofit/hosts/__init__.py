@@ -5,6 +5,6 @@ Importing this package registers every shipped table with
 ``retrofit/hosts/<name>.py`` and import it here.
 """
 
-from retrofit.hosts import v2, v3, v3_icl_stage
+from retrofit.hosts import v2, v2_icl_stage, v3, v3_icl_stage
 
-__all__ = ["v2", "v3", "v3_icl_stage"]
+__all__ = ["v2", "v2_icl_stage", "v3", "v3_icl_stage"]
