@@ -328,6 +328,7 @@ def predict_batched(
             fit per-dataset state (as tabpfn's ``predict_batched``).
         ValueError: Ragged input on a host whose ICL stage is not closed
             (tabpfn's own error).
+        UnsupportedArchitectureError: ``padded=True`` on such a host.
     """
     check_batch_lists(X_train_list, y_train_list, X_test_list)
     quantiles = _check_output_request(output_type, quantiles)
@@ -345,6 +346,7 @@ def predict_batched(
         )
         return BatchedPrediction(list(results), False, PaddingStats(), [])
     _refuse_per_dataset_state(regressor)
+    icl_stage_for(model)  # a host without a null-padded stage fails here, not per dataset
 
     n_data = len(X_train_list)
     results: list[Any] = [None] * n_data

@@ -446,6 +446,8 @@ def test_unpatched_host_keeps_tabpfns_ragged_error():
     est = _est(mode="none").fit(*_datasets()[0][:2])
     with pytest.raises(ValueError, match="ragged batches are not supported"):
         est.predict_batched(*_lists(_datasets()))
+    with pytest.raises(UnsupportedArchitectureError, match="no null-padded ICL stage"):
+        predict_batched(est.regressor_, *_lists(_datasets()), padded=True)
 
 
 # ---- errors -------------------------------------------------------------------------------
