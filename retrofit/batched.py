@@ -192,11 +192,15 @@ class _Dataset:
 
 
 def _worker_for(regressor: TabPFNRegressor) -> TabPFNRegressor:
-    """A fresh regressor with ``regressor``'s parameters, sharing its model object.
+    """A plain tabpfn regressor with ``regressor``'s tabpfn parameters, sharing its model.
 
-    (``sklearn.clone`` would deep-copy the in-memory model of ``model_path``.)
+    Always ``TabPFNRegressor`` itself, so a subclass's ``fit`` (which may load
+    and patch a host of its own) is not run per dataset; ``sklearn.clone``
+    would deep-copy the in-memory model of ``model_path``.
     """
-    worker = type(regressor)(**regressor.get_params(deep=False))
+    names = TabPFNRegressor._get_param_names()
+    params = regressor.get_params(deep=False)
+    worker = TabPFNRegressor(**{k: v for k, v in params.items() if k in names})
     worker.fit_mode = "fit_preprocessors"
     return worker
 
@@ -337,7 +341,9 @@ def predict_batched(
     if padded is None:
         padded = is_ragged(X_train_list, X_test_list) and supports_padded_icl(model)
     if not padded:
-        results = regressor.predict_batched(
+        # tabpfn's own method, also when ``regressor`` is a subclass overriding it.
+        results = TabPFNRegressor.predict_batched(
+            regressor,
             list(X_train_list),
             list(y_train_list),
             list(X_test_list),
