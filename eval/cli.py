@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
+from eval.benchmarks import DEFAULT_BATCHED_SIZES
 from eval.paper.executors import DEFAULT_CONNECT_TIMEOUT_S, EXECUTORS
 from eval.paper.protocol import (
     DEFAULT_EPS_DEN,
@@ -175,12 +176,40 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", default="embedded", help="host of the ICL shapes and estimator part")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--batched",
+        action="store_true",
+        help="benchmark ragged batched prediction instead (writes results/bench_batched)",
+    )
+    p.add_argument(
+        "--batched-sizes",
+        type=int,
+        nargs="+",
+        default=list(DEFAULT_BATCHED_SIZES),
+        metavar="N",
+        help=f"numbers of datasets (default {' '.join(map(str, DEFAULT_BATCHED_SIZES))})",
+    )
+    p.add_argument(
+        "--batched-rows",
+        type=int,
+        nargs=2,
+        default=[50, 500],
+        metavar=("MIN", "MAX"),
+        help="train rows per dataset (default 50 500, sized for a small CPU; 50 2000 on a GPU)",
+    )
+    p.add_argument(
+        "--batched-repeats", type=int, default=3, help="timed rounds per size (default 3)"
+    )
+    p.add_argument("--device", default="cpu", help="torch device of --batched (default cpu)")
     p.set_defaults(handler=_run_bench)
 
 
 def _run_bench(args: argparse.Namespace) -> int:
+    from eval.benchmarks.batched import bench_batched_command
     from eval.benchmarks.speed import bench_command
 
+    if args.batched:
+        return bench_batched_command(args)
     return bench_command(args)
 
 

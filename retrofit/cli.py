@@ -25,17 +25,28 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retrofit.console import PROG, one_line, run_command, status
+from retrofit.console import PRECISIONS, PROG, one_line, parse_precision, run_command, status
 from retrofit.errors import CommandError
 from retrofit.files import atomic_path
 from retrofit.outputs import check_output_dir, check_output_file, same_file
-from retrofit.settings import DEFAULT_SETTINGS, MODES, SUPPORTS, resolve_settings
+from retrofit.settings import (
+    DEFAULT_MAX_PADDED_FRACTION,
+    DEFAULT_SETTINGS,
+    MODES,
+    SUPPORTS,
+    resolve_settings,
+)
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-__all__ = ["add_subcommands", "run_patch", "run_predict"]
+__all__ = [
+    "add_subcommands",
+    "run_patch",
+    "run_predict",
+    "run_predict_batch",
+]
 
 _MODEL_HELP = (
     "the host: 'embedded' (the small shipped TabPFN v3 regressor, works offline), "
@@ -190,6 +201,43 @@ def _add_patch(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def _add_predict_batch(subparsers: Any) -> argparse.ArgumentParser:
+    """Registers ``predict-batch`` on an ``add_subparsers()`` object (sets ``handler``)."""
+    p = subparsers.add_parser(
+        "predict-batch",
+        help="predict many datasets (ragged ones too) in batched forwards from a manifest",
+        description=(
+            "Predict many datasets from a manifest (JSON or CSV listing name, train, test "
+            "and target per dataset): datasets of different sizes go through the patched "
+            "ICL stage in zero-padded, length-bucketed forwards, exactly as one predict "
+            "each; one OUT_DIR/<name>.csv of predictions per dataset."
+        ),
+    )
+    p.add_argument("manifest", metavar="MANIFEST", help="JSON or CSV listing train/test files")
+    p.add_argument("--out-dir", required=True, metavar="DIR", help="folder for <name>.csv files")
+    p.add_argument("--target", metavar="COL", help="target column of entries that name none")
+    p.add_argument("--model", default="embedded", help="host, as for 'predict' (embedded)")
+    p.add_argument("--mode", choices=MODES, help="retrofit mode (default: full-o)")
+    p.add_argument("--tau", type=float, help="presence temperature")
+    p.add_argument("--support", choices=SUPPORTS, help="n_eff of the length scaling")
+    p.add_argument("--eps-den", type=float, dest="eps_den", help="OAttention floor")
+    p.add_argument("--n-estimators", type=int, dest="n_estimators", metavar="N")
+    p.add_argument("--device", default="auto", help="torch device (default auto)")
+    p.add_argument("--precision", choices=PRECISIONS, default="auto")
+    p.add_argument("--seed", type=int, default=0, help="estimator random state (default 0)")
+    p.add_argument(
+        "--max-padded-fraction",
+        type=float,
+        default=DEFAULT_MAX_PADDED_FRACTION,
+        metavar="F",
+        help=f"bound on each length bucket's padded share (default {DEFAULT_MAX_PADDED_FRACTION})",
+    )
+    p.add_argument("--force", action="store_true", help="replace existing prediction files")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or status lines")
+    p.set_defaults(handler=run_predict_batch)
+    return p
+
+
 def add_subcommands(subparsers: Any) -> None:
     """Register ``predict`` and ``patch`` on an ``add_subparsers()`` object.
 
@@ -197,6 +245,7 @@ def add_subcommands(subparsers: Any) -> None:
     returning the exit status.
     """
     _add_predict(subparsers)
+    _add_predict_batch(subparsers)
     _add_patch(subparsers)
 
 
@@ -213,15 +262,6 @@ def _requested_settings(args: argparse.Namespace) -> dict[str, Any]:
     if args.eps_den is not None and not (math.isfinite(args.eps_den) and args.eps_den >= 0):
         raise CommandError(f"--eps-den must be a finite number >= 0, got {args.eps_den}")
     return {"mode": args.mode, "tau": args.tau, "support": args.support, "eps_den": args.eps_den}
-
-
-def _precision(name: str) -> Any:
-    import torch
-
-    precisions = {"auto": "auto", "float32": torch.float32, "float64": torch.float64}
-    if name not in precisions:
-        raise CommandError(f"unknown precision {name!r}; choose one of {', '.join(precisions)}")
-    return precisions[name]
 
 
 def _resolve_settings(model: str, requested: dict[str, Any]) -> dict[str, Any]:
@@ -425,7 +465,7 @@ def _predict(args: argparse.Namespace) -> int:
     _check_predict_out(args)
     requested = _requested_settings(args)
     if args.precision is not None:
-        _precision(args.precision)
+        parse_precision(args.precision)
     if args.n_estimators is not None and args.n_estimators < 1:
         raise CommandError(f"--n-estimators must be >= 1, got {args.n_estimators}")
     output_type, quantiles = _output_request(args)
@@ -442,7 +482,7 @@ def _predict(args: argparse.Namespace) -> int:
     if args.device is not None:
         params["device"] = args.device
     if args.precision is not None:
-        params["inference_precision"] = _precision(args.precision)
+        params["inference_precision"] = parse_precision(args.precision)
     if categorical:
         params["categorical_features_indices"] = categorical
     if args.ignore_pretraining_limits:
@@ -516,6 +556,13 @@ def _patch(args: argparse.Namespace) -> int:
 def run_predict(args: argparse.Namespace) -> int:
     """Runs ``predict`` on parsed arguments; returns the exit status."""
     return run_command(f"{PROG} predict", lambda: _predict(args))
+
+
+def run_predict_batch(args: argparse.Namespace) -> int:
+    """Runs ``predict-batch`` on parsed arguments; returns the exit status."""
+    from retrofit import cli_batch  # pandas, torch and the estimator, when it runs
+
+    return cli_batch.run(args)
 
 
 def run_patch(args: argparse.Namespace) -> int:

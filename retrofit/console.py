@@ -25,16 +25,18 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
 from retrofit.errors import CommandError, RetrofitWarning
 
 __all__ = [
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
+    "PRECISIONS",
     "PROG",
     "OneLineArgumentParser",
     "one_line",
+    "parse_precision",
     "quiet_libraries",
     "run_command",
     "run_main",
@@ -45,6 +47,8 @@ __all__ = [
 PROG = "tabpfn-retrofit"
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
+#: The ``--precision`` names: tabpfn's "auto", or a fixed dtype.
+PRECISIONS: tuple[str, ...] = ("auto", "float32", "float64")
 
 
 # CSI sequences (colours, cursor moves), OSC sequences (titles, links) and other
@@ -165,3 +169,12 @@ def status(args: argparse.Namespace, message: str) -> None:
     """A progress line on stderr, unless the command was given ``--quiet``."""
     if not getattr(args, "quiet", False):
         print(f"[{PROG}] {strip_ansi(message)}", file=sys.stderr, flush=True)
+
+
+def parse_precision(name: str) -> Any:
+    """``--precision NAME`` as tabpfn's ``inference_precision`` (one of :data:`PRECISIONS`)."""
+    import torch
+
+    if name not in PRECISIONS:
+        raise CommandError(f"unknown precision {name!r}; choose one of {', '.join(PRECISIONS)}")
+    return name if name == "auto" else getattr(torch, name)

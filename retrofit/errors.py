@@ -13,6 +13,7 @@ from __future__ import annotations
 __all__ = [
     "AlreadyPatched",
     "AlreadyPatchedError",
+    "BatchInputError",
     "CheckpointNotFound",
     "CheckpointNotFoundError",
     "CommandError",
@@ -121,6 +122,10 @@ class RetrofitWarning(UserWarning):
     A command prints these as one line each and keeps every other library's
     warnings off stderr (``retrofit.console``).
     """
+
+
+class BatchInputError(RetrofitError, ValueError):
+    """A batched prediction's input lists are malformed; the message names the dataset."""
 
 
 # The first release's names, kept so user code that catches them still works.

@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
+from sklearn.base import clone
 from tabpfn import ModelSpecs, TabPFNRegressor, model_loading
 
+from retrofit.batched import check_batch_lists, is_ragged, predict_batched
 from retrofit.errors import SettingsConflictError
 from retrofit.loading import resolve_for_tabpfn
 from retrofit.patcher import PatchReport, patch
@@ -225,6 +227,68 @@ class OTabPFNRegressor(TabPFNRegressor):
         self.settings_ = settings.to_dict()
         self.patch_reports_ = reports
         return byte_size
+
+    def predict_batched(
+        self,
+        X_train_list: list[Any],
+        y_train_list: list[Any],
+        X_test_list: list[Any],
+        *,
+        output_type: str = "mean",
+        quantiles: list[float] | None = None,
+    ) -> list[Any]:
+        """``TabPFNRegressor.predict_batched``, for datasets of different shapes too.
+
+        Same-shape input is tabpfn's own ``predict_batched``, in every mode. Ragged
+        input on a patched host runs each dataset's stages before ICL as
+        ``predict`` does and its ICL stage in zero-padded, length-bucketed forwards,
+        which the retrofit makes exact (:func:`retrofit.batched.predict_batched`,
+        which also reports the padding); with ``mode="none"`` it keeps tabpfn's
+        error. ``self`` is left unchanged.
+
+        Raises:
+            BatchInputError: Malformed lists or datasets (the message names the index).
+        """
+        check_batch_lists(X_train_list, y_train_list, X_test_list)
+        if not is_ragged(X_train_list, X_test_list):
+            return super().predict_batched(
+                X_train_list,
+                y_train_list,
+                X_test_list,
+                output_type=output_type,
+                quantiles=quantiles,
+            )
+        return predict_batched(
+            self.batched_host(),
+            X_train_list,
+            y_train_list,
+            X_test_list,
+            output_type=output_type,
+            quantiles=quantiles,
+        ).results
+
+    def batched_host(self) -> TabPFNRegressor:
+        """A plain ``TabPFNRegressor`` over this estimator's (patched) model, by reference.
+
+        Loads and patches the model first on a clone when this estimator is not
+        fitted, so ``self`` is left unchanged either way.
+        """
+        source = self if hasattr(self, "models_") else clone(self)
+        if source is not self:
+            source._initialize_model_variables()
+        names = TabPFNRegressor._get_param_names()
+        params = {k: v for k, v in self.get_params(deep=False).items() if k in names}
+        specs = [
+            ModelSpecs(
+                model=model,
+                architecture_config=config,
+                inference_config=source.inference_config_,
+                norm_criterion=source.znorm_space_bardist_,
+            )
+            for model, config in zip(source.models_, source.configs_, strict=True)
+        ]
+        params["model_path"] = specs[0] if len(specs) == 1 else specs
+        return TabPFNRegressor(**params)
 
     def _get_tuning_regressor(self, **overwrite_kwargs: Any) -> OTabPFNRegressor:
         """The holdout regressor tabpfn builds for ``tuning_config``, as one of this class."""

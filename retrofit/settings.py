@@ -30,6 +30,7 @@ from patches.presence import check_tau
 from retrofit.errors import InvalidPatchConfigError, SettingsConflictError
 
 __all__ = [
+    "DEFAULT_MAX_PADDED_FRACTION",
     "DEFAULT_SETTINGS",
     "DEFAULT_TAU_BY_HOST",
     "MODES",
@@ -55,6 +56,9 @@ MODES: tuple[str, ...] = ("none", *PATCH_MODES)
 SUPPORTS: tuple[str, ...] = ("count", "mass")
 #: The settings, in :func:`retrofit.patch`'s names.
 SETTING_NAMES: tuple[str, ...] = ("mode", "tau", "support", "eps_den")
+#: Bound on each length bucket's padded share of rows and of attention cells
+#: in a ragged batched prediction (``retrofit.batched``).
+DEFAULT_MAX_PADDED_FRACTION: float = 0.25
 #: What an unset setting means, unless a saved directory says otherwise.
 DEFAULT_SETTINGS: Mapping[str, Any] = {
     "mode": "full-o",

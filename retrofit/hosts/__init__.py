@@ -15,6 +15,6 @@ host class                table               blocks swapped
 ========================  ==================  ==========================================
 """
 
-from retrofit.hosts import v2, v3, v3_5
+from retrofit.hosts import v2, v2_icl_stage, v3, v3_5, v3_icl_stage
 
-__all__ = ["v2", "v3", "v3_5"]
+__all__ = ["v2", "v2_icl_stage", "v3", "v3_5", "v3_icl_stage"]

@@ -1,0 +1,343 @@
+"""Benchmark of ragged batched prediction (``tabpfn-retrofit bench --batched``).
+
+For each size ``N`` it draws ``N`` synthetic regression datasets of random
+shapes (train rows log-uniform in ``[min_rows, max_rows]``, a quarter as many
+test rows, 2 to 10 features) and times, interleaved in a fresh random order
+each round (so load drift on a shared machine hits every peer alike):
+
+* ``batched``: :func:`retrofit.batched.predict_batched` on the patched host
+  (per-dataset stages before ICL, null-padded ICL forwards per length bucket);
+* ``loop``: ``fit`` + ``predict`` per dataset with tabpfn's regressor sharing
+  the same patched model object (no reload: the strongest loop baseline).
+
+Where shapes match, a second set of ``N`` datasets of one shape adds
+``tabpfn_same_shape`` (tabpfn's own ``predict_batched``) and ``padded_same_shape``
+(the padded path forced on the same input). Reported per peer: median seconds
+per dataset over rounds, the paired per-round ratio to the loop with a
+bootstrap interval, the median peak resident memory a call adds (``VmHWM``
+after a reset through ``/proc/self/clear_refs``; Linux only), and for the
+padded path the buckets and the padded fraction of rows and of attention
+cells. Results go to ``bench_batched.json`` and ``bench_batched.md`` with
+provenance; no test asserts a time. The default rows (50 to 500) are sized
+for a small shared CPU; give ``--batched-rows 50 2000`` on a larger machine
+or with ``--device cuda``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eval.benchmarks import DEFAULT_BATCHED_SIZES
+from eval.benchmarks.speed import _environment, _status_kib, paired_ratio
+
+__all__ = [
+    "DEFAULT_SIZES",
+    "bench_batched",
+    "bench_batched_command",
+    "ragged_datasets",
+    "render_batched_markdown",
+]
+
+DEFAULT_SIZES = DEFAULT_BATCHED_SIZES
+Datasets = list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def ragged_datasets(
+    n: int,
+    *,
+    min_rows: int = 50,
+    max_rows: int = 2000,
+    seed: int = 0,
+    same_shape: bool = False,
+) -> Datasets:
+    """``n`` synthetic regression datasets ``(X_train, y_train, X_test)``.
+
+    Train rows are log-uniform in ``[min_rows, max_rows]`` (one draw for all
+    when ``same_shape``), test rows a quarter of them (at least 5), features
+    2 to 10 (one draw when ``same_shape``); targets a random linear function
+    plus a sine and noise.
+    """
+    rng = np.random.default_rng(seed)
+    out = []
+    fixed = None
+    for _ in range(n):
+        if fixed is None or not same_shape:
+            n_train = int(np.exp(rng.uniform(np.log(min_rows), np.log(max_rows))))
+            fixed = (n_train, max(5, n_train // 4), int(rng.integers(2, 11)))
+        n_train, n_test, n_feat = fixed
+        X = rng.normal(size=(n_train + n_test, n_feat))
+        w = rng.normal(size=n_feat)
+        y = X @ w + np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=len(X))
+        out.append((X[:n_train], y[:n_train], X[n_train:]))
+    return out
+
+
+def _timed_with_peak(fn: Callable[[], Any]) -> tuple[float, int | None]:
+    """Seconds of one call of ``fn`` and the peak resident memory it adds.
+
+    The peak is Linux's ``VmHWM`` after a reset through ``/proc/self/clear_refs``
+    (None where that is unavailable); the reset happens before the clock starts.
+    """
+    before = _status_kib("VmRSS")
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+        resettable = True
+    except OSError:
+        resettable = False
+    t0 = time.perf_counter()
+    fn()
+    seconds = time.perf_counter() - t0
+    peak = _status_kib("VmHWM") if resettable else None
+    return seconds, None if peak is None or before is None else (peak - before) * 1024
+
+
+def _peers(
+    template: Any, datasets: Datasets, same_shape: bool
+) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
+    from tabpfn import TabPFNRegressor
+
+    from retrofit.batched import predict_batched
+
+    X_tr, y_tr, X_te = ([d[k] for d in datasets] for k in range(3))
+    last: dict[str, Any] = {}
+
+    def loop() -> None:
+        for X, y, Xt in datasets:
+            worker = TabPFNRegressor(**template.get_params(deep=False))
+            worker.fit(X, y)
+            worker.predict(Xt)
+
+    def padded() -> None:
+        last["padded"] = predict_batched(template, X_tr, y_tr, X_te, padded=True)
+
+    peers: dict[str, Callable[[], Any]] = {"loop": loop}
+    if same_shape:
+        peers["padded_same_shape"] = padded
+        peers["tabpfn_same_shape"] = lambda: predict_batched(
+            template, X_tr, y_tr, X_te, padded=False
+        )
+    else:
+        peers["batched"] = padded
+    return peers, last
+
+
+def _bench_set(
+    template: Any,
+    datasets: Datasets,
+    *,
+    same_shape: bool,
+    repeats: int,
+    seed: int,
+    warmup: bool,
+    progress: Callable[[str], None] | None,
+) -> dict[str, Any]:
+    peers, last = _peers(template, datasets, same_shape)
+    names = list(peers)
+    if warmup:  # one-time costs (thread pools, kernel tables) outside the rounds
+        for name in names:
+            peers[name]()
+    rng = random.Random(seed)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    memory: dict[str, list[int | None]] = {name: [] for name in names}
+    for r in range(repeats):
+        order = names[:]
+        rng.shuffle(order)
+        for name in order:
+            seconds, peak = _timed_with_peak(peers[name])
+            times[name].append(seconds / len(datasets))
+            memory[name].append(peak)
+        if progress:
+            progress(
+                f"  round {r + 1}/{repeats}: "
+                + ", ".join(f"{n} {times[n][-1] * 1e3:.1f} ms/dataset" for n in names)
+            )
+    stats = last["padded"].stats
+    rows = {
+        name: {
+            "median_s_per_dataset": float(np.median(t)),
+            "s_per_dataset": t,
+            "ratio_to_loop": paired_ratio(t, times["loop"], seed=seed) if name != "loop" else None,
+            "peak_extra_bytes": _median_or_none(memory[name]),
+        }
+        for name, t in times.items()
+    }
+    shapes = [(len(X), len(Xt), X.shape[1]) for X, _, Xt in datasets]
+    return {
+        "n_datasets": len(datasets),
+        "same_shape": same_shape,
+        "train_rows": [s[0] for s in shapes],
+        "test_rows": [s[1] for s in shapes],
+        "features": [s[2] for s in shapes],
+        "peers": rows,
+        "padding": stats.to_dict(),
+        "n_buckets": len(last["padded"].buckets),
+    }
+
+
+def _median_or_none(values: list[int | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(np.median(known)) if known else None
+
+
+def bench_batched(
+    out_dir: str | os.PathLike[str] = "results/bench_batched",
+    *,
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    min_rows: int = 50,
+    max_rows: int = 500,
+    repeats: int = 3,
+    model_path: str = "embedded",
+    device: str = "cpu",
+    n_estimators: int | str = "auto",
+    threads: int | None = None,
+    seed: int = 0,
+    same_shape_up_to: int = 32,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Runs the batched benchmark and writes ``bench_batched.{json,md}`` to ``out_dir``.
+
+    Args:
+        out_dir: Output directory.
+        sizes: Numbers of datasets.
+        min_rows: Fewest train rows of a dataset.
+        max_rows: Most train rows of a dataset.
+        repeats: Timed rounds per size.
+        model_path: The host (patched in Full-O).
+        device: Torch device of the estimator.
+        n_estimators: Ensemble size (``"auto"``: the checkpoint's).
+        threads: torch threads (default: keep).
+        seed: Seed of the datasets and the round orders.
+        same_shape_up_to: Also compare with tabpfn's same-shape ``predict_batched``
+            on sizes up to this many datasets (0: never).
+        progress: Receives one line per finished measurement.
+
+    Returns:
+        The report written to ``bench_batched.json``.
+    """
+    import torch
+
+    from eval.provenance import provenance_dict, write_json_atomic, write_text_atomic
+    from retrofit import OTabPFNRegressor
+
+    if threads:
+        torch.set_num_threads(threads)
+    env_start = _environment()
+    first = ragged_datasets(1, min_rows=min_rows, max_rows=min_rows, seed=seed)[0]
+    estimator = OTabPFNRegressor(
+        model_path=model_path,
+        device=device,
+        n_estimators=n_estimators,
+        inference_precision=torch.float32,
+        ignore_pretraining_limits=True,
+        random_state=seed,
+    ).fit(first[0], first[1])
+    template = estimator.regressor_
+    report: dict[str, Any] = {
+        "model_path": model_path,
+        "device": device,
+        "dtype": "float32",
+        "n_estimators": int(template.n_estimators_),
+        "mode": estimator.settings_["mode"],
+        "rows": [min_rows, max_rows],
+        "repeats": repeats,
+        "threads": torch.get_num_threads(),
+        "cases": [],
+    }
+    for n in sizes:
+        for shared in (False, True) if n <= same_shape_up_to else (False,):
+            data = ragged_datasets(
+                n, min_rows=min_rows, max_rows=max_rows, seed=seed + n, same_shape=shared
+            )
+            if progress:
+                kind = "same-shape" if shared else "ragged"
+                progress(f"{n} {kind} datasets, {sum(len(d[0]) for d in data)} train rows")
+            case = _bench_set(
+                template,
+                data,
+                same_shape=shared,
+                repeats=repeats,
+                seed=seed,
+                warmup=not report["cases"],
+                progress=progress,
+            )
+            report["cases"].append(case)
+    report["environment"] = {"start": env_start, "end": _environment()}
+    report["provenance"] = provenance_dict(
+        benchmark="eval.benchmarks.batched", seed=seed, sizes=list(sizes)
+    )
+    out = Path(out_dir)
+    write_json_atomic(out / "bench_batched.json", report)
+    write_text_atomic(out / "bench_batched.md", render_batched_markdown(report))
+    return report
+
+
+def _mib(b: int | None) -> str:
+    return "n/a" if b is None else f"{b / 2**20:.0f}"
+
+
+def render_batched_markdown(report: dict[str, Any]) -> str:
+    """The report as a Markdown table, one row per case and peer."""
+    lines = [
+        "# Ragged batched prediction: null-padded ICL vs a loop of fit/predict",
+        "",
+        f"Host `{report['model_path']}` ({report['mode']}, {report['n_estimators']} estimators), "
+        f"{report['device']}, {report['dtype']}, {report['threads']} torch threads; "
+        f"train rows {report['rows'][0]}-{report['rows'][1]}; medians of "
+        f"{report['repeats']} interleaved rounds. Ratio: per-round time / loop time "
+        "(median, 95% bootstrap interval); below 1 is faster than the loop.",
+        "",
+        "| datasets | shapes | peer | ms / dataset | ratio to loop | peak MiB | "
+        "buckets | padded rows | padded cells |",
+        "|---:|---|---|---:|---|---:|---:|---:|---:|",
+    ]
+    for case in report["cases"]:
+        pad = case["padding"]
+        for name, row in case["peers"].items():
+            r = row["ratio_to_loop"]
+            ratio = (
+                "1" if r is None else f"{r['ratio']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+            )
+            padding = ["", "", ""]
+            if name in ("batched", "padded_same_shape"):
+                padding = [
+                    str(case["n_buckets"]),
+                    f"{pad['padded_row_fraction']:.1%}",
+                    f"{pad['padded_cell_fraction']:.1%}",
+                ]
+            shapes = "same" if case["same_shape"] else "ragged"
+            lines.append(
+                f"| {case['n_datasets']} | {shapes} | {name} "
+                f"| {row['median_s_per_dataset'] * 1e3:.1f} | {ratio} "
+                f"| {_mib(row['peak_extra_bytes'])} | " + " | ".join(padding) + " |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def bench_batched_command(args: Any) -> int:
+    """``tabpfn-retrofit bench --batched``."""
+    out = args.out or ("results/bench_batched/quick" if args.quick else "results/bench_batched")
+    sizes = [2, 3] if args.quick else args.batched_sizes
+    rows = [20, 60] if args.quick else args.batched_rows
+    bench_batched(
+        out,
+        sizes=sizes,
+        min_rows=rows[0],
+        max_rows=rows[1],
+        repeats=1 if args.quick else args.batched_repeats,
+        model_path=args.model,
+        device=args.device,
+        n_estimators=1 if args.quick else "auto",
+        threads=args.threads,
+        seed=args.seed,
+        progress=lambda line: print(line, flush=True),
+    )
+    print(f"wrote {out}/bench_batched.json and bench_batched.md")
+    return 0

@@ -1,0 +1,246 @@
+"""``tabpfn-retrofit predict-batch``: many datasets in one batched prediction.
+
+A manifest lists the datasets, as JSON (a list of objects, or
+``{"target": COL, "datasets": [...]}``) or as CSV with a header; each entry
+has ``train`` and ``test`` (CSV files; relative paths are read from the
+manifest's folder), and optionally ``name`` (default: its position) and
+``target`` (default: ``--target``). Every dataset is predicted by
+:func:`retrofit.batched.predict_batched`; ragged datasets share null-padded
+ICL forwards on a patched host. One file per dataset, ``OUT_DIR/<name>.csv``
+with the columns ``row``, the target (when the test file has it) and
+``prediction``, is written atomically after every prediction is made, so a
+failure leaves no file half-written. Errors name the dataset.
+
+:func:`add_parser` registers the command on the console script's parser,
+:func:`run` runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from retrofit.batched import check_batch_lists, predict_batched
+from retrofit.console import parse_precision, run_command
+from retrofit.errors import BatchInputError, CommandError, RetrofitError
+from retrofit.estimator import OTabPFNRegressor
+
+__all__ = ["ManifestError", "read_manifest", "run"]
+
+PROG = "tabpfn-retrofit predict-batch"
+
+
+class ManifestError(RetrofitError, ValueError):
+    """The manifest or a file it names cannot be used; the message names the dataset."""
+
+
+def read_manifest(path: str | Path, default_target: str | None = None) -> list[dict[str, Any]]:
+    """The manifest's entries as dicts with ``name``, ``train``, ``test``, ``target``.
+
+    Raises:
+        ManifestError: A missing or unreadable manifest, an entry without
+            ``train``/``test``/target, or two entries with one name.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ManifestError(f"manifest not found: {path}")
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(path.read_text())
+            if isinstance(data, dict):
+                default_target = data.get("target", default_target)
+                data = data.get("datasets")
+            if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
+                raise ManifestError(f"{path}: expected a list of dataset objects")
+            raw = data
+        else:
+            raw = pd.read_csv(path, dtype=str, keep_default_na=False).to_dict("records")
+    except (json.JSONDecodeError, pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise ManifestError(f"cannot read manifest {path}: {err}") from None
+    if not raw:
+        raise ManifestError(f"manifest {path} lists no datasets")
+    entries = []
+    for i, entry in enumerate(raw):
+        name = str(entry.get("name") or i)
+        where = f"dataset {i} ({name})"
+        for key in ("train", "test"):
+            if not entry.get(key):
+                raise ManifestError(f"{where}: the manifest gives no {key!r} file")
+        target = entry.get("target") or default_target
+        if not target:
+            raise ManifestError(f"{where}: no target column (give one or use --target)")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+            raise ManifestError(f"{where}: the name must be letters, digits, '_', '.', '-'")
+        entries.append(
+            {
+                "name": name,
+                "train": path.parent / Path(entry["train"]).expanduser(),
+                "test": path.parent / Path(entry["test"]).expanduser(),
+                "target": str(target),
+            }
+        )
+    names = [e["name"] for e in entries]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ManifestError(f"manifest {path} repeats the dataset name(s) {', '.join(dupes)}")
+    return entries
+
+
+def _read_frame(path: Path, where: str, role: str) -> pd.DataFrame:
+    if not path.is_file():
+        raise ManifestError(f"{where}: {role} file not found: {path}")
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise ManifestError(f"{where}: cannot read {role} file {path}: {err}") from None
+    if frame.shape[0] == 0:
+        raise ManifestError(f"{where}: {role} file {path} has no data rows")
+    return frame
+
+
+def _numeric(frame: pd.DataFrame, columns: list[str], where: str, path: Path) -> np.ndarray:
+    out = frame[columns].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
+    bad = np.isnan(out) & frame[columns].notna().to_numpy()
+    if bad.any():
+        row, col = (int(v[0]) for v in np.nonzero(bad))
+        raise ManifestError(
+            f"{where}: column {columns[col]!r} of {path} is not numeric in data row {row}"
+        )
+    return out
+
+
+def _load(entry: dict[str, Any], i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
+    """``X_train, y_train, X_test, y_test or None`` of one manifest entry."""
+    where = f"dataset {i} ({entry['name']})"
+    target = entry["target"]
+    train = _read_frame(entry["train"], where, "train")
+    if target not in train.columns:
+        raise ManifestError(f"{where}: target column {target!r} not in {entry['train']}")
+    features = [c for c in train.columns if c != target]
+    test = _read_frame(entry["test"], where, "test")
+    missing = [c for c in features if c not in test.columns]
+    if missing:
+        raise ManifestError(f"{where}: {entry['test']} lacks feature column(s) {missing}")
+    y_test = _numeric(test, [target], where, entry["test"])[:, 0] if target in test else None
+    return (
+        _numeric(train, features, where, entry["train"]),
+        _numeric(train, [target], where, entry["train"])[:, 0],
+        _numeric(test, features, where, entry["test"]),
+        y_test,
+    )
+
+
+def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            frame.to_csv(fh, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _named(err: Exception, names: list[str]) -> str:
+    """The message with ``dataset i`` followed by the dataset's name."""
+    text = " ".join(str(err).split())
+    match = re.match(r"dataset (\d+):", text)
+    if match and int(match.group(1)) < len(names):
+        i = int(match.group(1))
+        return f"dataset {i} ({names[i]}):" + text[match.end() :]
+    return text
+
+
+def _predict_batch(args: argparse.Namespace) -> int:
+    entries = read_manifest(args.manifest, args.target)
+    names = [e["name"] for e in entries]
+    out_dir = Path(args.out_dir).expanduser()
+    if not out_dir.is_dir():
+        raise ManifestError(f"--out-dir {out_dir} is not an existing folder")
+    targets = [out_dir / f"{name}.csv" for name in names]
+    existing = [str(t) for t in targets if t.exists()]
+    if existing and not args.force:
+        raise ManifestError(f"prediction file(s) exist (use --force): {', '.join(existing)}")
+    data = [_load(entry, i) for i, entry in enumerate(entries)]
+    X_train, y_train, X_test = ([d[k] for d in data] for k in range(3))
+    check_batch_lists(X_train, y_train, X_test)
+
+    params: dict[str, Any] = {
+        "mode": args.mode,
+        "tau": args.tau,
+        "support": args.support,
+        "eps_den": args.eps_den,
+        "model_path": args.model,
+        "device": args.device,
+        "inference_precision": parse_precision(args.precision),
+        "random_state": args.seed,
+    }
+    if args.n_estimators is not None:
+        params["n_estimators"] = args.n_estimators
+    estimator = OTabPFNRegressor(**params).fit(X_train[0], y_train[0])
+    bars: dict[str, Any] = {}
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if args.quiet:
+            return
+        label = {"embed": "datasets embedded", "icl": "ICL forwards"}[phase]
+        if phase not in bars:
+            bars[phase] = tqdm(total=total, desc=label, file=sys.stderr)
+        bar = bars[phase]
+        bar.update(done - bar.n)
+
+    try:
+        batch = predict_batched(
+            estimator.regressor_,
+            X_train,
+            y_train,
+            X_test,
+            max_padded_fraction=args.max_padded_fraction,
+            progress=progress,
+        )
+    finally:
+        for bar in bars.values():
+            bar.close()
+    for entry, (_, _, _, y_test), prediction, path in zip(
+        entries, data, batch.results, targets, strict=True
+    ):
+        frame = pd.DataFrame({"row": np.arange(len(prediction))})
+        if y_test is not None:
+            frame[entry["target"]] = y_test
+        frame["prediction"] = np.asarray(prediction, dtype=np.float64)
+        _write_atomic(frame, path)
+    if not args.quiet:
+        how = (
+            f"{len(batch.buckets)} length buckets, padded rows "
+            f"{batch.stats.padded_row_fraction:.1%}, padded attention cells "
+            f"{batch.stats.padded_cell_fraction:.1%}"
+            if batch.padded
+            else "tabpfn's same-shape predict_batched"
+        )
+        print(f"[{PROG}] {how}", file=sys.stderr)
+    print(f"wrote {len(targets)} prediction files to {out_dir}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs ``predict-batch`` under the shared guard: a failure is one line, exit status 2."""
+    return run_command(PROG, lambda: _run_naming_the_dataset(args))
+
+
+def _run_naming_the_dataset(args: argparse.Namespace) -> int:
+    entries_names: list[str] = []
+    try:
+        entries_names = [e["name"] for e in read_manifest(args.manifest, args.target)]
+        return _predict_batch(args)
+    except (BatchInputError, ManifestError) as err:
+        raise CommandError(_named(err, entries_names)) from err

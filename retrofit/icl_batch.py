@@ -1,0 +1,289 @@
+"""Exact ragged batching of the ICL stage by null padding.
+
+After the retrofit a zero carrier in the ICL stage is a true NULL: it gets an
+exactly zero update (so it stays zero through every block), it adds no mass to
+any softmax denominator, and it does not count in ``n_eff``. So the ICL
+carriers of datasets with different numbers of train and test rows can be
+padded with zero rows to one length and run through the ICL blocks in one
+forward, with no mask, and every real row's output is the one it gets alone.
+
+This module is host-agnostic. A host opts in by registering an
+:class:`ICLStage` for its class; only a *patched* model of that class gets
+it (padding is not exact on an unpatched host); :func:`run_padded_icl` pads,
+runs and unpads;
+:func:`plan_buckets` groups datasets by length so that the padding stays a
+bounded fraction of the work.
+
+Layout of one padded batch element (``N`` = longest train part, ``M`` =
+longest test part of the bucket)::
+
+    [ train rows (N_d) | zeros (N - N_d) | test rows (M_d) | zeros (M - M_d) ]
+
+with ``single_eval_pos = N``, so every key row is a train row or a null.
+
+Shape letters: B batch elements (ensemble members of one dataset), R rows
+(train then test), N train rows, M test rows, D ICL width, O decoder outputs;
+``...`` the trailing carrier dimensions of a row (``D`` for v3, ``(C, D)`` for
+v2's per-cell carriers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from retrofit.errors import UnsupportedArchitectureError
+from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION
+from retrofit.tables import is_patched
+
+__all__ = [
+    "DEFAULT_MAX_PADDED_FRACTION",
+    "DEFAULT_MAX_ROWS_PER_FORWARD",
+    "ICLStage",
+    "PaddingStats",
+    "icl_stage_for",
+    "pad_carriers",
+    "plan_buckets",
+    "register_icl_stage",
+    "run_padded_icl",
+    "supports_padded_icl",
+]
+
+#: Bound on the padded rows (summed over the batch) of one ICL forward.
+DEFAULT_MAX_ROWS_PER_FORWARD = 200_000
+
+
+class ICLStage(Protocol):
+    """A host's ICL stage, split where the padded batch runs.
+
+    ``embed`` runs everything before the ICL blocks for one dataset exactly as
+    the host's ``forward`` does (returning the carriers with the train target
+    already injected); ``run_blocks`` runs the patched ICL blocks;
+    ``decode`` maps the test rows' carriers to the host's output.
+    """
+
+    def embed(
+        self, model: nn.Module, x_RBC: torch.Tensor, y_N: torch.Tensor, **forward_kwargs: Any
+    ) -> torch.Tensor:
+        """ICL carriers ``(B, R, ...)``, train rows first, target injected."""
+        ...
+
+    def run_blocks(
+        self, model: nn.Module, x_BRD: torch.Tensor, num_train: int, **forward_kwargs: Any
+    ) -> torch.Tensor:
+        """The ICL blocks over ``x_BRD`` (``(B, R, ...)``) with ``num_train`` key rows."""
+        ...
+
+    def decode(self, model: nn.Module, x_BMD: torch.Tensor) -> torch.Tensor:
+        """The host's output ``(M, B, O)`` for test carriers ``(B, M, ...)``."""
+        ...
+
+
+_ICL_STAGES: dict[type[nn.Module], ICLStage] = {}
+
+
+def register_icl_stage(host_class: type[nn.Module], stage: ICLStage) -> ICLStage:
+    """Registers ``stage`` for patched models of exactly ``host_class``."""
+    _ICL_STAGES[host_class] = stage
+    return stage
+
+
+def supports_padded_icl(model: nn.Module) -> bool:
+    """Whether ``model`` is patched and its exact class has a registered :class:`ICLStage`."""
+    return type(model) in _ICL_STAGES and is_patched(model)
+
+
+def icl_stage_for(model: nn.Module) -> ICLStage:
+    """The registered :class:`ICLStage` of ``model``'s exact class.
+
+    Raises:
+        UnsupportedArchitectureError: If there is none, or ``model`` is not patched.
+    """
+    stage = _ICL_STAGES.get(type(model))
+    if stage is None:
+        known = ", ".join(sorted(c.__name__ for c in _ICL_STAGES)) or "none"
+        raise UnsupportedArchitectureError(
+            f"{type(model).__name__} has no null-padded ICL stage (hosts with one: {known})"
+        )
+    if not is_patched(model):
+        raise UnsupportedArchitectureError(
+            f"{type(model).__name__} is not patched, so it has no null-padded ICL stage: "
+            "zero padding is exact only where the retrofit closes the ICL stage"
+        )
+    return stage
+
+
+@dataclasses.dataclass
+class PaddingStats:
+    """How much of the padded work was padding, summed over forwards.
+
+    Attributes:
+        real_rows: Rows of the datasets (train plus test), per batch element.
+        padded_rows: Rows of the padded tensors.
+        real_cells: Query-key pairs of the datasets' own attention.
+        padded_cells: Query-key pairs the padded forwards computed.
+        forwards: Number of padded ICL forwards.
+    """
+
+    real_rows: int = 0
+    padded_rows: int = 0
+    real_cells: int = 0
+    padded_cells: int = 0
+    forwards: int = 0
+
+    @property
+    def padded_row_fraction(self) -> float:
+        """Share of the computed rows that were padding."""
+        return 1.0 - self.real_rows / self.padded_rows if self.padded_rows else 0.0
+
+    @property
+    def padded_cell_fraction(self) -> float:
+        """Share of the computed attention cells that involved padding."""
+        return 1.0 - self.real_cells / self.padded_cells if self.padded_cells else 0.0
+
+    def add(self, shapes: Sequence[tuple[int, int]], batch: Sequence[int] | None = None) -> None:
+        """Counts one padded forward over datasets of ``(n_train, n_test)`` shapes.
+
+        Args:
+            shapes: ``(n_train, n_test)`` per dataset.
+            batch: Batch elements (ensemble members) per dataset; 1 each when None.
+        """
+        batch = [1] * len(shapes) if batch is None else list(batch)
+        n_max = max(n for n, _ in shapes)
+        m_max = max(m for _, m in shapes)
+        for (n, m), b in zip(shapes, batch, strict=True):
+            self.real_rows += b * (n + m)
+            self.padded_rows += b * (n_max + m_max)
+            self.real_cells += b * (n + m) * n
+            self.padded_cells += b * (n_max + m_max) * n_max
+        self.forwards += 1
+
+    def to_dict(self) -> dict[str, float]:
+        """The counts and both fractions, JSON-able."""
+        return {
+            **dataclasses.asdict(self),
+            "padded_row_fraction": self.padded_row_fraction,
+            "padded_cell_fraction": self.padded_cell_fraction,
+        }
+
+
+def _fractions(shapes: Sequence[tuple[int, int]], batch: Sequence[int]) -> PaddingStats:
+    stats = PaddingStats()
+    stats.add(shapes, batch)
+    return stats
+
+
+def plan_buckets(
+    shapes: Sequence[tuple[int, int]],
+    *,
+    batch: Sequence[int] | None = None,
+    max_padded_fraction: float = DEFAULT_MAX_PADDED_FRACTION,
+    max_rows: int = DEFAULT_MAX_ROWS_PER_FORWARD,
+) -> list[list[int]]:
+    """Groups datasets into buckets that pad little.
+
+    Datasets are taken longest train part first; each joins the open bucket if
+    the bucket's padded share of rows *and* of attention cells stays at most
+    ``max_padded_fraction`` and its padded rows at most ``max_rows``, else it
+    opens a new bucket. Every bucket therefore meets both bounds (a bucket of
+    one dataset pads nothing), and so does their sum.
+
+    Args:
+        shapes: ``(n_train, n_test)`` per dataset.
+        batch: Batch elements (ensemble members) per dataset; 1 each when None.
+        max_padded_fraction: Bound in ``[0, 1)`` on each bucket's padded share.
+        max_rows: Bound on a bucket's padded rows summed over its batch
+            elements (memory); a single dataset
+            longer than this still gets a bucket of its own.
+
+    Returns:
+        Buckets of dataset indices; every index appears once.
+
+    Raises:
+        ValueError: If ``max_padded_fraction`` is not in ``[0, 1)``.
+    """
+    if not 0.0 <= max_padded_fraction < 1.0:
+        raise ValueError(f"max_padded_fraction must be in [0, 1), got {max_padded_fraction!r}")
+    batch = [1] * len(shapes) if batch is None else list(batch)
+    order = sorted(range(len(shapes)), key=lambda i: (-shapes[i][0], -shapes[i][1], i))
+    buckets: list[list[int]] = []
+    for i in order:
+        if buckets:
+            members = [*buckets[-1], i]
+            trial = _fractions([shapes[j] for j in members], [batch[j] for j in members])
+            if (
+                trial.padded_rows <= max_rows
+                and trial.padded_row_fraction <= max_padded_fraction
+                and trial.padded_cell_fraction <= max_padded_fraction
+            ):
+                buckets[-1].append(i)
+                continue
+        buckets.append([i])
+    return buckets
+
+
+def pad_carriers(
+    carriers: Sequence[torch.Tensor], num_train: Sequence[int]
+) -> tuple[torch.Tensor, int]:
+    """Stacks ragged ICL carriers with zero rows (layout in the module docstring).
+
+    Args:
+        carriers: ``(B_d, R_d, ...)`` per dataset, train rows first, one
+            trailing shape for all.
+        num_train: ``N_d`` per dataset.
+
+    Returns:
+        ``(x_BRD, N)``: the padded batch (datasets in order along B) and the
+        common number of key rows.
+    """
+    n_max = max(num_train)
+    m_max = max(x.shape[1] - n for x, n in zip(carriers, num_train, strict=True))
+    first = carriers[0]
+    x_BRD = first.new_zeros((sum(x.shape[0] for x in carriers), n_max + m_max, *first.shape[2:]))
+    start = 0
+    for x, n in zip(carriers, num_train, strict=True):
+        b, m = x.shape[0], x.shape[1] - n
+        x_BRD[start : start + b, :n] = x[:, :n]
+        x_BRD[start : start + b, n_max : n_max + m] = x[:, n:]
+        start += b
+    return x_BRD, n_max
+
+
+def run_padded_icl(
+    model: nn.Module,
+    carriers: Sequence[torch.Tensor],
+    num_train: Sequence[int],
+    *,
+    stats: PaddingStats | None = None,
+    **forward_kwargs: Any,
+) -> list[torch.Tensor]:
+    """One ICL forward over the zero-padded carriers of several datasets.
+
+    Args:
+        model: A host with a registered :class:`ICLStage` (a patched host).
+        carriers: ``(B_d, R_d, ...)`` per dataset, from the stage's ``embed``.
+        num_train: ``N_d`` per dataset.
+        stats: Accumulates the padding counts when given.
+        **forward_kwargs: Passed to the stage (e.g. ``performance_options``).
+
+    Returns:
+        The decoded output ``(M_d, B_d, O)`` of each dataset's test rows; the
+        padded rows are dropped before the decoder.
+    """
+    stage = icl_stage_for(model)
+    x_BRD, n_max = pad_carriers(carriers, num_train)
+    if stats is not None:
+        shapes = [(n, x.shape[1] - n) for x, n in zip(carriers, num_train, strict=True)]
+        stats.add(shapes, [x.shape[0] for x in carriers])
+    x_BRD = stage.run_blocks(model, x_BRD, n_max, **forward_kwargs)
+    outputs = []
+    start = 0
+    for x, n in zip(carriers, num_train, strict=True):
+        b, m = x.shape[0], x.shape[1] - n
+        outputs.append(stage.decode(model, x_BRD[start : start + b, n_max : n_max + m]))
+        start += b
+    return outputs

@@ -1,0 +1,133 @@
+"""``tabpfn-retrofit predict-batch`` and ``bench --batched`` on a tiny v3 checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from _tiny_models import tiny_v3_checkpoint
+from eval.bench_batched import bench_batched, ragged_datasets
+
+from eval.cli import main
+from retrofit import OTabPFNRegressor
+
+SHAPES = [(30, 6, 3), (45, 9, 4), (12, 4, 2)]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return tiny_v3_checkpoint(tmp_path_factory.mktemp("ckpt"))
+
+
+def _write_datasets(folder, shapes=SHAPES, seed=0):
+    rng = np.random.default_rng(seed)
+    entries = []
+    for i, (n, m, c) in enumerate(shapes):
+        X = rng.normal(size=(n + m, c))
+        frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(c)])
+        frame["y"] = X.sum(axis=1) + 0.1 * rng.normal(size=n + m)
+        frame[:n].to_csv(folder / f"d{i}_train.csv", index=False)
+        frame[n:].to_csv(folder / f"d{i}_test.csv", index=False)
+        entries.append({"name": f"d{i}", "train": f"d{i}_train.csv", "test": f"d{i}_test.csv"})
+    return entries
+
+
+def _run(manifest, out, checkpoint, *extra):
+    argv = ["predict-batch", str(manifest), "--out-dir", str(out), "--model", str(checkpoint)]
+    return main([*argv, "--precision", "float32", "--device", "cpu", "--quiet", *extra])
+
+
+@pytest.mark.parametrize("kind", ["json", "csv"])
+def test_predict_batch_writes_one_file_per_dataset_matching_predict(tmp_path, checkpoint, kind):
+    entries = _write_datasets(tmp_path)
+    if kind == "json":
+        manifest = tmp_path / "m.json"
+        manifest.write_text(json.dumps({"target": "y", "datasets": entries}))
+        extra = []
+    else:
+        manifest = tmp_path / "m.csv"
+        pd.DataFrame(entries).to_csv(manifest, index=False)
+        extra = ["--target", "y"]
+    out = tmp_path / "out"
+    out.mkdir()
+    assert _run(manifest, out, checkpoint, *extra) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["d0.csv", "d1.csv", "d2.csv"]
+    for entry in entries:
+        written = pd.read_csv(out / f"{entry['name']}.csv")
+        train = pd.read_csv(tmp_path / entry["train"])
+        test = pd.read_csv(tmp_path / entry["test"])
+        est = OTabPFNRegressor(
+            model_path=str(checkpoint), inference_precision=torch.float32, device="cpu"
+        ).fit(train.drop(columns="y").to_numpy(), train["y"].to_numpy())
+        alone = est.predict(test.drop(columns="y").to_numpy())
+        assert list(written.columns) == ["row", "y", "prediction"]
+        np.testing.assert_allclose(written["y"], test["y"])
+        scale = float(train["y"].std())
+        assert np.abs(written["prediction"].to_numpy() - alone).max() <= 1e-4 * scale
+
+
+def test_an_error_names_the_dataset_and_writes_nothing(tmp_path, checkpoint, capsys):
+    entries = _write_datasets(tmp_path)
+    bad = pd.read_csv(tmp_path / "d1_train.csv")
+    bad.loc[3, "y"] = np.nan
+    bad.to_csv(tmp_path / "d1_train.csv", index=False)
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps(entries))
+    out = tmp_path / "out"
+    out.mkdir()
+    assert _run(manifest, out, checkpoint, "--target", "y") == 2
+    err = capsys.readouterr().err
+    assert "dataset 1 (d1): y_train has 1 NaN" in err
+    assert list(out.iterdir()) == []
+
+
+def test_a_manifest_entry_without_a_test_file_is_named(tmp_path, checkpoint, capsys):
+    entries = _write_datasets(tmp_path)
+    del entries[2]["test"]
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps(entries))
+    assert _run(manifest, tmp_path, checkpoint, "--target", "y") == 2
+    assert "dataset 2 (d2): the manifest gives no 'test' file" in capsys.readouterr().err
+
+
+def test_existing_prediction_files_are_kept_without_force(tmp_path, checkpoint, capsys):
+    entries = _write_datasets(tmp_path)
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps({"target": "y", "datasets": entries}))
+    (tmp_path / "d0.csv").write_text("keep me\n")
+    assert _run(manifest, tmp_path, checkpoint) == 2
+    assert "use --force" in capsys.readouterr().err
+    assert (tmp_path / "d0.csv").read_text() == "keep me\n"
+
+
+def test_ragged_datasets_have_ragged_and_same_shapes():
+    ragged = ragged_datasets(6, min_rows=20, max_rows=400, seed=1)
+    same = ragged_datasets(4, min_rows=20, max_rows=400, seed=1, same_shape=True)
+    assert len({d[0].shape for d in ragged}) > 1
+    assert len({d[0].shape for d in same}) == 1 and len({d[2].shape for d in same}) == 1
+    assert all(20 <= len(d[0]) <= 400 and len(d[1]) == len(d[0]) for d in ragged)
+
+
+def test_bench_batched_reports_every_peer_and_the_padding(tmp_path, checkpoint):
+    report = bench_batched(
+        tmp_path,
+        sizes=[3],
+        min_rows=20,
+        max_rows=80,
+        repeats=1,
+        model_path=str(checkpoint),
+        n_estimators=1,
+    )
+    ragged, same = report["cases"]
+    assert set(ragged["peers"]) == {"loop", "batched"}
+    assert set(same["peers"]) == {"loop", "padded_same_shape", "tabpfn_same_shape"}
+    assert same["padding"]["padded_rows"] == same["padding"]["real_rows"]
+    assert 0 <= ragged["padding"]["padded_row_fraction"] <= 0.25
+    for case in report["cases"]:
+        for row in case["peers"].values():
+            assert row["median_s_per_dataset"] > 0
+    assert (tmp_path / "bench_batched.json").is_file()
+    assert "padded rows" in (tmp_path / "bench_batched.md").read_text()
