@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import torch
 from _tiny_models import tiny_v3_checkpoint
-from eval.bench_batched import bench_batched, ragged_datasets
 
+from eval.benchmarks.batched import bench_batched, ragged_datasets
 from eval.cli import main
 from retrofit import OTabPFNRegressor
 

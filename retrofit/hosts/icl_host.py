@@ -48,7 +48,7 @@ from retrofit.tables import (
     patch_config_of,
 )
 
-__all__ = ["OVERRIDDEN_METHODS", "ICLHostPatcher", "OICLModelMixin"]
+__all__ = ["CARRIER_PRESENCE_ATTR", "OVERRIDDEN_METHODS", "ICLHostPatcher", "OICLModelMixin"]
 
 #: The tabpfn methods :class:`OICLModelMixin` overrides (each calls the host's own).
 OVERRIDDEN_METHODS: tuple[str, ...] = ("forward", "_stages_0_to_2", "_embed_icl_y")
@@ -56,7 +56,7 @@ OVERRIDDEN_METHODS: tuple[str, ...] = ("forward", "_stages_0_to_2", "_embed_icl_
 # Presence of the rows leaving stage 2, read by _embed_icl_y in the same
 # forward and dropped when it returns (one forward per model at a time:
 # tabpfn gives every device its own model object).
-_CARRIER_PRESENCE = "_retrofit_stage2_presence_BR"
+CARRIER_PRESENCE_ATTR = "_retrofit_stage2_presence_BR"
 # ``task_type`` not given to forward (distinct from None, which v3 accepts).
 _NOT_GIVEN: Any = object()
 
@@ -84,7 +84,7 @@ class OICLModelMixin:
         try:
             result = super().forward(x, y, *args, **kwargs)
         finally:
-            self.__dict__.pop(_CARRIER_PRESENCE, None)
+            self.__dict__.pop(CARRIER_PRESENCE_ATTR, None)
         if kwargs.get("return_kv_cache"):
             output, cache = result
             if cache is not None and not isinstance(cache, self.presence_cache_class):
@@ -101,14 +101,14 @@ class OICLModelMixin:
                 # forward() then adds the target embedding into these carriers in
                 # place, which autograd refuses for a tensor presence saved.
                 h_BRiD = h_BRiD.clone()
-            self.__dict__[_CARRIER_PRESENCE] = presence(h_BRiD, config.tau)
+            self.__dict__[CARRIER_PRESENCE_ATTR] = presence(h_BRiD, config.tau)
         return out
 
     def _embed_icl_y(self, y_BN: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         emb_BND = super()._embed_icl_y(y_BN, *args, **kwargs)
         if patch_config_of(self).mode != "full-o":
             return emb_BND
-        p_BR = self.__dict__.get(_CARRIER_PRESENCE)
+        p_BR = self.__dict__.get(CARRIER_PRESENCE_ATTR)
         if p_BR is None:
             raise MissingPresenceError(
                 "icl_y_encoder: OInject needs the train carriers' presence, but "
@@ -195,4 +195,4 @@ class ICLHostPatcher(HostPatcher):
     def detach(self, model: nn.Module) -> None:
         """Swaps the host class back and drops any transient state."""
         model.__class__ = self.host_class
-        model.__dict__.pop(_CARRIER_PRESENCE, None)
+        model.__dict__.pop(CARRIER_PRESENCE_ATTR, None)

@@ -25,6 +25,7 @@ import torch
 from tabpfn.architectures.interface import PerformanceOptions
 
 from retrofit.hosts import v3
+from retrofit.hosts.icl_host import CARRIER_PRESENCE_ATTR
 from retrofit.icl_batch import register_icl_stage
 
 __all__ = ["V3ICLStage"]
@@ -71,7 +72,7 @@ class V3ICLStage:
             x_BRD[:, :num_train] = x_BRD[:, :num_train] + model._embed_icl_y(y_icl_BN)
         finally:
             # The presence the Full-O injection read; forward drops it the same way.
-            model.__dict__.pop(v3._CARRIER_PRESENCE, None)
+            model.__dict__.pop(CARRIER_PRESENCE_ATTR, None)
         return x_BRD
 
     def run_blocks(
