@@ -201,7 +201,7 @@ def _predict_batch(args: argparse.Namespace) -> int:
 
     try:
         batch = predict_batched(
-            estimator.regressor_,
+            estimator.batched_host(),
             X_train,
             y_train,
             X_test,

@@ -224,8 +224,9 @@ def bench_batched(
     """
     import torch
 
-    from eval.provenance import provenance_dict, write_json_atomic, write_text_atomic
+    from eval.provenance import provenance_dict
     from retrofit import OTabPFNRegressor
+    from retrofit.files import write_json_atomic, write_text_atomic
 
     if threads:
         torch.set_num_threads(threads)
@@ -239,12 +240,12 @@ def bench_batched(
         ignore_pretraining_limits=True,
         random_state=seed,
     ).fit(first[0], first[1])
-    template = estimator.regressor_
+    template = estimator.batched_host()
     report: dict[str, Any] = {
         "model_path": model_path,
         "device": device,
         "dtype": "float32",
-        "n_estimators": int(template.n_estimators_),
+        "n_estimators": int(estimator.n_estimators_),
         "mode": estimator.settings_["mode"],
         "rows": [min_rows, max_rows],
         "repeats": repeats,

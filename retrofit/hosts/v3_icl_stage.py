@@ -1,4 +1,4 @@
-"""The null-padded ICL stage of patched TabPFN v3 (:class:`~retrofit.hosts.v3.OTabPFNV3`).
+"""The null-padded ICL stage of patched TabPFN v3 (:class:`~retrofit.hosts.OTabPFNV3`).
 
 ``TabPFNV3.forward`` (tabpfn 9.2) runs, for a regressor without a KV cache:
 ``_stages_0_to_2`` -> flatten the CLS tokens to the ICL width -> add
@@ -24,19 +24,19 @@ from typing import Any
 import torch
 from tabpfn.architectures.interface import PerformanceOptions
 
-from retrofit.hosts import v3
 from retrofit.hosts.icl_host import CARRIER_PRESENCE_ATTR
+from retrofit.hosts.v3 import OTabPFNV3
 from retrofit.icl_batch import register_icl_stage
 
 __all__ = ["V3ICLStage"]
 
 
 class V3ICLStage:
-    """:class:`retrofit.icl_batch.ICLStage` of :class:`~retrofit.hosts.v3.OTabPFNV3`."""
+    """:class:`retrofit.icl_batch.ICLStage` of :class:`~retrofit.hosts.OTabPFNV3`."""
 
     def embed(
         self,
-        model: v3.OTabPFNV3,
+        model: OTabPFNV3,
         x_RBC: torch.Tensor,
         y_N: torch.Tensor,
         *,
@@ -77,7 +77,7 @@ class V3ICLStage:
 
     def run_blocks(
         self,
-        model: v3.OTabPFNV3,
+        model: OTabPFNV3,
         x_BRD: torch.Tensor,
         num_train: int,
         *,
@@ -90,7 +90,7 @@ class V3ICLStage:
             x_BRD, _ = block(x_BRD, num_train, options.save_peak_memory_factor)
         return x_BRD
 
-    def decode(self, model: v3.OTabPFNV3, x_BMD: torch.Tensor) -> torch.Tensor:
+    def decode(self, model: OTabPFNV3, x_BMD: torch.Tensor) -> torch.Tensor:
         """``output_norm`` and the regression head of the test rows: ``(M, B, O)``."""
         out_MBO = model.output_projection(model.output_norm(x_BMD).transpose(0, 1))
         if model._nan_safe_output:
@@ -98,4 +98,4 @@ class V3ICLStage:
         return out_MBO
 
 
-register_icl_stage(v3.OTabPFNV3, V3ICLStage())
+register_icl_stage(OTabPFNV3, V3ICLStage())
