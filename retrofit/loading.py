@@ -245,6 +245,8 @@ def _tabpfn_entry(entry: Any) -> tuple[Any, saved.SavedRetrofit | None]:
     if Path(entry).expanduser().is_dir():
         _local_file(entry)  # a directory without retrofit.json: raises, naming the file
     where = model_loading.resolve_model_path(entry, which="regressor")[0][0]
+    if where.is_file():
+        check_checkpoint(where)  # weights-only, before tabpfn unpickles it
     if where.is_file() or Path(entry).name in _tabpfn_file_names():
         return entry, None  # tabpfn loads it, or downloads one of its own checkpoints
     raise CheckpointNotFoundError(
