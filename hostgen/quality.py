@@ -335,7 +335,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"- checkpoint: `{Path(p['checkpoint']).name}` sha256 `{p['checkpoint_sha256']}`",
         f"- suite: {result['suite']}, seeds {p['seeds']}, split {p['split']}",
         f"- device {p['device']}, dtype {p['dtype']}, torch threads {p['torch_threads']}",
-        f"- versions: {', '.join(f'{k} {v}' for k, v in p['versions'].items())}",
+        f"- versions: {', '.join(f'{k} {v}' for k, v in p['packages'].items())}",
         f"- host inference config: {json.dumps(p['inference_config_stored'])}",
         f"- overrides: {json.dumps(p['inference_config_overrides'])}",
         f"- git commit: {p['git_commit']}, created {p['created_utc']}",

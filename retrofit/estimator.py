@@ -249,8 +249,9 @@ class OTabPFNRegressor(TabPFNRegressor):
         Raises:
             BatchInputError: Malformed lists or datasets (the message names the index).
         """
-        check_batch_lists(X_train_list, y_train_list, X_test_list)
-        if not is_ragged(X_train_list, X_test_list):
+        lengths = {len(X_train_list), len(y_train_list), len(X_test_list)}
+        if lengths == {0} or len(lengths) > 1 or not is_ragged(X_train_list, X_test_list):
+            # tabpfn's own method, its checks and errors included.
             return super().predict_batched(
                 X_train_list,
                 y_train_list,
@@ -258,6 +259,7 @@ class OTabPFNRegressor(TabPFNRegressor):
                 output_type=output_type,
                 quantiles=quantiles,
             )
+        check_batch_lists(X_train_list, y_train_list, X_test_list)
         return predict_batched(
             self.batched_host(),
             X_train_list,
