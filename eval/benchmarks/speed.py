@@ -604,7 +604,9 @@ def _cpu_ticks() -> dict[int, tuple[int, str]]:
                 stat = f.read()
             fields = stat[stat.rindex(")") + 2 :].split()
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+                argv = f.read().decode(errors="replace").split("\0")
+            # Program names only: a result must not hold this machine's paths.
+            cmd = " ".join(os.path.basename(a) if os.sep in a else a for a in argv if a)
             ticks[int(entry)] = (int(fields[11]) + int(fields[12]), cmd[:120])
         except (OSError, ValueError, IndexError):
             continue
