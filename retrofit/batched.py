@@ -113,7 +113,7 @@ def check_batch_lists(
             f"{lengths[0]}, {lengths[1]} and {lengths[2]}"
         )
     if lengths[0] == 0:
-        raise BatchInputError("nothing to predict: the dataset lists are empty")
+        raise BatchInputError("nothing to predict: empty dataset list")
     for i, (X, y, X_test) in enumerate(zip(X_train_list, y_train_list, X_test_list, strict=True)):
         n = _n_rows(X)
         if n < 2:

@@ -250,7 +250,10 @@ class OTabPFNRegressor(TabPFNRegressor):
             BatchInputError: Malformed lists or datasets (the message names the index).
         """
         lengths = {len(X_train_list), len(y_train_list), len(X_test_list)}
-        if lengths == {0} or len(lengths) > 1 or not is_ragged(X_train_list, X_test_list):
+        if lengths == {0} or len(lengths) > 1:
+            # A BatchInputError (a ValueError) in tabpfn's wording, with the lengths.
+            check_batch_lists(X_train_list, y_train_list, X_test_list)
+        if not is_ragged(X_train_list, X_test_list):
             # tabpfn's own method, its checks and errors included.
             return super().predict_batched(
                 X_train_list,
