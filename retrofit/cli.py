@@ -33,7 +33,9 @@ from retrofit.settings import (
     DEFAULT_MAX_PADDED_FRACTION,
     DEFAULT_SETTINGS,
     MODES,
+    SETTING_NAMES,
     SUPPORTS,
+    check_given,
     resolve_settings,
 )
 
@@ -253,15 +255,9 @@ def add_subcommands(subparsers: Any) -> None:
 
 
 def _requested_settings(args: argparse.Namespace) -> dict[str, Any]:
-    if args.mode is not None and args.mode not in MODES:
-        raise CommandError(f"unknown mode {args.mode!r}; choose one of {', '.join(MODES)}")
-    if args.support is not None and args.support not in SUPPORTS:
-        raise CommandError(f"unknown support {args.support!r}; choose one of {', '.join(SUPPORTS)}")
-    if args.tau is not None and not (math.isfinite(args.tau) and args.tau > 0):
-        raise CommandError(f"--tau must be a finite number > 0, got {args.tau}")
-    if args.eps_den is not None and not (math.isfinite(args.eps_den) and args.eps_den >= 0):
-        raise CommandError(f"--eps-den must be a finite number >= 0, got {args.eps_den}")
-    return {"mode": args.mode, "tau": args.tau, "support": args.support, "eps_den": args.eps_den}
+    requested = {name: getattr(args, name) for name in SETTING_NAMES}
+    check_given(requested)  # before the data or the model is read
+    return requested
 
 
 def _resolve_settings(model: str, requested: dict[str, Any]) -> dict[str, Any]:

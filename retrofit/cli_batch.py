@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +32,7 @@ from retrofit.batched import check_batch_lists, predict_batched
 from retrofit.console import parse_precision, run_command
 from retrofit.errors import BatchInputError, CommandError, RetrofitError
 from retrofit.estimator import OTabPFNRegressor
+from retrofit.files import atomic_path
 
 __all__ = ["ManifestError", "read_manifest", "run"]
 
@@ -141,14 +140,8 @@ def _load(entry: dict[str, Any], i: int) -> tuple[np.ndarray, np.ndarray, np.nda
 
 
 def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            frame.to_csv(fh, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as fh:
+        frame.to_csv(fh, index=False)
 
 
 def _named(err: Exception, names: list[str]) -> str:

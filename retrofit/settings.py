@@ -41,6 +41,7 @@ __all__ = [
     "TAU_RANGE",
     "PatchConfig",
     "RetrofitSettings",
+    "check_given",
     "default_tau",
     "resolve_settings",
 ]
@@ -152,7 +153,26 @@ def _checked_eps_den(eps: Any) -> float:
 
 def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if not isinstance(value, str) or value not in allowed:
-        raise InvalidPatchConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+        raise InvalidPatchConfigError(
+            f"unknown {name} {value!r}; {name} must be one of {', '.join(allowed)}"
+        )
+
+
+def check_given(requested: Mapping[str, Any]) -> None:
+    """Validates the settings a caller gave (``None`` means not given), before any work.
+
+    Raises:
+        InvalidPatchConfigError: A given setting is out of range.
+    """
+    checks = {
+        "mode": lambda v: _check_choice("mode", v, MODES),
+        "tau": _checked_tau,
+        "support": lambda v: _check_choice("support", v, SUPPORTS),
+        "eps_den": _checked_eps_den,
+    }
+    for name, check in checks.items():
+        if requested.get(name) is not None:
+            check(requested[name])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -288,7 +288,7 @@ PREDICT_ERRORS = {
         "--categorical names no feature column zz",
     ),
     "unknown mode": (lambda d: {"--mode": "full"}, "unknown mode 'full'"),
-    "bad tau": (lambda d: {"--tau": "-1"}, "--tau must be"),
+    "bad tau": (lambda d: {"--tau": "-1"}, "tau must be"),
     "unknown support": (lambda d: {"--support": "size"}, "unknown support"),
     "test lacks a feature": (
         lambda d: {"--test": _write(d, "tl.csv", "a,c\n1,2\n")},
@@ -365,7 +365,7 @@ def test_patch_errors_leave_no_directory(model_arg, capsys, tmp_path):
     cases = [
         (["--mode", "fullo"], "unknown mode"),
         (["--model", tmp_path / "nope.safetensors"], "no such file"),
-        (["--eps-den", "-1"], "--eps-den must be"),
+        (["--eps-den", "-1"], "eps_den must be"),
     ]
     for extra, expected in cases:
         code, _, err = _run(
