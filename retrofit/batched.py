@@ -18,9 +18,9 @@ host a zero ICL carrier is a true NULL, so :func:`predict_batched` does this:
 
 Same-shape input, and any input on a model without a null-padded ICL stage
 (``mode="none"``), is handed to tabpfn's ``predict_batched`` unchanged, so it
-behaves (and errs) as tabpfn does. Hosts with a stage: patched v3 and v2
-(``retrofit/hosts/*_icl_stage.py``); another host opts in with
-:func:`retrofit.icl_batch.register_icl_stage`.
+behaves (and errs) as tabpfn does. Hosts with a stage: every patched host
+(v2, v2.5, v2.6, v3, v3.5; ``retrofit/hosts/*_icl_stage.py``); another host
+opts in with :func:`retrofit.icl_batch.register_icl_stage`.
 
 With ``fit_mode="fit_with_cache"`` the padded path, like tabpfn's own
 ``predict_batched``, runs the full forward instead of the KV cache: it equals
@@ -59,6 +59,7 @@ from retrofit.icl_batch import (
     DEFAULT_MAX_ROWS_PER_FORWARD,
     PaddingStats,
     icl_stage_for,
+    key_rows,
     plan_buckets,
     run_padded_icl,
     supports_padded_icl,
@@ -172,13 +173,13 @@ class _Unit:
     members: list[int]
     model: torch.nn.Module
     carriers_BRD: torch.Tensor | None
-    num_train: int
+    num_keys: int
 
     @property
     def shape(self) -> tuple[int, int]:
-        """``(n_train, n_test)``."""
+        """``(key rows, test rows)``; the key rows are the train rows and any host-added rows."""
         assert self.carriers_BRD is not None
-        return self.num_train, self.carriers_BRD.shape[1] - self.num_train
+        return self.num_keys, self.carriers_BRD.shape[1] - self.num_keys
 
 
 @dataclasses.dataclass
@@ -276,7 +277,8 @@ def _embed_dataset(
                 carriers_BRD = icl_stage_for(model).embed(
                     model, X_RBC, y_NB, performance_options=_options(model, save_peak_mem)
                 )
-            unit = _Unit(index, [c[0] for c in chunk], model, carriers_BRD, int(y_NB.shape[0]))
+            num_keys = key_rows(carriers_BRD, X_RBC.shape[0] - y_NB.shape[0])
+            unit = _Unit(index, [c[0] for c in chunk], model, carriers_BRD, num_keys)
             data.units.append(unit)
     return data, worker
 
@@ -418,7 +420,7 @@ def _run_icl(
             outs = run_padded_icl(
                 model,
                 [u.carriers_BRD for u in bucket],
-                [u.num_train for u in bucket],
+                [u.num_keys for u in bucket],
                 stats=stats,
                 performance_options=_options(model, save_peak),
             )

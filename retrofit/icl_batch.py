@@ -46,6 +46,7 @@ __all__ = [
     "ICLStage",
     "PaddingStats",
     "icl_stage_for",
+    "key_rows",
     "pad_carriers",
     "plan_buckets",
     "register_icl_stage",
@@ -64,12 +65,16 @@ class ICLStage(Protocol):
     the host's ``forward`` does (returning the carriers with the train target
     already injected); ``run_blocks`` runs the patched ICL blocks;
     ``decode`` maps the test rows' carriers to the host's output.
+
+    The carriers end in the dataset's test rows, one carrier row per test row;
+    every row before them is a key row (the train rows, and rows a host adds
+    to them, such as v2.5's thinking rows): :func:`key_rows`.
     """
 
     def embed(
         self, model: nn.Module, x_RBC: torch.Tensor, y_N: torch.Tensor, **forward_kwargs: Any
     ) -> torch.Tensor:
-        """ICL carriers ``(B, R, ...)``, train rows first, target injected."""
+        """ICL carriers ``(B, R, ...)``, key rows first, target injected."""
         ...
 
     def run_blocks(
@@ -84,6 +89,11 @@ class ICLStage(Protocol):
 
 
 _ICL_STAGES: dict[type[nn.Module], ICLStage] = {}
+
+
+def key_rows(carriers: torch.Tensor, num_test: int) -> int:
+    """Key rows of ``(B, R, ...)`` carriers from :meth:`ICLStage.embed`, given the test rows."""
+    return carriers.shape[1] - num_test
 
 
 def register_icl_stage(host_class: type[nn.Module], stage: ICLStage) -> ICLStage:

@@ -11,9 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+from _tiny_models import tiny_inference
+from tabpfn import ModelSpecs
+from tabpfn.architectures import ARCHITECTURES
+from tabpfn.architectures.shared.bar_distribution import FullSupportBarDistribution
+
 from eval.calibration import build_random_host
 
-__all__ = ["TINY", "build_host"]
+__all__ = ["TINY", "build_host", "tiny_host_specs"]
 
 TINY: dict[str, dict[str, Any]] = {
     "tabpfn_v2_5": {
@@ -67,3 +73,25 @@ def build_host(name: str, seed: int = 0, config: dict[str, Any] | None = None, *
         **overrides: Fields replacing those of ``config``.
     """
     return build_random_host(name, {**(config or TINY[name]), **overrides}, seed)
+
+
+def tiny_host_specs(name: str, n_estimators: int = 2, seed: int = 0) -> ModelSpecs:
+    """A fresh tiny ``name`` model as ``ModelSpecs``, for ``OTabPFNRegressor(model_path=...)``.
+
+    tabpfn uses an in-memory model by reference and the estimator patches it in
+    place, so every estimator of a test gets its own (same seed, same weights).
+    v2.5 and v2.6 have no regression borders of their own: a bar distribution
+    over ``[-4, 4]`` stands for the checkpoint's.
+    """
+    model = build_host(name, seed)
+    parsed, _ = ARCHITECTURES[name].parse_config(dict(TINY[name]))
+    criterion = None
+    if not hasattr(model, "regression_borders"):
+        buckets = TINY[name]["num_buckets"]
+        criterion = FullSupportBarDistribution(torch.linspace(-4.0, 4.0, buckets + 1))
+    return ModelSpecs(
+        model=model,
+        architecture_config=parsed,
+        inference_config=tiny_inference(n_estimators),
+        norm_criterion=criterion,
+    )

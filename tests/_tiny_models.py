@@ -27,6 +27,7 @@ __all__ = [
     "build_tiny_v3",
     "perturb_zero_init",
     "save_tiny_checkpoint",
+    "tiny_inference",
     "tiny_inference_config",
     "tiny_v3_checkpoint",
     "tiny_v3_config",
@@ -71,8 +72,8 @@ def build_tiny_v3(config: dict[str, Any] | None = None, seed: int = 0) -> tabpfn
     return model.eval()
 
 
-def tiny_inference_config(n_estimators: int = 1, **overrides: Any) -> dict[str, Any]:
-    """An explicit, JSON-able inference config (tabpfn has no default one for v3).
+def tiny_inference(n_estimators: int = 1, **overrides: Any) -> InferenceConfig:
+    """An explicit inference config (tabpfn has no default one for v3 or v3.5).
 
     Light preprocessing keeps tiny fits fast; ``MAX_CPU_SAMPLES`` is left at the
     class default so the loader's own CPU limit applies.
@@ -80,7 +81,7 @@ def tiny_inference_config(n_estimators: int = 1, **overrides: Any) -> dict[str, 
     transform = PreprocessorConfig(
         name="none", categorical_name="numeric", max_features_per_estimator=500
     )
-    config = InferenceConfig(
+    return InferenceConfig(
         PREPROCESS_TRANSFORMS=[transform],
         N_ESTIMATORS=n_estimators,
         FINGERPRINT_FEATURE=False,
@@ -88,7 +89,11 @@ def tiny_inference_config(n_estimators: int = 1, **overrides: Any) -> dict[str, 
         REGRESSION_Y_PREPROCESS_TRANSFORMS=(None,),
         **overrides,
     )
-    return json.loads(json.dumps(dataclasses.asdict(config)))
+
+
+def tiny_inference_config(n_estimators: int = 1, **overrides: Any) -> dict[str, Any]:
+    """:func:`tiny_inference` as the JSON-able dict a checkpoint stores."""
+    return json.loads(json.dumps(dataclasses.asdict(tiny_inference(n_estimators, **overrides))))
 
 
 def save_tiny_checkpoint(

@@ -5,16 +5,19 @@ The claims, each a test here:
 * one dataset through the split v3 ICL stage equals ``TabPFNV3.forward`` bit
   for bit (fails when tabpfn's forward changes under the split);
 * ragged datasets padded with zero carriers and run in one ICL forward give
-  each dataset's output alone: bit-identical in float64 with the reference
-  OAttention kernel (each row computed over its own live keys), and on the
-  estimator for every output type and fit mode;
+  each dataset's output alone: in float64 with the reference OAttention kernel
+  (each row computed over its own live keys) within ``MODEL_ULPS`` of
+  ``_exactness.py``, because the projections run over a matrix of other
+  height, which a BLAS may block differently (measured: bit-identical on
+  AVX-512 and AMX, up to 2.3 ulps with ATen and MKL forced to AVX2), and on
+  the estimator for every output type and fit mode;
 * on the fast kernel in float32 the difference is rounding (other kernel
   tiles over the padded keys, other batch shapes in stages 0-2), bounded here
   by ``FP32_LOGIT_RTOL`` relative to ``max(1, |log p|)`` (measured maximum
   1.7e-6, the embedded host, 4 estimators) and ``FP32_OUTPUT_TOL`` times the
   target's std (measured 4.6e-6 on the tiny host, 9.5e-7 on the embedded);
-* v2 (per-cell carriers, between-items attention closed) pads exactly to
-  within 4 ulps in float64 (its item projections see other matrix heights);
+* v2 (per-cell carriers, between-items attention closed) pads within the
+  same bound in float64 (measured 1 ulp);
 * the same padding fed to the unpatched host changes its predictions, so
   the equivalence cannot pass vacuously;
 * bad input fails before anything is returned, naming the dataset.
@@ -29,14 +32,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _exactness import MODEL_ULPS, assert_within_ulps
+from _predictions import assert_same_prediction, flat_prediction
+from _reference_kernel import reference_kernel
 from _tiny_models import build_tiny_v3, save_tiny_checkpoint, tiny_inference_config, tiny_v3_config
 from test_patch_v2 import build_tiny_v2, save_tiny_v2_checkpoint
 
 import retrofit
 import retrofit.embedded
-import retrofit.hosts.v2 as hosts_v2
-import retrofit.hosts.v3_block as v3_block
-from patches import oattention_reference
 from retrofit import OTabPFNRegressor
 from retrofit.batched import predict_batched
 from retrofit.errors import BatchInputError, UnsupportedArchitectureError
@@ -69,24 +72,6 @@ def _tiny_checkpoint(tmp_path_factory):
     _CKPT["path"] = path
 
 
-@contextlib.contextmanager
-def reference_kernel():
-    """The patched v3 and v2 blocks evaluate OAttention by the float64 reference oracle."""
-    modules = (v3_block, hosts_v2)
-    fast = [m.oattention for m in modules]
-
-    def reference(*args, validate=True, **kwargs):
-        return oattention_reference(*args, **kwargs)
-
-    for module in modules:
-        module.oattention = reference
-    try:
-        yield
-    finally:
-        for module, kernel in zip(modules, fast, strict=True):
-            module.oattention = kernel
-
-
 def _datasets(shapes=RAGGED, seed=0):
     rng = np.random.default_rng(seed)
     out = []
@@ -113,16 +98,6 @@ def _est(**kwargs):
 
 def _per_dataset(sets, output_type="full", **kwargs):
     return [_est(**kwargs).fit(X, y).predict(Xt, output_type=output_type) for X, y, Xt in sets]
-
-
-def _flat(result):
-    """Every array of a prediction (dict, list of quantiles, or array), in order."""
-    if isinstance(result, dict):
-        parts = [result[k] for k in ("mean", "median", "mode")] + list(result["quantiles"])
-        return [*parts, result["logits"].numpy()]
-    if isinstance(result, list):
-        return list(result)
-    return [result]
 
 
 def _logit_gap(a, b):
@@ -163,7 +138,7 @@ def test_one_dataset_through_the_split_stage_equals_the_host_forward(mode):
 
 @pytest.mark.parametrize("support", ["count", "mass"])
 @pytest.mark.parametrize("mode", ["oattention", "full-o"])
-def test_zero_padded_icl_gives_each_dataset_its_own_output_bit_for_bit(mode, support):
+def test_zero_padded_icl_gives_each_dataset_its_own_output(mode, support):
     model = _patched_tiny(mode, support)
     sets = _model_sets()
     stage = icl_stage_for(model)
@@ -174,8 +149,7 @@ def test_zero_padded_icl_gives_each_dataset_its_own_output_bit_for_bit(mode, sup
         padded = run_padded_icl(model, carriers, [y.shape[0] for _, y in sets], stats=stats)
     assert stats.padded_rows > stats.real_rows  # there was padding to ignore
     for a, b in zip(alone, padded, strict=True):
-        assert a.shape == b.shape
-        assert torch.equal(a, b)
+        assert_within_ulps(b, a, ulps=MODEL_ULPS[torch.float64])
 
 
 def test_zero_padded_icl_is_exact_to_ulps_under_memory_saving_chunks():
@@ -194,8 +168,7 @@ def test_zero_padded_icl_is_exact_to_ulps_under_memory_saving_chunks():
             model, carriers, [y.shape[0] for _, y in sets], performance_options=options
         )
     for a, b in zip(alone, padded, strict=True):
-        ulp = torch.finfo(torch.float64).eps * max(1.0, a.abs().max().item())
-        assert (a - b).abs().max().item() <= 4 * ulp
+        assert_within_ulps(b, a, ulps=MODEL_ULPS[torch.float64])
 
 
 @pytest.mark.parametrize("mode", ["oattention", "full-o"])
@@ -278,8 +251,7 @@ def test_v2_zero_padded_rows_give_each_dataset_its_own_output(mode):
         padded = _v2_padded(model, stage, sets)
     for a, b, c in zip(alone, split, padded, strict=True):
         assert torch.equal(a, b)  # the split is tabpfn's forward
-        ulp = torch.finfo(torch.float64).eps * max(1.0, a.abs().max().item())
-        assert (a - c).abs().max().item() <= 4 * ulp
+        assert_within_ulps(c, a, ulps=MODEL_ULPS[torch.float64])
 
 
 def test_v2_the_same_padding_changes_the_unpatched_host():
@@ -346,7 +318,7 @@ def test_bucket_rows_are_capped_and_a_bad_bound_is_refused():
 
 @pytest.mark.parametrize("fit_mode", ["fit_preprocessors", "fit_with_cache"])
 @pytest.mark.parametrize("mode", ["oattention", "full-o"])
-def test_ragged_predict_batched_equals_per_dataset_predict_bit_for_bit_in_float64(mode, fit_mode):
+def test_ragged_predict_batched_equals_per_dataset_predict_in_float64(mode, fit_mode):
     # fit_with_cache with an unquantized cache: the int8 default rounds the
     # cached keys, which a full forward does not (next test).
     kwargs = {
@@ -362,8 +334,7 @@ def test_ragged_predict_batched_equals_per_dataset_predict_bit_for_bit_in_float6
         batched = predict_batched(est.batched_host(), *_lists(sets), output_type="full")
     assert batched.padded and batched.stats.padded_rows > batched.stats.real_rows
     for a, b in zip(alone, batched.results, strict=True):
-        for x, y in zip(_flat(a), _flat(b), strict=True):
-            assert np.array_equal(x, y)
+        assert_same_prediction(b, a, ulps=MODEL_ULPS[torch.float64])
 
 
 def test_fit_with_cache_int8_differs_from_batched_only_by_the_cache_rounding():
@@ -388,9 +359,9 @@ def test_ragged_predict_batched_matches_predict_in_float32_for_every_output_type
     for (_, y, _), a, b in zip(sets, alone, batched, strict=True):
         assert type(a) is type(b)
         scale = float(np.std(y))
-        for x, z in zip(_flat(a), _flat(b), strict=True):
+        for x, z in zip(flat_prediction(a), flat_prediction(b), strict=True):
             assert x.shape == z.shape
-            if output_type == "full" and x is _flat(a)[-1]:
+            if output_type == "full" and x is flat_prediction(a)[-1]:
                 assert _logit_gap(x, z) <= FP32_LOGIT_RTOL
             elif output_type == "mode":
                 # argmax of bucket densities: a tie broken by rounding moves one bucket.
@@ -410,8 +381,7 @@ def test_the_embedded_host_batches_ragged_datasets_exactly():
         alone = _per_dataset(sets, **kwargs)
         batched = _est(**kwargs).predict_batched(*_lists(sets), output_type="full")
     for a, b in zip(alone, batched, strict=True):
-        for x, y in zip(_flat(a), _flat(b), strict=True):
-            assert np.array_equal(x, y)
+        assert_same_prediction(b, a, ulps=MODEL_ULPS[torch.float64])
     # and the fast fp32 kernel
     kwargs["inference_precision"] = torch.float32
     alone = _per_dataset(sets, **kwargs)
@@ -484,5 +454,5 @@ def test_a_constant_target_is_answered_as_tabpfn_answers_it():
     for output_type in OUTPUT_TYPES:
         batched = est.predict_batched(X_tr, y_tr, X_te, output_type=output_type)
         alone = _est().fit(X_tr[1], y_tr[1]).predict(X_te[1], output_type=output_type)
-        for x, y in zip(_flat(alone), _flat(batched[1]), strict=True):
+        for x, y in zip(flat_prediction(alone), flat_prediction(batched[1]), strict=True):
             np.testing.assert_array_equal(x, y)

@@ -1,4 +1,4 @@
-"""The null-padded ICL stage of patched TabPFN v2 (``TabPFNV2`` with :class:`OTabPFNBlockV2`).
+"""The null-padded ICL stages of patched TabPFN v2, v2.5 and v2.6 (blocks :class:`OTabPFNBlockV2`).
 
 ``TabPFNV2.forward`` (tabpfn 9.2) runs, for a regressor without a KV cache:
 ``_pad_and_group_features`` -> ``_embed_targets`` and ``_embed_features`` ->
@@ -18,8 +18,20 @@ the between-features attention, which the retrofit does not close. v2 has no
 learned length scaling, so no ``n_eff`` is involved. ``tests/test_batched.py``
 checks one dataset through this stage against ``forward`` bit for bit.
 
+TabPFN v2.5 and v2.6 (``TabPFNV2p5``, ``TabPFNV2p6``) embed features and
+targets in one call each (``_preprocess_and_embed_features``, with the column
+embeddings, and ``_preprocess_and_embed_targets``) and prepend ``T`` learned
+thinking rows (``add_thinking_rows``) before block 0, so their carriers have
+``T + N`` key rows, thinking rows first. The padded layout keeps them there:
+padding goes after the train rows, and the patched blocks give the first ``T``
+rows presence 1 whatever their carrier, so a zero row is never taken for one.
+``_decode`` reads the target cell of the test rows. ``forward``'s one-off
+check for NaN in the encoded input is not repeated (tabpfn's preprocessing has
+imputed by then; it would only raise). ``tests/test_batched_hosts.py`` checks
+one dataset through the stage against ``forward`` bit for bit, for both.
+
 Shape letters: R rows, B batch, C columns (feature groups + target), D
-embedding, N train rows, M test rows, O decoder outputs.
+embedding, N train rows, M test rows, T thinking rows, O decoder outputs.
 """
 
 from __future__ import annotations
@@ -29,10 +41,12 @@ from typing import Any
 import torch
 from tabpfn.architectures.interface import PerformanceOptions
 from tabpfn.architectures.tabpfn_v2 import TabPFNV2
+from tabpfn.architectures.tabpfn_v2_5 import TabPFNV2p5
+from tabpfn.architectures.tabpfn_v2_6 import TabPFNV2p6
 
 from retrofit.icl_batch import register_icl_stage
 
-__all__ = ["V2ICLStage"]
+__all__ = ["V2ICLStage", "V2p5ICLStage"]
 
 
 class V2ICLStage:
@@ -79,4 +93,39 @@ class V2ICLStage:
         return model._decode(x_BMCD, 0, only_return_standard_out=True)
 
 
+class V2p5ICLStage(V2ICLStage):
+    """:class:`retrofit.icl_batch.ICLStage` of a patched ``TabPFNV2p5`` or ``TabPFNV2p6``."""
+
+    def embed(
+        self,
+        model: TabPFNV2p5 | TabPFNV2p6,
+        x_RBC: torch.Tensor,
+        y_N: torch.Tensor,
+        **_: Any,
+    ) -> torch.Tensor:
+        """Carriers ``(B, T + R, C, D)``: thinking rows, then train and test rows.
+
+        The first ``T + N`` rows are the keys.
+        """
+        num_rows, batch_size = x_RBC.shape[0], x_RBC.shape[1]
+        num_train = y_N.shape[0]
+        x_BRGD, _, _ = model._preprocess_and_embed_features(
+            x_RiBC=x_RBC, num_train_labels=num_train, batch_size=batch_size
+        )
+        y_BRD = model._preprocess_and_embed_targets(
+            y=y_N, num_train_rows=num_rows, num_train_labels=num_train, batch_size=batch_size
+        )
+        x_BRCD = torch.cat((x_BRGD, y_BRD[:, :, None]), dim=2)
+        x_BRCD, _ = model.add_thinking_rows(x_BRCD, single_eval_pos=num_train)
+        return x_BRCD
+
+    def decode(self, model: TabPFNV2p5 | TabPFNV2p6, x_BMCD: torch.Tensor) -> torch.Tensor:
+        """The regression head on the test rows' target cells: ``(M, B, O)``."""
+        return model._decode(
+            x_BMCD, test_start=0, train_start=0, train_end=0, only_return_standard_out=True
+        )
+
+
 register_icl_stage(TabPFNV2, V2ICLStage())
+register_icl_stage(TabPFNV2p5, V2p5ICLStage())
+register_icl_stage(TabPFNV2p6, V2p5ICLStage())
