@@ -55,7 +55,6 @@ from tabpfn.validation import check_input_shape_matches, ensure_compatible_predi
 
 from retrofit.errors import BatchInputError
 from retrofit.icl_batch import (
-    DEFAULT_MAX_PADDED_FRACTION,
     DEFAULT_MAX_ROWS_PER_FORWARD,
     PaddingStats,
     icl_stage_for,
@@ -64,6 +63,7 @@ from retrofit.icl_batch import (
     run_padded_icl,
     supports_padded_icl,
 )
+from retrofit.settings import check_max_padded_fraction, default_max_padded_fraction
 
 __all__ = ["BatchedPrediction", "check_batch_lists", "is_ragged", "predict_batched"]
 
@@ -207,13 +207,21 @@ def _worker_for(regressor: TabPFNRegressor) -> TabPFNRegressor:
 
 
 def _embed_dataset(
-    regressor: TabPFNRegressor, index: int, X: Any, y: Any, X_test: Any
+    regressor: TabPFNRegressor,
+    index: int,
+    X: Any,
+    y: Any,
+    X_test: Any,
+    cast: dict[tuple[int, torch.dtype], torch.nn.Module],
 ) -> tuple[_Dataset | None, TabPFNRegressor]:
     """Fits one dataset and runs its members' stages before ICL, as ``predict`` does.
 
     Members that share a model and a prepared shape run as one forward in
     chunks of tabpfn's estimator batch budget, like ``predict``'s engine.
-    Returns ``(None, worker)`` for a constant target (answered analytically).
+    ``cast`` holds the models already cast to a forced dtype in this batch
+    (keyed by identity and dtype; shared by every dataset, since the workers
+    use the same model objects). Returns ``(None, worker)`` for a constant
+    target (answered analytically).
     """
     worker = _worker_for(regressor)
     worker.fit(X, y)
@@ -249,8 +257,12 @@ def _embed_dataset(
     models: dict[int, torch.nn.Module] = {}
     for j, member in enumerate(members):
         model = executor.model_caches[member.config._model_index].get(device)
-        if dtype is not None:
-            model.type(dtype)  # what the engine's iter_outputs does before a forward
+        if dtype is not None and (id(model), dtype) not in cast:
+            # What the engine's iter_outputs does once per predict; once per batch
+            # here, not per member and dataset (a pass over every parameter, 9 % of
+            # a batch of small datasets when repeated).
+            model.type(dtype)
+            cast[(id(model), dtype)] = model
         models[id(model)] = model
         X_full, y_train = _prepare_model_inputs(
             device, dtype, member.X_train, member.transform_X_test(X_test), member.y_train
@@ -298,7 +310,7 @@ def predict_batched(
     *,
     output_type: str = "mean",
     quantiles: list[float] | None = None,
-    max_padded_fraction: float = DEFAULT_MAX_PADDED_FRACTION,
+    max_padded_fraction: float | None = None,
     max_rows: int = DEFAULT_MAX_ROWS_PER_FORWARD,
     progress: Progress | None = None,
     padded: bool | None = None,
@@ -314,8 +326,10 @@ def predict_batched(
         X_test_list: Test features, one array per dataset.
         output_type: As in ``TabPFNRegressor.predict``, for every dataset.
         quantiles: As in ``TabPFNRegressor.predict``.
-        max_padded_fraction: Bound on each bucket's padded share of rows and
-            of attention cells.
+        max_padded_fraction: Bound in ``[0, 1)`` on each bucket's padded share
+            of rows and of attention cells; None: the device's default
+            (:func:`retrofit.settings.default_max_padded_fraction`: 0.05 on a
+            CPU, where padding costs what it pads, 0.25 on an accelerator).
         max_rows: Bound on the padded rows of one ICL forward.
         progress: Called as ``progress(phase, done, total)``.
         padded: None (default): the padded path for ragged input on a patched
@@ -328,7 +342,8 @@ def predict_batched(
 
     Raises:
         BatchInputError: Malformed lists or datasets (the message names the
-            dataset index); nothing is returned in part.
+            dataset index), or a ``max_padded_fraction`` outside ``[0, 1)``;
+            nothing is returned in part.
         TabPFNValidationError: An invalid ``output_type`` or ``quantiles``.
         NotImplementedError: ``tuning_config`` or majority downsampling, which
             fit per-dataset state (as tabpfn's ``predict_batched``).
@@ -337,6 +352,8 @@ def predict_batched(
         UnsupportedArchitectureError: ``padded=True`` on such a host.
     """
     check_batch_lists(X_train_list, y_train_list, X_test_list)
+    if max_padded_fraction is not None:
+        max_padded_fraction = check_max_padded_fraction(max_padded_fraction)
     quantiles = _check_output_request(output_type, quantiles)
     model = regressor.get_params(deep=False)["model_path"]
     model = getattr(model, "model", model)
@@ -359,9 +376,10 @@ def predict_batched(
     n_data = len(X_train_list)
     results: list[Any] = [None] * n_data
     embedded: dict[int, _Dataset] = {}
+    cast: dict[tuple[int, torch.dtype], torch.nn.Module] = {}
     for i, (X, y, X_test) in enumerate(zip(X_train_list, y_train_list, X_test_list, strict=True)):
         try:
-            data, worker = _embed_dataset(regressor, i, X, y, X_test)
+            data, worker = _embed_dataset(regressor, i, X, y, X_test, cast)
         except (ValueError, TypeError) as err:
             raise BatchInputError(f"dataset {i}: {err}") from err
         if data is None:
@@ -374,6 +392,9 @@ def predict_batched(
     stats = PaddingStats()
     buckets: list[list[int]] = []
     if embedded:
+        if max_padded_fraction is None:
+            device = next(iter(embedded.values())).worker.devices_[0]
+            max_padded_fraction = default_max_padded_fraction(device)
         outputs = _run_icl(embedded, max_padded_fraction, max_rows, stats, buckets, progress)
         for i, data in embedded.items():
             results[i] = _decode(data, outputs[i], output_type, quantiles)

@@ -31,6 +31,7 @@ from retrofit.files import atomic_path
 from retrofit.outputs import check_output_dir, check_output_file, same_file
 from retrofit.settings import (
     DEFAULT_MAX_PADDED_FRACTION,
+    DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE,
     DEFAULT_SETTINGS,
     MODES,
     SETTING_NAMES,
@@ -230,9 +231,11 @@ def _add_predict_batch(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--max-padded-fraction",
         type=float,
-        default=DEFAULT_MAX_PADDED_FRACTION,
+        default=None,
         metavar="F",
-        help=f"bound on each length bucket's padded share (default {DEFAULT_MAX_PADDED_FRACTION})",
+        help="bound in [0, 1) on each length bucket's padded share "
+        f"(default {DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE['cpu']} on a CPU, "
+        f"{DEFAULT_MAX_PADDED_FRACTION} on an accelerator)",
     )
     p.add_argument("--force", action="store_true", help="replace existing prediction files")
     p.add_argument("--quiet", action="store_true", help="no progress bar or status lines")

@@ -33,6 +33,7 @@ from retrofit.console import parse_precision, run_command
 from retrofit.errors import BatchInputError, CommandError, RetrofitError
 from retrofit.estimator import OTabPFNRegressor
 from retrofit.files import atomic_path
+from retrofit.settings import check_max_padded_fraction
 
 __all__ = ["ManifestError", "read_manifest", "run"]
 
@@ -155,6 +156,8 @@ def _named(err: Exception, names: list[str]) -> str:
 
 
 def _predict_batch(args: argparse.Namespace) -> int:
+    if args.max_padded_fraction is not None:
+        check_max_padded_fraction(args.max_padded_fraction)  # before any dataset is loaded
     entries = read_manifest(args.manifest, args.target)
     names = [e["name"] for e in entries]
     out_dir = Path(args.out_dir).expanduser()

@@ -125,7 +125,7 @@ class RetrofitWarning(UserWarning):
 
 
 class BatchInputError(RetrofitError, ValueError):
-    """A batched prediction's input lists are malformed; the message names the dataset."""
+    """A batched prediction's input lists or options are malformed; messages name the dataset."""
 
 
 # The first release's names, kept so user code that catches them still works.

@@ -38,6 +38,7 @@ from retrofit.errors import UnsupportedArchitectureError
 from retrofit.hosts.v2_icl_stage import V2p5ICLStage
 from retrofit.hosts.v3_icl_stage import V3p5ICLStage
 from retrofit.icl_batch import icl_stage_for, key_rows, pad_carriers, run_padded_icl
+from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE
 
 HOSTS = ("tabpfn_v3_5", "tabpfn_v2_5", "tabpfn_v2_6")
 MODES = ("oattention", "full-o")
@@ -46,6 +47,12 @@ MODES = ("oattention", "full-o")
 RAGGED = [(30, 7, 3), (50, 12, 5), (12, 3, 4), (40, 9, 6), (22, 5, 3)]
 OUTPUT_TYPES = ("mean", "median", "mode", "quantiles", "full")
 UNPATCHED_STAGE = {"tabpfn_v3_5": V3p5ICLStage(), "tabpfn_v2_5": V2p5ICLStage()}
+
+
+@pytest.fixture(autouse=True)
+def _pad_as_on_an_accelerator(monkeypatch):
+    """Buckets pad up to 25 % here, as on an accelerator (see test_batched.py)."""
+    monkeypatch.setitem(DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE, "cpu", DEFAULT_MAX_PADDED_FRACTION)
 
 
 def _task(name):

@@ -103,6 +103,19 @@ def test_existing_prediction_files_are_kept_without_force(tmp_path, checkpoint, 
     assert (tmp_path / "d0.csv").read_text() == "keep me\n"
 
 
+@pytest.mark.parametrize("bound", ["1.0", "-0.1", "nan"])
+def test_a_padded_share_bound_outside_0_1_is_refused_before_any_dataset(
+    tmp_path, checkpoint, capsys, bound
+):
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps({"target": "y", "datasets": _write_datasets(tmp_path)}))
+    out = tmp_path / "out"
+    out.mkdir()
+    assert _run(manifest, out, checkpoint, "--max-padded-fraction", bound) == 2
+    assert "max_padded_fraction must be in [0, 1)" in capsys.readouterr().err
+    assert list(out.iterdir()) == []
+
+
 def test_ragged_datasets_have_ragged_and_same_shapes():
     ragged = ragged_datasets(6, min_rows=20, max_rows=400, seed=1)
     same = ragged_datasets(4, min_rows=20, max_rows=400, seed=1, same_shape=True)
