@@ -21,6 +21,9 @@ One call on a CUDA machine (about 5 minutes) writes ``gpu_check.json`` and
 3. ``bench``: SDPA (default dispatch, and forced memory-efficient, the kernel
    OAttention uses on CUDA) vs OAttention, interleaved, fp32 and bf16; peak
    device memory of one call.
+4. ``batched``: ragged ``predict_batched`` (32 datasets of 50-2,000 train rows)
+   against per-dataset ``predict`` (log-probability gap), and its time against
+   a loop of fit/predict, interleaved.
 
 Without CUDA it exits with status 2 and one line on stderr, writing nothing.
 ``--device cpu`` is a dry run of the same code on CPU (``--quick`` shrinks
@@ -51,6 +54,9 @@ _ROOT = Path(__file__).resolve().parents[1]
 
 FP32_HOST_TOL = 1e-5
 """Relative drift of old rows allowed in fp32 (rounding of a different matmul shape)."""
+
+#: The parts of the check, in the order they run.
+PARTS = ("exactness", "host", "bench", "batched")
 
 PAPER_FP32_LINF = 8.94e-8
 """The paper's GPU operator-exactness bound (L-inf, against direct evaluation)."""
@@ -480,6 +486,63 @@ def device_bench(
     }
 
 
+def ragged_batches(
+    device: str, quick: bool, model_path: str, progress: Callable[[str], None]
+) -> dict[str, Any]:
+    """Ragged ``predict_batched`` on the device: equal to per-dataset ``predict``, and its speed.
+
+    Every dataset's batched log-probabilities against its own ``predict`` (gap
+    relative to ``max(1, |log p|)``, the test suite's measure), at the device's
+    default padded-share bound; then the batched benchmark's case
+    (:func:`eval.benchmarks.batched.bench_case`: loop, batched, interleaved).
+    """
+    import numpy as np
+    import torch
+    from tabpfn import TabPFNRegressor
+
+    from eval.benchmarks.batched import bench_case, ragged_datasets
+    from retrofit import OTabPFNRegressor
+    from retrofit.batched import predict_batched
+
+    n, max_rows = (3, 60) if quick else (32, 2000)
+    data = ragged_datasets(n, min_rows=20 if quick else 50, max_rows=max_rows, seed=n)
+    est = OTabPFNRegressor(
+        model_path=model_path,
+        device=device,
+        n_estimators=1 if quick else "auto",
+        inference_precision=torch.float32,
+        ignore_pretraining_limits=True,
+    ).fit(data[0][0], data[0][1])
+    template = est.batched_host()
+    lists = [[d[k] for d in data] for k in range(3)]
+    batched = predict_batched(template, *lists, padded=True, output_type="full")
+    gaps = []
+    for (X, y, X_test), got in zip(data, batched.results, strict=True):
+        alone = TabPFNRegressor(**template.get_params(deep=False)).fit(X, y)
+        want = alone.predict(X_test, output_type="full")["logits"].numpy()
+        have = got["logits"].numpy()
+        gaps.append(float((np.abs(want - have) / np.maximum(1.0, np.abs(want))).max()))
+    progress(f"ragged batches: max log-prob gap {max(gaps):.3g} over {n} datasets")
+    case = bench_case(
+        template,
+        data,
+        same_shape=False,
+        device=est.devices_[0],
+        repeats=1 if quick else 3,
+        seed=0,
+        warmup=True,
+        progress=progress,
+    )
+    return {
+        "n_datasets": n,
+        "rows": [int(min(len(d[0]) for d in data)), int(max(len(d[0]) for d in data))],
+        "max_logprob_gap": max(gaps),
+        "logprob_gaps": gaps,
+        "padding": batched.stats.to_dict(),
+        "case": case,
+    }
+
+
 def _device_memory(device: str, quick: bool) -> dict[str, Any]:
     """Peak device memory one call adds (CUDA allocator statistics)."""
     import torch
@@ -656,7 +719,35 @@ def _render(report: dict[str, Any]) -> str:
                     + (f"{ratio:.3f}" if ratio is not None else "—")
                 )
             lines.append("")
-    for part in ("exactness", "host", "bench"):
+    rb = report.get("batched")
+    if rb and "error" not in rb:
+        lines += [
+            "## Ragged batches: null-padded predict_batched vs per-dataset predict",
+            "",
+            f"{rb['n_datasets']} datasets of {rb['rows'][0]}-{rb['rows'][1]} train rows; "
+            f"max log-probability gap to predict {rb['max_logprob_gap']:.3g} (relative to "
+            f"max(1, |log p|)); padded cells {rb['padding']['padded_cell_fraction']:.1%} "
+            f"in {rb['padding']['forwards']} forwards.",
+            "",
+            *markdown_table(
+                ("peer", "ms / dataset", "ratio to loop"),
+                [
+                    [
+                        name,
+                        f"{row['median_s_per_dataset'] * 1e3:.1f}",
+                        "1"
+                        if row["ratio_to_loop"] is None
+                        else f"{row['ratio_to_loop']['ratio']:.2f} "
+                        f"[{row['ratio_to_loop']['ci_low']:.2f}, "
+                        f"{row['ratio_to_loop']['ci_high']:.2f}]",
+                    ]
+                    for name, row in rb["case"]["peers"].items()
+                ],
+                align="lrl",
+            ),
+            "",
+        ]
+    for part in PARTS:
         if report.get(part, {}).get("warnings"):
             lines += [f"Warnings in {part}:", ""]
             lines += [f"- {w}" for w in report[part]["warnings"][:20]]
@@ -682,8 +773,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--parts",
         nargs="+",
-        choices=("exactness", "host", "bench"),
-        default=["exactness", "host", "bench"],
+        choices=PARTS,
+        default=list(PARTS),
     )
     return parser
 
@@ -723,6 +814,7 @@ def _run(args: argparse.Namespace) -> int:
         "exactness": lambda: exactness(args.device, args.quick, progress),
         "host": lambda: host_null_row(args.device, args.quick, args.model, progress),
         "bench": lambda: device_bench(args.device, args.quick, args.model, progress),
+        "batched": lambda: ragged_batches(args.device, args.quick, args.model, progress),
     }
     for part in args.parts:
         try:

@@ -123,6 +123,22 @@ def test_missing_host_is_reported_not_fatal(tmp_path):
     assert "Not measured" in (tmp_path / "bench.md").read_text()
 
 
+def test_gpu_check_dry_run_of_ragged_batches_matches_predict_and_times_the_loop(tmp_path):
+    from _tiny_models import tiny_v3_checkpoint
+
+    from eval import gpu_check
+
+    ckpt = tiny_v3_checkpoint(tmp_path)
+    out = tmp_path / "gpu"
+    argv = [str(out), "--device", "cpu", "--quick", "--parts", "batched", "--model", str(ckpt)]
+    assert gpu_check.main(argv) == 0
+    report = json.loads((out / "gpu_check.json").read_text())["batched"]
+    assert report["n_datasets"] == len(report["logprob_gaps"]) == 3
+    assert 0 <= report["max_logprob_gap"] <= 1e-5  # the fp32 bound of tests/test_batched.py
+    assert {"loop", "batched"} <= set(report["case"]["peers"])
+    assert "## Ragged batches" in (out / "gpu_check.md").read_text()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message only")
 def test_gpu_check_without_cuda_exits_2_with_a_clear_message(tmp_path):
     proc = subprocess.run(

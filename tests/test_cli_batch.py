@@ -135,10 +135,13 @@ def test_bench_batched_reports_every_peer_and_the_padding(tmp_path, checkpoint):
         n_estimators=1,
     )
     ragged, same = report["cases"]
-    assert set(ragged["peers"]) == {"loop", "batched"}
+    assert set(ragged["peers"]) == {"loop", "batched", "batched_wide"}  # a CPU's bound is 5 %
     assert set(same["peers"]) == {"loop", "padded_same_shape", "tabpfn_same_shape"}
-    assert same["padding"]["padded_rows"] == same["padding"]["real_rows"]
-    assert 0 <= ragged["padding"]["padded_row_fraction"] <= 0.25
+    assert set(same["padding"]) == {"padded_same_shape"}
+    same_pad = same["padding"]["padded_same_shape"]
+    assert same_pad["padded_rows"] == same_pad["real_rows"]
+    assert 0 <= ragged["padding"]["batched"]["padded_row_fraction"] <= 0.05
+    assert 0 <= ragged["padding"]["batched_wide"]["padded_row_fraction"] <= 0.25
     for case in report["cases"]:
         for row in case["peers"].values():
             assert row["median_s_per_dataset"] > 0

@@ -6,7 +6,10 @@ test rows, 2 to 10 features) and times, interleaved in a fresh random order
 each round (so load drift on a shared machine hits every peer alike):
 
 * ``batched``: :func:`retrofit.batched.predict_batched` on the patched host
-  (per-dataset stages before ICL, null-padded ICL forwards per length bucket);
+  (per-dataset stages before ICL, null-padded ICL forwards per length bucket)
+  at the device's default padded-share bound;
+* ``batched_wide``: the same at the accelerator's bound (25 %), where the
+  device's default is another (a CPU's, 5 %): what padding more costs there;
 * ``loop``: ``fit`` + ``predict`` per dataset with tabpfn's regressor sharing
   the same patched model object (no reload: the strongest loop baseline).
 
@@ -39,8 +42,10 @@ from eval.benchmarks.speed import _environment, _status_kib, paired_ratio
 
 __all__ = [
     "DEFAULT_SIZES",
+    "PADDED_PEERS",
     "bench_batched",
     "bench_batched_command",
+    "bench_case",
     "ragged_datasets",
     "render_batched_markdown",
 ]
@@ -99,12 +104,17 @@ def _timed_with_peak(fn: Callable[[], Any]) -> tuple[float, int | None]:
     return seconds, None if peak is None or before is None else (peak - before) * 1024
 
 
+#: The peers that run the padded path (their padding is reported).
+PADDED_PEERS = ("batched", "batched_wide", "padded_same_shape")
+
+
 def _peers(
-    template: Any, datasets: Datasets, same_shape: bool
+    template: Any, datasets: Datasets, same_shape: bool, device: Any
 ) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
     from tabpfn import TabPFNRegressor
 
     from retrofit.batched import predict_batched
+    from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, default_max_padded_fraction
 
     X_tr, y_tr, X_te = ([d[k] for d in datasets] for k in range(3))
     last: dict[str, Any] = {}
@@ -115,31 +125,52 @@ def _peers(
             worker.fit(X, y)
             worker.predict(Xt)
 
-    def padded() -> None:
-        last["padded"] = predict_batched(template, X_tr, y_tr, X_te, padded=True)
+    def padded(name: str, bound: float | None = None) -> Callable[[], None]:
+        def run() -> None:
+            last[name] = predict_batched(
+                template, X_tr, y_tr, X_te, padded=True, max_padded_fraction=bound
+            )
+
+        return run
 
     peers: dict[str, Callable[[], Any]] = {"loop": loop}
     if same_shape:
-        peers["padded_same_shape"] = padded
+        peers["padded_same_shape"] = padded("padded_same_shape")
         peers["tabpfn_same_shape"] = lambda: predict_batched(
             template, X_tr, y_tr, X_te, padded=False
         )
     else:
-        peers["batched"] = padded
+        peers["batched"] = padded("batched")
+        if default_max_padded_fraction(device) != DEFAULT_MAX_PADDED_FRACTION:
+            # What the accelerator's bound would do here: the cost of padding more.
+            peers["batched_wide"] = padded("batched_wide", DEFAULT_MAX_PADDED_FRACTION)
     return peers, last
 
 
-def _bench_set(
+def bench_case(
     template: Any,
     datasets: Datasets,
     *,
     same_shape: bool,
+    device: Any,
     repeats: int,
     seed: int,
     warmup: bool,
     progress: Callable[[str], None] | None,
 ) -> dict[str, Any]:
-    peers, last = _peers(template, datasets, same_shape)
+    """Times the peers on one set of datasets, interleaved; the case's report entry.
+
+    Args:
+        template: The ``TabPFNRegressor`` over the patched model (``batched_host()``).
+        datasets: ``(X_train, y_train, X_test)`` per dataset.
+        same_shape: Whether the datasets share one shape (adds tabpfn's own peer).
+        device: The estimator's resolved device (its default padded-share bound).
+        repeats: Timed rounds.
+        seed: Seed of the round orders and the bootstrap.
+        warmup: Whether to run every peer once before the rounds.
+        progress: Receives one line per round.
+    """
+    peers, last = _peers(template, datasets, same_shape, device)
     names = list(peers)
     if warmup:  # one-time costs (thread pools, kernel tables) outside the rounds
         for name in names:
@@ -159,7 +190,6 @@ def _bench_set(
                 f"  round {r + 1}/{repeats}: "
                 + ", ".join(f"{n} {times[n][-1] * 1e3:.1f} ms/dataset" for n in names)
             )
-    stats = last["padded"].stats
     rows = {
         name: {
             "median_s_per_dataset": float(np.median(t)),
@@ -177,8 +207,11 @@ def _bench_set(
         "test_rows": [s[1] for s in shapes],
         "features": [s[2] for s in shapes],
         "peers": rows,
-        "padding": stats.to_dict(),
-        "n_buckets": len(last["padded"].buckets),
+        "padding": {
+            name: {**last[name].stats.to_dict(), "n_buckets": len(last[name].buckets)}
+            for name in names
+            if name in PADDED_PEERS
+        },
     }
 
 
@@ -260,10 +293,11 @@ def bench_batched(
             if progress:
                 kind = "same-shape" if shared else "ragged"
                 progress(f"{n} {kind} datasets, {sum(len(d[0]) for d in data)} train rows")
-            case = _bench_set(
+            case = bench_case(
                 template,
                 data,
                 same_shape=shared,
+                device=estimator.devices_[0],
                 repeats=repeats,
                 seed=seed,
                 warmup=not report["cases"],
@@ -300,16 +334,16 @@ def render_batched_markdown(report: dict[str, Any]) -> str:
         "|---:|---|---|---:|---|---:|---:|---:|---:|",
     ]
     for case in report["cases"]:
-        pad = case["padding"]
         for name, row in case["peers"].items():
             r = row["ratio_to_loop"]
             ratio = (
                 "1" if r is None else f"{r['ratio']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
             )
             padding = ["", "", ""]
-            if name in ("batched", "padded_same_shape"):
+            if name in case["padding"]:
+                pad = case["padding"][name]
                 padding = [
-                    str(case["n_buckets"]),
+                    str(pad["n_buckets"]),
                     f"{pad['padded_row_fraction']:.1%}",
                     f"{pad['padded_cell_fraction']:.1%}",
                 ]
