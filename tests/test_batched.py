@@ -33,8 +33,8 @@ import numpy as np
 import pytest
 import torch
 from _exactness import MODEL_ULPS, assert_within_ulps
+from _padding import reference_kernel, unpatched_padding_drifts
 from _predictions import assert_same_prediction, flat_prediction
-from _reference_kernel import reference_kernel
 from _tiny_models import build_tiny_v3, save_tiny_checkpoint, tiny_inference_config, tiny_v3_config
 from test_patch_v2 import build_tiny_v2, save_tiny_v2_checkpoint
 
@@ -197,22 +197,12 @@ def test_zero_padded_icl_on_the_fast_kernel_is_within_rounding(mode):
 
 def test_the_same_padding_changes_the_unpatched_hosts_output():
     host = build_tiny_v3().to(torch.float64)
-    sets = _model_sets()
     stage = V3ICLStage()  # tabpfn's calls, here on the unpatched blocks
-    with torch.no_grad():
-        alone = [host(x, y) for x, y in sets]
-        carriers = [stage.embed(host, x, y) for x, y in sets]
-        x_BRD, n_max = pad_carriers(carriers, [y.shape[0] for _, y in sets])
-        out_BRD = stage.run_blocks(host, x_BRD, n_max)
-    drifts = []
-    for b, ((x, y), a) in enumerate(zip(sets, alone, strict=True)):
-        m = x.shape[0] - y.shape[0]
-        padded = stage.decode(host, out_BRD[b : b + 1, n_max : n_max + m])
-        drifts.append(((a - padded).abs().max() / a.abs().max()).item())
+    drifts, carriers, keys = unpatched_padding_drifts(host, stage, _model_sets())
     # The longest-train dataset has no padded keys, but every other one drifts.
     assert sorted(drifts)[1] > 1e-3, drifts
     with pytest.raises(UnsupportedArchitectureError, match="no null-padded ICL stage"):
-        run_padded_icl(host, carriers, [y.shape[0] for _, y in sets])
+        run_padded_icl(host, carriers, keys)
 
 
 # ---- v2: per-cell carriers, between-items attention closed ------------------------------

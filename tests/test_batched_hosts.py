@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 import torch
 from _exactness import MODEL_ULPS, assert_within_ulps
+from _padding import reference_kernel, unpatched_padding_drifts
 from _predictions import assert_same_prediction
-from _reference_kernel import reference_kernel
 from _tiny_hosts import build_host, tiny_host_specs
 
 import retrofit
@@ -37,7 +37,7 @@ from retrofit.batched import predict_batched
 from retrofit.errors import UnsupportedArchitectureError
 from retrofit.hosts.v2_icl_stage import V2p5ICLStage
 from retrofit.hosts.v3_icl_stage import V3p5ICLStage
-from retrofit.icl_batch import icl_stage_for, key_rows, pad_carriers, run_padded_icl
+from retrofit.icl_batch import icl_stage_for, key_rows, run_padded_icl
 from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE
 
 HOSTS = ("tabpfn_v3_5", "tabpfn_v2_5", "tabpfn_v2_6")
@@ -46,7 +46,11 @@ MODES = ("oattention", "full-o")
 # feature groups (2 features a group): 3-4 features -> 2 groups, 5-6 -> 3.
 RAGGED = [(30, 7, 3), (50, 12, 5), (12, 3, 4), (40, 9, 6), (22, 5, 3)]
 OUTPUT_TYPES = ("mean", "median", "mode", "quantiles", "full")
-UNPATCHED_STAGE = {"tabpfn_v3_5": V3p5ICLStage(), "tabpfn_v2_5": V2p5ICLStage()}
+UNPATCHED_STAGE = {
+    "tabpfn_v3_5": V3p5ICLStage(),
+    "tabpfn_v2_5": V2p5ICLStage(),
+    "tabpfn_v2_6": V2p5ICLStage(),
+}
 
 
 @pytest.fixture(autouse=True)
@@ -150,25 +154,16 @@ def test_v3_5_with_bfloat16_icl_pads_within_bf16_rounding():
         assert_within_ulps(b, a, ulps=MODEL_ULPS[torch.bfloat16], dtype=torch.bfloat16)
 
 
-@pytest.mark.parametrize("name", ["tabpfn_v3_5", "tabpfn_v2_5"])
+@pytest.mark.parametrize("name", HOSTS)
 def test_the_same_padding_changes_the_unpatched_hosts_output(name):
     host = _model(name, "none")
     stage = UNPATCHED_STAGE[name]  # tabpfn's calls, here on the unpatched blocks
     sets = _sets(shapes=[s for s in RAGGED if s[2] in (3, 4)])  # one carrier shape
-    with torch.inference_mode():
-        alone = [host(x, y, **_task(name)) for x, y in sets]
-        embedded = _carriers(stage, host, sets)
-        x_BRD, n_max = pad_carriers([c for c, _ in embedded], [k for _, k in embedded])
-        out_BRD = stage.run_blocks(host, x_BRD, n_max)
-        drifts = []
-        for b, ((x, y), a) in enumerate(zip(sets, alone, strict=True)):
-            m = x.shape[0] - y.shape[0]
-            padded = stage.decode(host, out_BRD[b : b + 1, n_max : n_max + m])
-            drifts.append(((a - padded).abs().max() / a.abs().max()).item())
+    drifts, carriers, keys = unpatched_padding_drifts(host, stage, sets, **_task(name))
     # The longest-train dataset has no padded keys, but every other one drifts.
     assert sorted(drifts)[1] > 1e-3, drifts
     with pytest.raises(UnsupportedArchitectureError, match=r"no null-padded ICL stage|not patched"):
-        run_padded_icl(host, [c for c, _ in embedded], [k for _, k in embedded])
+        run_padded_icl(host, carriers, keys)
 
 
 # ---- the estimator ------------------------------------------------------------------------
