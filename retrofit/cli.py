@@ -19,15 +19,18 @@ each command imports the estimator, pandas and tabpfn when it runs.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retrofit.console import PRECISIONS, PROG, one_line, parse_precision, run_command, status
+from retrofit.console import PRECISIONS, PROG, parse_precision, run_command, status
+from retrofit.csv_tables import (
+    numeric_target,
+    read_csv_table,
+    refuse_infinite_features,
+    write_csv_atomic,
+)
 from retrofit.errors import CommandError
-from retrofit.files import atomic_path
 from retrofit.outputs import check_output_dir, check_output_file, same_file
 from retrofit.settings import (
     DEFAULT_MAX_PADDED_FRACTION,
@@ -41,8 +44,7 @@ from retrofit.settings import (
 )
 
 if TYPE_CHECKING:
-    import numpy as np
-    import pandas as pd
+    pass
 
 __all__ = [
     "add_subcommands",
@@ -278,95 +280,6 @@ def _check_model_argument(model: str) -> None:
     resolve_checkpoint(model)
 
 
-# --- CSV input and output ---------------------------------------------------------
-
-
-def _refuse_repeated_columns(path: Path, role: str) -> None:
-    """Refuses a header that names a column twice (pandas would rename the second ``a.1``)."""
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as fh:
-            header = next((row for row in csv.reader(fh) if row), [])
-    except (UnicodeDecodeError, csv.Error):
-        return  # pandas reports what it cannot read
-    repeated = [name for name, count in Counter(header).items() if count > 1]
-    if repeated:
-        names = ", ".join(repr(name) for name in repeated)
-        raise CommandError(f"{role} file {path} repeats column(s) {names} in its header")
-
-
-def _read_csv(path_text: str, role: str) -> pd.DataFrame:
-    import pandas as pd
-
-    path = Path(path_text).expanduser()
-    if not path.is_file():
-        raise CommandError(f"{role} file not found: {path}")
-    _refuse_repeated_columns(path, role)
-    try:
-        frame = pd.read_csv(path)
-    except pd.errors.EmptyDataError as exc:
-        raise CommandError(f"{role} file {path} is empty") from exc
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
-        raise CommandError(f"cannot read {role} file {path} as CSV: {one_line(exc)}") from exc
-    if frame.shape[0] == 0:
-        raise CommandError(f"{role} file {path} has a header but no data rows")
-    if frame.columns.duplicated().any():
-        dupes = sorted(set(frame.columns[frame.columns.duplicated()]))
-        raise CommandError(f"{role} file {path} repeats column(s) {', '.join(map(str, dupes))}")
-    return frame
-
-
-def _numeric_target(frame: pd.DataFrame, target: str, path: str, *, allow_missing: bool):
-    import numpy as np
-    import pandas as pd
-
-    values = pd.to_numeric(frame[target], errors="coerce").to_numpy(dtype=np.float64)
-    bad = np.isnan(values) & frame[target].notna().to_numpy()
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise CommandError(
-            f"target column {target!r} in {path} is not numeric "
-            f"(data row {row}: {frame[target].iloc[row]!r})"
-        )
-    if not np.isfinite(values[~np.isnan(values)]).all():
-        raise CommandError(f"target column {target!r} in {path} holds an infinite value")
-    if not allow_missing and np.isnan(values).any():
-        row = int(np.flatnonzero(np.isnan(values))[0])
-        raise CommandError(f"target column {target!r} in {path} is empty in data row {row}")
-    return values
-
-
-def _refuse_infinite(values: np.ndarray, what: str) -> None:
-    """An infinite value is an error naming where it is (tabpfn would only say "infinity")."""
-    import numpy as np
-
-    infinite = np.isinf(values)
-    if infinite.any():
-        row = int(np.flatnonzero(infinite)[0])
-        raise CommandError(f"{what} holds an infinite value (data row {row}: {values[row]})")
-
-
-def _refuse_infinite_features(frame: pd.DataFrame, path: str) -> None:
-    """Every numeric feature column must be finite (NaN is a missing value, inf is an error)."""
-    import numpy as np
-
-    for name in frame.columns:
-        if frame[name].dtype.kind in "fiu":
-            _refuse_infinite(
-                frame[name].to_numpy(dtype=np.float64), f"feature column {name!r} in {path}"
-            )
-
-
-def _write_csv_atomic(frame: pd.DataFrame, path_text: str) -> Path:
-    path = Path(path_text).expanduser()
-    if path.is_dir():
-        raise CommandError(f"--out {path} is a directory; give a file name")
-    if not path.parent.is_dir():
-        raise CommandError(f"--out {path}: folder {path.parent} does not exist")
-    with atomic_path(path) as tmp, tmp.open("w", newline="") as fh:
-        frame.to_csv(fh, index=False)
-    return path
-
-
 # --- predict ------------------------------------------------------------------------
 
 
@@ -376,7 +289,7 @@ def _load_predict_data(args: argparse.Namespace):
 
     if (args.test is None) == (args.holdout is None):
         raise CommandError("give exactly one of --test TEST.csv or --holdout F")
-    train = _read_csv(args.train, "train")
+    train = read_csv_table(args.train, "train")
     if args.target not in train.columns:
         raise CommandError(
             f"target column {args.target!r} not in {args.train} "
@@ -385,9 +298,9 @@ def _load_predict_data(args: argparse.Namespace):
     features = [c for c in train.columns if c != args.target]
     if not features:
         raise CommandError(f"{args.train} has no feature columns besides {args.target!r}")
-    y_all = _numeric_target(train, args.target, args.train, allow_missing=False)
+    y_all = numeric_target(train, args.target, args.train, allow_missing=False)
     X_all = train[features]  # numbers as parsed; text columns stay text, for tabpfn
-    _refuse_infinite_features(X_all, args.train)
+    refuse_infinite_features(X_all, args.train)
 
     if args.holdout is not None:
         F = args.holdout
@@ -410,15 +323,15 @@ def _load_predict_data(args: argparse.Namespace):
             features,
         )
 
-    test = _read_csv(args.test, "test")
+    test = read_csv_table(args.test, "test")
     missing = [c for c in features if c not in test.columns]
     if missing:
         raise CommandError(f"test file {args.test} lacks feature column(s): {', '.join(missing)}")
     X_test = test[features]
-    _refuse_infinite_features(X_test, args.test)
+    refuse_infinite_features(X_test, args.test)
     y_test = None
     if args.target in test.columns:
-        y_test = _numeric_target(test, args.target, args.test, allow_missing=True)
+        y_test = numeric_target(test, args.target, args.test, allow_missing=True)
     return X_all, y_all, X_test, y_test, np.arange(len(X_test)), features
 
 
@@ -505,7 +418,7 @@ def _predict(args: argparse.Namespace) -> int:
     else:
         prediction = np.asarray(estimator.predict(X_test, output_type=output_type), np.float64)
         out["prediction"] = prediction
-    path = _write_csv_atomic(out, args.out)
+    path = write_csv_atomic(out, args.out)
     status(args, f"wrote {len(out)} predictions to {path}")
 
     if y_test is not None and output_type != "quantiles":

@@ -30,18 +30,19 @@ from tqdm.auto import tqdm
 
 from retrofit.batched import check_batch_lists, predict_batched
 from retrofit.console import parse_precision, run_command
-from retrofit.errors import BatchInputError, CommandError, RetrofitError
+from retrofit.csv_tables import (
+    numeric_target,
+    read_csv_table,
+    refuse_infinite_features,
+    write_csv_atomic,
+)
+from retrofit.errors import BatchInputError, CommandError, ManifestError
 from retrofit.estimator import OTabPFNRegressor
-from retrofit.files import atomic_path
 from retrofit.settings import check_max_padded_fraction
 
 __all__ = ["ManifestError", "read_manifest", "run"]
 
 PROG = "tabpfn-retrofit predict-batch"
-
-
-class ManifestError(RetrofitError, ValueError):
-    """The manifest or a file it names cannot be used; the message names the dataset."""
 
 
 def read_manifest(path: str | Path, default_target: str | None = None) -> list[dict[str, Any]]:
@@ -96,53 +97,36 @@ def read_manifest(path: str | Path, default_target: str | None = None) -> list[d
     return entries
 
 
-def _read_frame(path: Path, where: str, role: str) -> pd.DataFrame:
-    if not path.is_file():
-        raise ManifestError(f"{where}: {role} file not found: {path}")
-    try:
-        frame = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise ManifestError(f"{where}: cannot read {role} file {path}: {err}") from None
-    if frame.shape[0] == 0:
-        raise ManifestError(f"{where}: {role} file {path} has no data rows")
-    return frame
+def _load(entry: dict[str, Any], i: int) -> tuple[Any, np.ndarray, Any, np.ndarray | None]:
+    """``X_train, y_train, X_test, y_test or None`` of one manifest entry.
 
-
-def _numeric(frame: pd.DataFrame, columns: list[str], where: str, path: Path) -> np.ndarray:
-    out = frame[columns].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
-    bad = np.isnan(out) & frame[columns].notna().to_numpy()
-    if bad.any():
-        row, col = (int(v[0]) for v in np.nonzero(bad))
-        raise ManifestError(
-            f"{where}: column {columns[col]!r} of {path} is not numeric in data row {row}"
-        )
-    return out
-
-
-def _load(entry: dict[str, Any], i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
-    """``X_train, y_train, X_test, y_test or None`` of one manifest entry."""
+    Read as ``predict`` reads its files (:mod:`retrofit.csv_tables`): feature
+    columns as pandas parsed them (text stays text, for tabpfn), the target
+    numeric; a refusal names the dataset.
+    """
     where = f"dataset {i} ({entry['name']})"
     target = entry["target"]
-    train = _read_frame(entry["train"], where, "train")
-    if target not in train.columns:
-        raise ManifestError(f"{where}: target column {target!r} not in {entry['train']}")
-    features = [c for c in train.columns if c != target]
-    test = _read_frame(entry["test"], where, "test")
-    missing = [c for c in features if c not in test.columns]
-    if missing:
-        raise ManifestError(f"{where}: {entry['test']} lacks feature column(s) {missing}")
-    y_test = _numeric(test, [target], where, entry["test"])[:, 0] if target in test else None
-    return (
-        _numeric(train, features, where, entry["train"]),
-        _numeric(train, [target], where, entry["train"])[:, 0],
-        _numeric(test, features, where, entry["test"]),
-        y_test,
-    )
-
-
-def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
-    with atomic_path(path) as tmp, tmp.open("w", newline="") as fh:
-        frame.to_csv(fh, index=False)
+    try:
+        train = read_csv_table(entry["train"], "train")
+        if target not in train.columns:
+            raise CommandError(f"target column {target!r} not in {entry['train']}")
+        features = [c for c in train.columns if c != target]
+        if not features:
+            raise CommandError(f"{entry['train']} has no feature columns besides {target!r}")
+        test = read_csv_table(entry["test"], "test")
+        missing = [c for c in features if c not in test.columns]
+        if missing:
+            raise CommandError(f"{entry['test']} lacks feature column(s) {missing}")
+        X_train, X_test = train[features], test[features]
+        refuse_infinite_features(X_train, entry["train"])
+        refuse_infinite_features(X_test, entry["test"])
+        y_train = numeric_target(train, target, entry["train"], allow_missing=False)
+        y_test = None
+        if target in test.columns:
+            y_test = numeric_target(test, target, entry["test"], allow_missing=True)
+    except CommandError as err:
+        raise ManifestError(f"{where}: {err}") from None
+    return X_train, y_train, X_test, y_test
 
 
 def _named(err: Exception, names: list[str]) -> str:
@@ -214,7 +198,7 @@ def _predict_batch(args: argparse.Namespace) -> int:
         if y_test is not None:
             frame[entry["target"]] = y_test
         frame["prediction"] = np.asarray(prediction, dtype=np.float64)
-        _write_atomic(frame, path)
+        write_csv_atomic(frame, path)
     if not args.quiet:
         how = (
             f"{len(batch.buckets)} length buckets, padded rows "

@@ -24,6 +24,7 @@ __all__ = [
     "InvalidModelPathError",
     "InvalidPatchConfig",
     "InvalidPatchConfigError",
+    "ManifestError",
     "MissingPresenceError",
     "NotPatched",
     "NotPatchedError",
@@ -122,6 +123,10 @@ class RetrofitWarning(UserWarning):
     A command prints these as one line each and keeps every other library's
     warnings off stderr (``retrofit.console``).
     """
+
+
+class ManifestError(RetrofitError, ValueError):
+    """A ``predict-batch`` manifest or a file it names is unusable; messages name the dataset."""
 
 
 class BatchInputError(RetrofitError, ValueError):

@@ -80,8 +80,49 @@ def test_an_error_names_the_dataset_and_writes_nothing(tmp_path, checkpoint, cap
     out.mkdir()
     assert _run(manifest, out, checkpoint, "--target", "y") == 2
     err = capsys.readouterr().err
-    assert "dataset 1 (d1): y_train has 1 NaN" in err
+    assert "dataset 1 (d1): target column 'y' in " in err and "is empty in data row 3" in err
     assert list(out.iterdir()) == []
+
+
+def test_files_are_read_as_predict_reads_them(tmp_path, checkpoint, capsys):
+    # One reading for both commands (retrofit.csv_tables): a header naming a
+    # column twice is refused (pandas would rename the second "x0.1"), in
+    # predict's words, with the dataset named.
+    entries = _write_datasets(tmp_path)
+    test = pd.read_csv(tmp_path / "d2_test.csv")
+    test.to_csv(tmp_path / "d2_test.csv", index=False, header=["x0", "x0", "y"])
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps({"target": "y", "datasets": entries}))
+    out = tmp_path / "out"
+    out.mkdir()
+    assert _run(manifest, out, checkpoint) == 2
+    err = capsys.readouterr().err
+    assert "dataset 2 (d2): test file" in err and "repeats column(s) 'x0'" in err
+    assert list(out.iterdir()) == []
+
+
+def test_a_text_feature_column_is_passed_to_tabpfn_as_predict_does(tmp_path, checkpoint):
+    entries = _write_datasets(tmp_path)
+    for role in ("train", "test"):
+        frame = pd.read_csv(tmp_path / f"d0_{role}.csv")
+        frame["city"] = np.where(frame["x0"] > 0, "north", "south")
+        frame.to_csv(tmp_path / f"d0_{role}.csv", index=False)
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps({"target": "y", "datasets": entries}))
+    out = tmp_path / "out"
+    out.mkdir()
+    assert _run(manifest, out, checkpoint) == 0
+    written = pd.read_csv(out / "d0.csv")
+    train, test = (pd.read_csv(tmp_path / f"d0_{r}.csv") for r in ("train", "test"))
+    alone = (
+        OTabPFNRegressor(
+            model_path=str(checkpoint), inference_precision=torch.float32, device="cpu"
+        )
+        .fit(train.drop(columns="y"), train["y"].to_numpy())
+        .predict(test.drop(columns="y"))
+    )
+    scale = float(train["y"].std())
+    assert np.abs(written["prediction"].to_numpy() - alone).max() <= 1e-4 * scale
 
 
 def test_a_manifest_entry_without_a_test_file_is_named(tmp_path, checkpoint, capsys):

@@ -1,0 +1,146 @@
+"""Train and test tables from CSV files, and prediction files, for the commands.
+
+One reading of a CSV for ``predict`` and ``predict-batch``, so both refuse the
+same things in the same words: a missing or unreadable file, a header without
+data rows, a column named twice (pandas would silently rename the second
+``a.1``), a target that is not numeric or is infinite, an infinite feature.
+Feature columns stay as pandas parsed them: numbers as numbers, text as text,
+for tabpfn to encode as categoricals. Prediction files are written under a
+temporary name and renamed (:func:`retrofit.files.atomic_path`).
+
+Every refusal is a :class:`~retrofit.errors.CommandError` naming the file;
+``predict-batch`` adds the dataset. pandas is imported when a function runs,
+so importing this module stays light.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from retrofit.console import one_line
+from retrofit.errors import CommandError
+from retrofit.files import atomic_path
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+__all__ = ["numeric_target", "read_csv_table", "refuse_infinite_features", "write_csv_atomic"]
+
+
+def _refuse_repeated_columns(path: Path, role: str) -> None:
+    """Refuses a header that names a column twice (pandas would rename the second ``a.1``)."""
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
+            header = next((row for row in csv.reader(fh) if row), [])
+    except (UnicodeDecodeError, csv.Error):
+        return  # pandas reports what it cannot read
+    repeated = [name for name, count in Counter(header).items() if count > 1]
+    if repeated:
+        names = ", ".join(repr(name) for name in repeated)
+        raise CommandError(f"{role} file {path} repeats column(s) {names} in its header")
+
+
+def read_csv_table(path_text: str | Path, role: str) -> pd.DataFrame:
+    """The table in ``path_text``, with a header and at least one data row.
+
+    Args:
+        path_text: The CSV file (``~`` is expanded).
+        role: What the file is (``"train"``, ``"test"``), for the messages.
+
+    Raises:
+        CommandError: If the file is missing, empty, unreadable as CSV, has no
+            data rows, or names a column twice.
+    """
+    import pandas as pd
+
+    path = Path(path_text).expanduser()
+    if not path.is_file():
+        raise CommandError(f"{role} file not found: {path}")
+    _refuse_repeated_columns(path, role)
+    try:
+        frame = pd.read_csv(path)
+    except pd.errors.EmptyDataError as exc:
+        raise CommandError(f"{role} file {path} is empty") from exc
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise CommandError(f"cannot read {role} file {path} as CSV: {one_line(exc)}") from exc
+    if frame.shape[0] == 0:
+        raise CommandError(f"{role} file {path} has a header but no data rows")
+    if frame.columns.duplicated().any():
+        dupes = sorted(set(frame.columns[frame.columns.duplicated()]))
+        raise CommandError(f"{role} file {path} repeats column(s) {', '.join(map(str, dupes))}")
+    return frame
+
+
+def numeric_target(
+    frame: pd.DataFrame, target: str, path: str | Path, *, allow_missing: bool
+) -> np.ndarray:
+    """The ``target`` column as float64.
+
+    Args:
+        frame: The table.
+        target: The target column's name (present in ``frame``).
+        path: The file, for the messages.
+        allow_missing: Whether empty cells (NaN) are allowed (a test file's
+            target may be partly unknown; a train file's may not).
+
+    Raises:
+        CommandError: If a cell is not a number, is infinite, or is empty where
+            ``allow_missing`` is False.
+    """
+    import numpy as np
+    import pandas as pd
+
+    values = pd.to_numeric(frame[target], errors="coerce").to_numpy(dtype=np.float64)
+    bad = np.isnan(values) & frame[target].notna().to_numpy()
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise CommandError(
+            f"target column {target!r} in {path} is not numeric "
+            f"(data row {row}: {frame[target].iloc[row]!r})"
+        )
+    if not np.isfinite(values[~np.isnan(values)]).all():
+        raise CommandError(f"target column {target!r} in {path} holds an infinite value")
+    if not allow_missing and np.isnan(values).any():
+        row = int(np.flatnonzero(np.isnan(values))[0])
+        raise CommandError(f"target column {target!r} in {path} is empty in data row {row}")
+    return values
+
+
+def refuse_infinite_features(frame: pd.DataFrame, path: str | Path) -> None:
+    """Every numeric feature column must be finite (NaN is a missing value, inf an error).
+
+    Raises:
+        CommandError: Naming the column and the first data row with an infinite value.
+    """
+    import numpy as np
+
+    for name in frame.columns:
+        if frame[name].dtype.kind in "fiu":
+            values = frame[name].to_numpy(dtype=np.float64)
+            infinite = np.isinf(values)
+            if infinite.any():
+                row = int(np.flatnonzero(infinite)[0])
+                raise CommandError(
+                    f"feature column {name!r} in {path} holds an infinite value "
+                    f"(data row {row}: {values[row]})"
+                )
+
+
+def write_csv_atomic(frame: pd.DataFrame, path_text: str | Path) -> Path:
+    """Writes ``frame`` (no index) to ``path_text`` under a temporary name, then renames it.
+
+    Raises:
+        CommandError: If the path is a folder or its folder does not exist.
+    """
+    path = Path(path_text).expanduser()
+    if path.is_dir():
+        raise CommandError(f"{path} is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise CommandError(f"{path}: folder {path.parent} does not exist")
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as fh:
+        frame.to_csv(fh, index=False)
+    return path
