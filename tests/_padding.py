@@ -15,6 +15,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 import retrofit.hosts.v2 as hosts_v2
@@ -22,7 +23,7 @@ import retrofit.hosts.v3_block as v3_block
 from patches import oattention_reference
 from retrofit.icl_batch import key_rows, pad_carriers
 
-__all__ = ["reference_kernel", "unpatched_padding_drifts"]
+__all__ = ["ragged_tables", "reference_kernel", "unpatched_padding_drifts"]
 
 
 @contextlib.contextmanager
@@ -75,3 +76,17 @@ def unpatched_padding_drifts(
             padded = stage.decode(host, out_BRD[b : b + 1, n_max : n_max + m])
             drifts.append(((a - padded).abs().max() / a.abs().max()).item())
     return drifts, carriers, keys
+
+
+def ragged_tables(
+    shapes: Sequence[tuple[int, int, int]], seed: int = 0
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``(X_train, y_train, X_test)`` per ``(train rows, test rows, features)``: a noisy
+    random linear target, for the estimator-level ragged-batch tests."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for n, m, c in shapes:
+        X = rng.normal(size=(n + m, c))
+        y = X @ rng.normal(size=c) + 0.1 * rng.normal(size=n + m)
+        out.append((X[:n], y[:n], X[n:]))
+    return out

@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 import torch
 from _exactness import MODEL_ULPS, assert_within_ulps
-from _padding import reference_kernel, unpatched_padding_drifts
+from _padding import ragged_tables, reference_kernel, unpatched_padding_drifts
 from _predictions import assert_same_prediction, flat_prediction
 from _tiny_models import build_tiny_v3, save_tiny_checkpoint, tiny_inference_config, tiny_v3_config
 from test_patch_v2 import build_tiny_v2, save_tiny_v2_checkpoint
@@ -82,13 +82,7 @@ def _pad_as_on_an_accelerator(monkeypatch):
 
 
 def _datasets(shapes=RAGGED, seed=0):
-    rng = np.random.default_rng(seed)
-    out = []
-    for n, m, c in shapes:
-        X = rng.normal(size=(n + m, c))
-        y = X @ rng.normal(size=c) + 0.1 * rng.normal(size=n + m)
-        out.append((X[:n], y[:n], X[n:]))
-    return out
+    return ragged_tables(shapes, seed)
 
 
 def _lists(sets):

@@ -6,9 +6,9 @@ accelerator 25 % (``retrofit.settings``). A tiny v3 checkpoint, float32.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
+from _padding import ragged_tables
 from _tiny_models import tiny_v3_checkpoint
 from tabpfn import TabPFNRegressor
 
@@ -32,12 +32,7 @@ def host(tmp_path_factory):
 
 
 def _lists():
-    rng = np.random.default_rng(0)
-    sets = []
-    for n, m, c in SHAPES:
-        X = rng.normal(size=(n + m, c))
-        y = X @ rng.normal(size=c)
-        sets.append((X[:n], y[:n], X[n:]))
+    sets = ragged_tables(SHAPES)
     return [s[0] for s in sets], [s[1] for s in sets], [s[2] for s in sets]
 
 

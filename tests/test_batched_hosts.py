@@ -23,11 +23,10 @@ Shape letters: R rows (train then test), B batch, C features, N train rows.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from _exactness import MODEL_ULPS, assert_within_ulps
-from _padding import reference_kernel, unpatched_padding_drifts
+from _padding import ragged_tables, reference_kernel, unpatched_padding_drifts
 from _predictions import assert_same_prediction
 from _tiny_hosts import build_host, tiny_host_specs
 
@@ -170,13 +169,7 @@ def test_the_same_padding_changes_the_unpatched_hosts_output(name):
 
 
 def _datasets(seed=0):
-    rng = np.random.default_rng(seed)
-    out = []
-    for n, m, c in RAGGED:
-        X = rng.normal(size=(n + m, c))
-        y = X @ rng.normal(size=c) + 0.1 * rng.normal(size=n + m)
-        out.append((X[:n], y[:n], X[n:]))
-    return out
+    return ragged_tables(RAGGED, seed)
 
 
 def _est(name, **kwargs):
