@@ -55,6 +55,9 @@ _ROOT = Path(__file__).resolve().parents[1]
 FP32_HOST_TOL = 1e-5
 """Relative drift of old rows allowed in fp32 (rounding of a different matmul shape)."""
 
+#: Padded-share bound of the ragged-batch exactness check: loose, so datasets share forwards.
+EXACTNESS_PADDING = 0.9
+
 #: The parts of the check, in the order they run.
 PARTS = ("exactness", "host", "bench", "batched")
 
@@ -492,9 +495,11 @@ def ragged_batches(
     """Ragged ``predict_batched`` on the device: equal to per-dataset ``predict``, and its speed.
 
     Every dataset's batched log-probabilities against its own ``predict`` (gap
-    relative to ``max(1, |log p|)``, the test suite's measure), at the device's
-    default padded-share bound; then the batched benchmark's case
-    (:func:`eval.benchmarks.batched.bench_case`: loop, batched, interleaved).
+    relative to ``max(1, |log p|)``, the test suite's measure), with a loose
+    padded-share bound so that datasets really share padded forwards (the
+    padding is what is checked); then the batched benchmark's case
+    (:func:`eval.benchmarks.batched.bench_case`: loop and batched at the
+    device's default bound, interleaved).
     """
     import numpy as np
     import torch
@@ -515,7 +520,9 @@ def ragged_batches(
     ).fit(data[0][0], data[0][1])
     template = est.batched_host()
     lists = [[d[k] for d in data] for k in range(3)]
-    batched = predict_batched(template, *lists, padded=True, output_type="full")
+    batched = predict_batched(
+        template, *lists, padded=True, output_type="full", max_padded_fraction=EXACTNESS_PADDING
+    )
     gaps = []
     for (X, y, X_test), got in zip(data, batched.results, strict=True):
         alone = TabPFNRegressor(**template.get_params(deep=False)).fit(X, y)

@@ -136,9 +136,14 @@ def check_batch_lists(
 
 def is_ragged(X_train_list: Sequence[Any], X_test_list: Sequence[Any]) -> bool:
     """Whether the raw arrays differ in shape (tabpfn's ``predict_batched`` refuses that)."""
-    train_shapes = {np.asarray(X).shape for X in X_train_list}
-    test_shapes = {np.asarray(X).shape for X in X_test_list}
+    train_shapes = {_shape(X) for X in X_train_list}
+    test_shapes = {_shape(X) for X in X_test_list}
     return len(train_shapes) > 1 or len(test_shapes) > 1
+
+
+def _shape(X: Any) -> tuple[int, ...]:
+    # An array's or a DataFrame's own shape, without copying it into a new array.
+    return tuple(X.shape) if hasattr(X, "shape") else np.shape(X)
 
 
 def _check_output_request(output_type: str, quantiles: list[float] | None) -> list[float]:

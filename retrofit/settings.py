@@ -62,15 +62,14 @@ SUPPORTS: tuple[str, ...] = ("count", "mass")
 SETTING_NAMES: tuple[str, ...] = ("mode", "tau", "support", "eps_den")
 #: Bound on each length bucket's padded share of rows and of attention cells
 #: in a ragged batched prediction (``retrofit.batched``) on an accelerator,
-#: which runs a wider batch for about the time of a narrow one.
+#: where a wider batch should cost little more than a narrow one (not yet
+#: measured on one: ``eval/gpu_check.py``'s ``batched`` part does).
 DEFAULT_MAX_PADDED_FRACTION: float = 0.25
 #: The bound by device type where it differs. On a CPU a padded cell costs what a
 #: real one does and a fused forward saves only per-call overhead, so a CPU pads
-#: little. Measured on 2 cores (one torch thread), embedded host, against a loop
-#: of fit/predict, medians of 3 to 6 interleaved rounds: 32 datasets of 50-2,000
-#: train rows took 0.93x the loop's time at bound 0, 1.01x at 0.05, 1.10x at
-#: 0.25; 16 of 50-300 rows 0.91-0.95x at every bound (results/bench_batched
-#: has the default's numbers).
+#: little: ``results/bench_batched`` (``tabpfn-retrofit bench --batched``, 2 cores,
+#: embedded host) has ragged batches at 0.98-1.01x a loop of fit/predict at this
+#: bound and 1.14-1.19x at 25 %.
 DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE: Mapping[str, float] = {"cpu": 0.05}
 #: What an unset setting means, unless a saved directory says otherwise.
 DEFAULT_SETTINGS: Mapping[str, Any] = {

@@ -134,6 +134,8 @@ def test_gpu_check_dry_run_of_ragged_batches_matches_predict_and_times_the_loop(
     assert gpu_check.main(argv) == 0
     report = json.loads((out / "gpu_check.json").read_text())["batched"]
     assert report["n_datasets"] == len(report["logprob_gaps"]) == 3
+    assert report["padding"]["padded_rows"] > report["padding"]["real_rows"]  # padding checked
+    assert report["padding"]["forwards"] < report["n_datasets"]
     assert 0 <= report["max_logprob_gap"] <= 1e-5  # the fp32 bound of tests/test_batched.py
     assert {"loop", "batched"} <= set(report["case"]["peers"])
     assert "## Ragged batches" in (out / "gpu_check.md").read_text()

@@ -53,7 +53,8 @@ def test_predict_batch_writes_one_file_per_dataset_matching_predict(tmp_path, ch
         extra = ["--target", "y"]
     out = tmp_path / "out"
     out.mkdir()
-    assert _run(manifest, out, checkpoint, *extra) == 0
+    # A loose bound, so the datasets share padded forwards on a CPU too.
+    assert _run(manifest, out, checkpoint, *extra, "--max-padded-fraction", "0.9") == 0
     assert sorted(p.name for p in out.iterdir()) == ["d0.csv", "d1.csv", "d2.csv"]
     for entry in entries:
         written = pd.read_csv(out / f"{entry['name']}.csv")

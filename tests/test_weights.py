@@ -28,33 +28,10 @@ SETTINGS = {"mode": "full-o", "tau": 1.0, "support": "count", "eps_den": 1e-6}
 _REAL_HUB_REACHABLE = weights.hub_reachable
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch) -> Path:
-    """A fresh, empty tabpfn model cache for one test."""
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    monkeypatch.setattr(model_loading, "get_cache_dir", lambda: cache)
-    return cache
-
-
 @pytest.fixture(autouse=True)
 def reachable_hub(monkeypatch) -> None:
     """Pretend the Hugging Face host answers, so the faked downloader is what is tried."""
     monkeypatch.setattr(weights, "hub_reachable", lambda *args, **kwargs: True)
-
-
-@pytest.fixture
-def no_download(monkeypatch) -> list:
-    """Replace tabpfn's downloader by one that fails like an offline machine."""
-    calls: list = []
-
-    def fake_download(to, *, version, which, model_name=None):
-        calls.append((Path(to), version, which))
-        return [OSError("[Errno -3] Temporary failure in name resolution")]
-
-    monkeypatch.setattr(model_loading, "download_model", fake_download)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    return calls
 
 
 @pytest.mark.parametrize(

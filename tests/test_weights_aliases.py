@@ -35,29 +35,6 @@ NEW_ALIASES = {
 }
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch) -> Path:
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    monkeypatch.setattr(model_loading, "get_cache_dir", lambda: cache)
-    return cache
-
-
-@pytest.fixture
-def no_download(monkeypatch) -> list:
-    calls: list = []
-
-    def fake_download(to, *, version, which, model_name=None):
-        calls.append((Path(to), version, which))
-        return [OSError("[Errno -3] Temporary failure in name resolution")]
-
-    monkeypatch.setattr(model_loading, "download_model", fake_download)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    # The hub counts as reachable, so the alias gets as far as tabpfn's downloader.
-    monkeypatch.setattr(weights, "hub_reachable", lambda *args, **kwargs: True)
-    return calls
-
-
 @pytest.mark.parametrize(("alias", "file_name"), sorted(NEW_ALIASES.items()))
 def test_each_new_alias_is_tabpfns_default_file_in_its_cache(cache_dir, alias, file_name):
     assert weights.is_version_alias(alias)
