@@ -56,7 +56,8 @@ __all__ = [
 _MODEL_HELP = (
     "the host: 'embedded' (the small shipped TabPFN v3 regressor, works offline), "
     "'v3' or 'v2' (tabpfn's published regressor, downloaded by tabpfn into its model "
-    "cache on first use; v3 needs the licence accepted, see docs/real_weights.md), a "
+    "cache on first use; v3 needs tabpfn's licence accepted once and TABPFN_TOKEN set to "
+    "your Prior Labs API key; offline, the error names where to put the file), a "
     ".ckpt/.safetensors file, or a directory written by 'tabpfn-retrofit patch' "
     "(default: embedded)"
 )
