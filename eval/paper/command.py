@@ -15,6 +15,7 @@ from eval.paper.protocol import SWEEP_TAUS
 from eval.paper.spec import make_tasks
 from eval.paper.store import carrier_path, utc_now, write_carriers, write_session
 from eval.provenance import provenance_dict
+from retrofit.console import PROG
 from retrofit.errors import CommandError
 from retrofit.loading import resolve_checkpoint
 from retrofit.outputs import check_output_dir, missing_dirs, remove_empty_dirs
@@ -35,7 +36,9 @@ def eval_command(args: Any, argv: Sequence[str] | None = None) -> int:
     it into one line on stderr and exit status 2 (``retrofit.console``).
     The options and the store are checked before any case is computed.
     Finished runs stay stored; a store the command created and then left
-    empty (it failed before a run finished) is removed again.
+    empty (it failed before a run finished) is removed again. The status is
+    1 when every run the command computed failed or gave non-finite
+    predictions (they are stored all the same), else 0.
     """
     store = Path(args.store or Path("results") / args.suite)
     _check_options(args)
@@ -93,12 +96,19 @@ def _eval(args: Any, argv: Sequence[str] | None, store: Path) -> int:
         f"(sha256 {tasks[0].spec.checkpoint_sha256[:12]}), n_estimators "
         f"{tasks[0].spec.n_estimators}, executor {executor.describe()}, store {store}"
     )
+    first_error: list[str] = []
+
+    def keep_first_error(row: dict[str, Any]) -> None:
+        if row["status"] != "ok" and not first_error:
+            first_error.append(str(row.get("error")))
+
     summary = run_suite(
         tasks,
         store,
         executor=executor,
         retry_failed=args.retry_failed,
         progress=not args.no_progress,
+        on_row=keep_first_error,
     )
     carriers_written = None
     ckpt = tasks[0].spec.checkpoint_sha256
@@ -147,4 +157,12 @@ def _eval(args: Any, argv: Sequence[str] | None, store: Path) -> int:
         f"done: {summary.computed} computed ({summary.failed} failed, {summary.nonfinite} "
         f"non-finite), {summary.skipped} already stored{elsewhere}, {record['wall_s']:.1f} s"
     )
+    if summary.computed and summary.failed + summary.nonfinite == summary.computed:
+        # Stored (a rerun with --retry-failed recomputes them), but not a success.
+        print(
+            f"{PROG} eval: every run it computed failed ({summary.computed}); first error: "
+            f"{first_error[0] if first_error else 'unknown'}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
