@@ -31,9 +31,11 @@ from typing import Any
 import torch
 
 from eval.errors import ReportError
+from eval.locations import default_output
 from eval.markdown import markdown_table
 from eval.paper.datasets import OFFLINE18_DATASETS
 from eval.paper.protocol import DEFAULT_TAU, PAPER_MEAN_DELTA_PCT
+from eval.paper.reference import committed_store
 from eval.paper.spec import RunSpec, canonical_json
 from eval.paper.store import iter_sessions, load_carriers, load_rows
 from patches.presence import presence
@@ -45,6 +47,8 @@ __all__ = [
     "aggregate",
     "build_report",
     "case_table",
+    "comparison_lines",
+    "main_table",
     "one_run_per_case",
     "select_context",
 ]
@@ -537,6 +541,80 @@ def _sessions_section(store: Path, checkpoint: str) -> list[str]:
     return [*lines, ""]
 
 
+def main_table(
+    store: str | Path, suite: str, *, tau: float = DEFAULT_TAU, checkpoint: str | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rows a report of ``store`` uses and its summary records at ``tau``.
+
+    Returns:
+        ``(rows, records)``: the rows of the chosen context, and one
+        :func:`aggregate` record per retrofit variant at ``tau``.
+
+    Raises:
+        ReportError: If the store has no matching rows, or holds a case twice.
+    """
+    rows, _ = select_context(load_rows(store), suite, checkpoint, tau)
+    one_run_per_case(rows)
+    return rows, [a for a in aggregate(case_table(rows)) if a["tau"] == tau]
+
+
+def comparison_lines(
+    store: str | Path, committed: str | Path | None, suite: str, tau: float
+) -> list[str]:
+    """The main table of ``store`` beside the committed one, and why their runs differ.
+
+    Args:
+        store: The store just reported.
+        committed: The committed store (``None``: outside a checkout).
+        suite: Suite name.
+        tau: The tau of the main table.
+
+    Returns:
+        Lines to print: a Markdown table with a column per number for this
+        store and the committed table, then one line naming the run-key
+        fields (the CPU by name) in which this store's runs differ.
+    """
+    rows, mine = main_table(store, suite, tau=tau)
+    if committed is None:
+        return ["(no committed results to compare with: not running from a checkout)"]
+    try:
+        theirs_rows, theirs = main_table(
+            committed, suite, tau=tau, checkpoint=rows[0]["checkpoint_sha256"]
+        )
+    except ReportError as exc:
+        return [f"(the committed store {committed} has no table to compare with: {exc})"]
+    by_variant = {(a["mode"], a["support"], a["eps_den"]): a for a in theirs}
+    table = []
+    for a in mine:
+        b = by_variant.get((a["mode"], a["support"], a["eps_den"]), {})
+        table.append(
+            [
+                _MODE_LABEL[a["mode"]],
+                f"{a['n']} / {b.get('n', '-')}",
+                _pct(a["mean_pct"]),
+                _pct(b.get("mean_pct")),
+                _pct(a["median_pct"]),
+                _pct(b.get("median_pct")),
+                f"{a['worse']} / {b.get('worse', '-')}",
+            ]
+        )
+    header = ("variant", "cases (yours / committed)", "mean (yours)", "mean (committed)",
+              "median (yours)", "median (committed)", "#worse (yours / committed)")  # fmt: skip
+    lines = [f"tau = {tau:g}: this store ({store}) beside the committed table ({committed})", ""]
+    lines += [*markdown_table(header, table), ""]
+    mine_ctx, theirs_ctx = dict(_context(rows[0])), dict(_context(theirs_rows[0]))
+    differ = [k for k in mine_ctx if mine_ctx[k] != theirs_ctx.get(k)]
+    if not differ:
+        lines.append("Same run context as the committed table (its runs were reused).")
+    else:
+        named = ", ".join(
+            f"{k} (yours: {_short(mine_ctx[k])!r}; committed: {_short(theirs_ctx.get(k))!r})"
+            for k in differ
+        )
+        lines.append(f"Runs recomputed here because their keys differ in {named}.")
+    return lines
+
+
 def build_report(
     store: str | Path,
     suite: str,
@@ -788,10 +866,13 @@ def report_command(args: Any) -> int:
         ReportError: Nothing to report (the command line makes it one line, exit 2).
         StoreError: A run file is unreadable.
     """
-    store = Path(args.store or Path("results") / args.suite)
+    store = Path(args.store) if args.store else default_output(args.suite)
     written = build_report(
         store, args.suite, out_dir=args.out, tau=args.tau, checkpoint=args.checkpoint
     )
     for path in written.values():
         print(f"wrote {path}")
+    committed = committed_store(getattr(args, "committed", None), args.suite, store)
+    if not args.checkpoint:  # a chosen checkpoint has no committed counterpart to expect
+        print("\n".join(["", *comparison_lines(store, committed, args.suite, args.tau)]))
     return 0
