@@ -110,7 +110,9 @@ def test_one_failed_eval_on_another_device_neither_succeeds_nor_replaces_the_tab
     assert sum(r["status"] == "failed" for r in load_rows(store)) == 6  # stored all the same
     assert main(argv) == 0  # the cpu runs are all stored: nothing fails, nothing to compute
 
+    capsys.readouterr()
     assert main(["report", "--store", str(store)]) == 0
+    assert "note: left out 6 stored runs of another context" in capsys.readouterr().out
     summary = (store / "summary.md").read_text()
     assert "runs in this report: 6 (ok 6, failed 0" in summary
     assert _summary_means(store / "summary.md") == _summary_means(

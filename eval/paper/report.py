@@ -576,7 +576,7 @@ def comparison_lines(
     """
     rows, mine = main_table(store, suite, tau=tau)
     if committed is None:
-        return ["(no committed results to compare with: not running from a checkout)"]
+        return ["(no committed store to compare with: outside a checkout, or --committed none)"]
     try:
         theirs_rows, theirs = main_table(
             committed, suite, tau=tau, checkpoint=rows[0]["checkpoint_sha256"]
@@ -872,6 +872,9 @@ def report_command(args: Any) -> int:
     )
     for path in written.values():
         print(f"wrote {path}")
+    _, notes = select_context(load_rows(store), args.suite, args.checkpoint, args.tau)
+    for note in notes:  # also in summary.md; said here so that nothing is left out unseen
+        print(f"note: {note}")
     committed = committed_store(getattr(args, "committed", None), args.suite, store)
     if not args.checkpoint:  # a chosen checkpoint has no committed counterpart to expect
         print("\n".join(["", *comparison_lines(store, committed, args.suite, args.tau)]))
