@@ -25,8 +25,10 @@ __all__ = ["DEFAULT_OUTPUT_ROOT", "committed_results", "default_output"]
 DEFAULT_OUTPUT_ROOT = Path("tabpfn-retrofit-results")
 """The untracked folder, relative to the working directory, of every default output."""
 
-# eval/ sits beside results/ in a checkout; a wheel ships no results/.
-_CHECKOUT_RESULTS = Path(__file__).resolve().parent.parent / "results"
+# eval/ sits beside results/ and pyproject.toml in a checkout; a wheel ships
+# neither, and site-packages may hold another distribution's "results" folder.
+_ROOT = Path(__file__).resolve().parent.parent
+_CHECKOUT_RESULTS: Path | None = _ROOT / "results" if (_ROOT / "pyproject.toml").is_file() else None
 
 
 def default_output(name: str) -> Path:
@@ -36,5 +38,7 @@ def default_output(name: str) -> Path:
 
 def committed_results(name: str) -> Path | None:
     """The checkout's committed ``results/<name>``, or ``None`` outside a checkout."""
+    if _CHECKOUT_RESULTS is None:
+        return None
     path = _CHECKOUT_RESULTS / name
     return path if path.is_dir() else None

@@ -154,3 +154,10 @@ def test_the_regeneration_script_names_every_results_path_it_writes() -> None:
     assert len(writers) >= 9
     for command in writers:
         assert re.search(r"--(out|out-dir|store) (results/|retrofit/embedded/)", command), command
+
+
+def test_outside_a_checkout_nothing_counts_as_committed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a wheel there is no results/ beside the packages: nothing is reused or compared."""
+    assert locations.committed_results("offline18") == REPO / "results" / "offline18"
+    monkeypatch.setattr(locations, "_CHECKOUT_RESULTS", None)
+    assert locations.committed_results("offline18") is None
