@@ -15,6 +15,7 @@ import argparse
 from collections.abc import Callable, Sequence
 
 from eval.benchmarks import DEFAULT_BATCHED_SIZES
+from eval.locations import DEFAULT_OUTPUT_ROOT, default_output
 from eval.paper.executors import DEFAULT_CONNECT_TIMEOUT_S, EXECUTORS
 from eval.paper.protocol import (
     DEFAULT_EPS_DEN,
@@ -30,13 +31,22 @@ from retrofit.settings import MODES
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
+# A user's command never writes the committed results/ (``.ci/regenerate-results``
+# names those paths); every default output is under eval.locations' untracked folder.
+_OUT_HELP = f"output directory (default under {DEFAULT_OUTPUT_ROOT}/; results/ only if named)"
+_STORE_HELP = f"run store and report folder (default {DEFAULT_OUTPUT_ROOT}/SUITE)"
+_COMMITTED_HELP = (
+    "committed store, only read: runs with the same key are reused and report compares "
+    "with its table (default: the checkout's results/SUITE; 'none' for neither)"
+)
+
 
 def _add_exactness(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "exactness",
         help="operator exactness of OAttention vs float64 and same-dtype direct evaluation",
     )
-    p.add_argument("--out", default="results/exactness", help="output directory")
+    p.add_argument("--out", default=str(default_output("exactness")), help=_OUT_HELP)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="small lengths (tests, smoke runs)")
     p.add_argument(
@@ -65,7 +75,7 @@ def _add_ablation(sub: argparse._SubParsersAction) -> None:
         "ablation",
         help="two-block null-token ablation: standard vs OA-only vs OTransformer",
     )
-    p.add_argument("--out", default="results/ablation", help="output directory")
+    p.add_argument("--out", default=str(default_output("ablation")), help=_OUT_HELP)
     p.add_argument("--seed", type=int, default=0, help="first seed; seeds are seed..seed+n-1")
     p.add_argument("--quick", action="store_true", help="fewer seeds and scales (tests)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: keep)")
@@ -117,7 +127,8 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads per case (default: serial and dask/ray this "
                    "process's count, so the same numbers; joblib cores/jobs)")  # fmt: skip
-    p.add_argument("--store", default=None, help="results directory (default results/SUITE)")
+    p.add_argument("--store", default=None, help=_STORE_HELP)
+    p.add_argument("--committed", default=None, help=_COMMITTED_HELP)
     p.add_argument("--retry-failed", action="store_true", help="recompute failed runs")
     p.add_argument(
         "--ignore-pretraining-limits",
@@ -138,8 +149,9 @@ def _run_eval(args: argparse.Namespace) -> int:
 def _add_report(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="cases.csv, summary.md and figures from stored eval runs")
     p.add_argument("--suite", default="offline18", choices=sorted(SUITE_SOURCE))
-    p.add_argument("--store", default=None, help="results directory (default results/SUITE)")
+    p.add_argument("--store", default=None, help=_STORE_HELP)
     p.add_argument("--out", default=None, help="where to write (default: the store)")
+    p.add_argument("--committed", default=None, help=_COMMITTED_HELP)
     p.add_argument("--tau", type=float, default=DEFAULT_TAU, help="tau of the main table")
     p.add_argument("--checkpoint", default=None, help="SHA-256 prefix to report")
     p.set_defaults(handler=_run_report)
@@ -158,8 +170,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out",
         default=None,
-        help="output directory (default results/bench; results/bench/quick with --quick, so a "
-        "smoke run never overwrites a measurement)",
+        help=f"output directory (default {default_output('bench')}; "
+        f"{default_output('bench/quick')} with --quick, so a smoke run never overwrites a "
+        "measurement; with --batched bench_batched instead of bench)",
     )
     p.add_argument("--quick", action="store_true", help="tiny shapes, few rounds (smoke run)")
     p.add_argument("--repeats", type=int, default=None, help="rounds per shape (default 25)")
@@ -179,7 +192,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--batched",
         action="store_true",
-        help="benchmark ragged batched prediction instead (writes results/bench_batched)",
+        help="benchmark ragged batched prediction instead (writes "
+        f"{default_output('bench_batched')} unless --out is given)",
     )
     p.add_argument(
         "--batched-sizes",

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from eval.locations import default_output
 from eval.markdown import markdown_table
 from retrofit.console import OneLineArgumentParser, run_main
 from retrofit.embedded import EMBEDDED_FILENAME
@@ -317,7 +318,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--log", type=Path, default=_EMBEDDED_DIR / "training_log.jsonl")
     p.add_argument("--quality", type=Path, default=_QUALITY_DIR / "quality.json")
     p.add_argument("--dev-dir", type=Path, default=_QUALITY_DIR / "dev")
-    p.add_argument("--out", type=Path, default=_EMBEDDED_DIR / "MODEL_CARD.md")
+    # The shipped card is tracked: only .ci/regenerate-results writes it (by naming it).
+    p.add_argument("--out", type=Path, default=default_output("model_card") / "MODEL_CARD.md")
     return p
 
 

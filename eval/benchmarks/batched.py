@@ -39,6 +39,7 @@ import numpy as np
 
 from eval.benchmarks import DEFAULT_BATCHED_SIZES
 from eval.benchmarks.speed import _environment, _status_kib, paired_ratio
+from eval.locations import DEFAULT_OUTPUT_ROOT, default_output
 
 __all__ = [
     "DEFAULT_SIZES",
@@ -221,7 +222,7 @@ def _median_or_none(values: list[int | None]) -> float | None:
 
 
 def bench_batched(
-    out_dir: str | os.PathLike[str] = "results/bench_batched",
+    out_dir: str | os.PathLike[str] = DEFAULT_OUTPUT_ROOT / "bench_batched",
     *,
     sizes: Sequence[int] = DEFAULT_SIZES,
     min_rows: int = 50,
@@ -358,7 +359,7 @@ def render_batched_markdown(report: dict[str, Any]) -> str:
 
 def bench_batched_command(args: Any) -> int:
     """``tabpfn-retrofit bench --batched``."""
-    out = args.out or ("results/bench_batched/quick" if args.quick else "results/bench_batched")
+    out = args.out or str(default_output("bench_batched/quick" if args.quick else "bench_batched"))
     sizes = [2, 3] if args.quick else args.batched_sizes
     rows = [20, 60] if args.quick else args.batched_rows
     bench_batched(

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from eval.locations import DEFAULT_OUTPUT_ROOT, default_output
 from eval.markdown import markdown_table
 from eval.paper.datasets import load_dataset
 from retrofit.loading import load_host
@@ -871,7 +872,7 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 
 def run(
-    out_dir: str | os.PathLike[str] = "results/bench",
+    out_dir: str | os.PathLike[str] = DEFAULT_OUTPUT_ROOT / "bench",
     *,
     quick: bool = False,
     repeats: int | None = None,
@@ -972,7 +973,7 @@ def run(
 def bench_command(args: Any) -> int:
     """``python -m eval bench``: runs :func:`run` and prints one line per measurement."""
     if args.out is None:
-        args.out = "results/bench/quick" if args.quick else "results/bench"
+        args.out = str(default_output("bench/quick" if args.quick else "bench"))
     run(
         out_dir=args.out,
         quick=args.quick,

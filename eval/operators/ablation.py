@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from eval.locations import DEFAULT_OUTPUT_ROOT
 from eval.markdown import markdown_table
 from eval.provenance import cpu_capability_text, provenance_dict
 from patches import OTransformerBlock
@@ -258,7 +259,7 @@ def _markdown(report: dict[str, Any]) -> str:
 
 
 def run(
-    out_dir: str | Path = "results/ablation",
+    out_dir: str | Path = DEFAULT_OUTPUT_ROOT / "ablation",
     *,
     seed: int = 0,
     quick: bool = False,

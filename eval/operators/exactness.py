@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from eval.locations import DEFAULT_OUTPUT_ROOT
 from eval.markdown import markdown_table
 from eval.provenance import cpu_capability_text, provenance_dict
 from patches import oattention, oattention_direct, oattention_reference
@@ -418,7 +419,7 @@ def _markdown(report: dict[str, Any]) -> str:
 
 
 def run(
-    out_dir: str | Path = "results/exactness",
+    out_dir: str | Path = DEFAULT_OUTPUT_ROOT / "exactness",
     *,
     seed: int = 0,
     quick: bool = False,

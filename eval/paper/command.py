@@ -8,13 +8,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from eval.locations import default_output
 from eval.paper.carriers import measure_carriers
 from eval.paper.execution import run_suite
 from eval.paper.executors import make_executor
 from eval.paper.protocol import SWEEP_TAUS
+from eval.paper.reference import committed_store, reuse_committed, why_recomputed
 from eval.paper.spec import make_tasks
 from eval.paper.store import carrier_path, utc_now, write_carriers, write_session
 from eval.provenance import provenance_dict
+from retrofit.console import PROG
 from retrofit.errors import CommandError
 from retrofit.loading import resolve_checkpoint
 from retrofit.outputs import check_output_dir, missing_dirs, remove_empty_dirs
@@ -33,11 +36,17 @@ def eval_command(args: Any, argv: Sequence[str] | None = None) -> int:
     A user error (unknown dataset, missing weights or data, missing executor
     package, a checkpoint that changed mid-run) raises; the command line turns
     it into one line on stderr and exit status 2 (``retrofit.console``).
-    The options and the store are checked before any case is computed.
+    The options and the store are checked before any case is computed. The
+    store defaults to ``tabpfn-retrofit-results/SUITE`` (``eval.locations``);
+    runs the committed store (``--committed``, default the checkout's
+    ``results/SUITE``) holds under the same key are copied from it, never
+    written to it, and the command says why the others were recomputed.
     Finished runs stay stored; a store the command created and then left
-    empty (it failed before a run finished) is removed again.
+    empty (it failed before a run finished) is removed again. The status is
+    1 when every run the command computed failed or gave non-finite
+    predictions (they are stored all the same), else 0.
     """
-    store = Path(args.store or Path("results") / args.suite)
+    store = Path(args.store) if args.store else default_output(args.suite)
     _check_options(args)
     check_output_dir(store, option="--store")
     created = missing_dirs(store)
@@ -93,12 +102,23 @@ def _eval(args: Any, argv: Sequence[str] | None, store: Path) -> int:
         f"(sha256 {tasks[0].spec.checkpoint_sha256[:12]}), n_estimators "
         f"{tasks[0].spec.n_estimators}, executor {executor.describe()}, store {store}"
     )
+    committed = committed_store(getattr(args, "committed", None), args.suite, store)
+    reused = reuse_committed(tasks, store, committed) if committed is not None else 0
+    if reused:
+        print(f"reused {reused} runs of the committed store {committed} (same keys)")
+    first_error: list[str] = []
+
+    def keep_first_error(row: dict[str, Any]) -> None:
+        if row["status"] != "ok" and not first_error:
+            first_error.append(str(row.get("error")))
+
     summary = run_suite(
         tasks,
         store,
         executor=executor,
         retry_failed=args.retry_failed,
         progress=not args.no_progress,
+        on_row=keep_first_error,
     )
     carriers_written = None
     ckpt = tasks[0].spec.checkpoint_sha256
@@ -137,6 +157,7 @@ def _eval(args: Any, argv: Sequence[str] | None, store: Path) -> int:
         "wall_s": time.perf_counter() - t0,
         "provenance": provenance_dict(),
     }
+    record["reused_committed"] = reused
     write_session(store, record)
     elsewhere = (
         f", {summary.claimed_elsewhere} left to another eval process computing them"
@@ -147,4 +168,17 @@ def _eval(args: Any, argv: Sequence[str] | None, store: Path) -> int:
         f"done: {summary.computed} computed ({summary.failed} failed, {summary.nonfinite} "
         f"non-finite), {summary.skipped} already stored{elsewhere}, {record['wall_s']:.1f} s"
     )
+    if committed is not None:
+        computed = set(summary.keys)
+        why = why_recomputed([t.spec for t in tasks if t.spec.key in computed], committed)
+        if why:
+            print(why)
+    if summary.computed and summary.failed + summary.nonfinite == summary.computed:
+        # Stored (a rerun with --retry-failed recomputes them), but not a success.
+        print(
+            f"{PROG} eval: every run it computed failed ({summary.computed}); first error: "
+            f"{first_error[0] if first_error else 'unknown'}",
+            file=sys.stderr,
+        )
+        return 1
     return 0

@@ -26,6 +26,10 @@ dies mid-case is replaced and its case retried by the scheduler (dask: up to
 ``distributed.scheduler.allowed-failures`` times; ray: ``max_retries``); a case
 whose worker died on every try is yielded as a :class:`LostTask`, which the
 runner stores as a failed run, so no case is lost and none is yielded twice.
+Dask retries a case only on a live worker: when the last worker is gone and
+none replaces it within ``no_worker_timeout_s`` (workers without a nanny, or
+nannies that stopped restarting), every case still waiting is a ``LostTask``
+too, and the run ends instead of waiting forever.
 An address that does not answer within the connect timeout raises
 :class:`~retrofit.errors.ClusterUnreachableError` before any task is submitted.
 
@@ -41,6 +45,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +56,7 @@ from retrofit.console import one_line
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",
+    "DEFAULT_NO_WORKER_TIMEOUT_S",
     "EXECUTORS",
     "ClusterUnreachableError",
     "DaskExecutor",
@@ -68,6 +74,16 @@ EXECUTORS: tuple[str, ...] = ("serial", "joblib", "dask", "ray")
 
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
 """How long a cluster executor waits for its scheduler before giving up."""
+
+DEFAULT_NO_WORKER_TIMEOUT_S = 60.0
+"""How long a dask cluster may have no worker before its waiting cases are lost.
+
+Long enough for a nanny to restart a killed worker, or an adaptive cluster to
+start one; a cluster whose workers are all gone for good would otherwise hold
+its cases (and ``eval``) forever.
+"""
+
+_POLL_S = 0.2  # how often a waiting dask run looks for finished cases and live workers
 
 
 @dataclass(frozen=True)
@@ -231,6 +247,8 @@ class DaskExecutor(Executor):
         address: Scheduler address (``tcp://host:8786``); ``None`` starts a
             ``LocalCluster`` for the run and closes it after.
         connect_timeout_s: Seconds to wait for the scheduler.
+        no_worker_timeout_s: Seconds the cluster may have no worker at all
+            while cases wait before those cases are given up as lost.
     """
 
     name = "dask"
@@ -240,6 +258,7 @@ class DaskExecutor(Executor):
         n_jobs: int = 1,
         address: str | None = None,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        no_worker_timeout_s: float = DEFAULT_NO_WORKER_TIMEOUT_S,
     ) -> None:
         try:
             import distributed  # noqa: F401
@@ -253,6 +272,7 @@ class DaskExecutor(Executor):
         self.n_jobs = n_jobs
         self.address = address
         self.connect_timeout_s = connect_timeout_s
+        self.no_worker_timeout_s = no_worker_timeout_s
 
     def check_reachable(self) -> None:
         """See :meth:`Executor.check_reachable`."""
@@ -291,7 +311,11 @@ class DaskExecutor(Executor):
     def map_unordered(
         self, fn: Callable[[Any], Any], tasks: Sequence[Any]
     ) -> Iterator[tuple[int, Any]]:
-        """See :meth:`Executor.map_unordered`."""
+        """See :meth:`Executor.map_unordered`.
+
+        A task still pending after the cluster has had no worker for
+        ``no_worker_timeout_s`` seconds is yielded as a :class:`LostTask`.
+        """
         from distributed import KilledWorker, as_completed
 
         if not tasks:
@@ -302,12 +326,39 @@ class DaskExecutor(Executor):
                 for index, task in enumerate(tasks)
             ]
             index_of = {future.key: index for index, future in enumerate(futures)}
-            for future in as_completed(futures, loop=client.loop):
-                try:
-                    yield future.result()
-                except KilledWorker as exc:
-                    yield index_of[future.key], LostTask(_one_line(exc))
-                future.release()
+            pending = set(futures)
+            finished = as_completed(futures, loop=client.loop)
+            no_worker_since: float | None = None
+            while pending:
+                done = finished.next_batch(block=False)
+                for future in done:
+                    pending.discard(future)
+                    try:
+                        yield future.result()
+                    except KilledWorker as exc:
+                        yield index_of[future.key], LostTask(_one_line(exc))
+                    future.release()
+                if done or not pending:
+                    no_worker_since = None
+                    continue
+                # The scheduler retries a case only while some worker is alive: a
+                # worker without a nanny (or a nanny that gave up restarting it)
+                # that died leaves its cases waiting for a worker forever.
+                if client.nthreads():
+                    no_worker_since = None
+                elif no_worker_since is None:
+                    no_worker_since = time.monotonic()
+                elif time.monotonic() - no_worker_since >= self.no_worker_timeout_s:
+                    error = (
+                        f"NoWorkerLeft: the dask cluster had no worker for "
+                        f"{self.no_worker_timeout_s:g} s while this case waited (its worker "
+                        "died and none replaced it)"
+                    )
+                    for future in sorted(pending, key=lambda f: index_of[f.key]):
+                        future.cancel()
+                        yield index_of[future.key], LostTask(error)
+                    return
+                time.sleep(_POLL_S)
 
     def default_threads(self) -> int | None:
         """The serial run's count, so a case gives the serial numbers on any worker."""

@@ -2,7 +2,8 @@
 
 Reads the run rows of a suite's results directory (``runs/*.json``, written by
 :mod:`eval.runner`), the carrier statistics (``carriers/``, :mod:`eval.paper.carriers`)
-and the session records (``sessions/``), and writes, atomically:
+and the session records (``sessions/``), and writes, as one set that replaces
+the previous set whole (``retrofit.files.atomic_file_set``):
 
 * ``cases.csv``: one row per case x variant x tau, with its paired baseline
   RMSE, ``delta_pct = 100 * (rmse - rmse_none) / rmse_none`` and provenance;
@@ -12,11 +13,14 @@ and the session records (``sessions/``), and writes, atomically:
 * ``tau_sweep.csv`` and ``tau_sweep.png``: mean delta vs tau (when swept).
 
 Nothing is recomputed here, and nothing is written unless the store holds rows.
+The rows of one context are reported (:func:`select_context` states the rule
+and names what it leaves out), each case once (:func:`one_run_per_case`).
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import statistics
@@ -27,18 +31,25 @@ from typing import Any
 import torch
 
 from eval.errors import ReportError
+from eval.locations import default_output
 from eval.markdown import markdown_table
 from eval.paper.datasets import OFFLINE18_DATASETS
 from eval.paper.protocol import DEFAULT_TAU, PAPER_MEAN_DELTA_PCT
+from eval.paper.reference import committed_store
+from eval.paper.spec import RunSpec, canonical_json
 from eval.paper.store import iter_sessions, load_carriers, load_rows
 from patches.presence import presence
-from retrofit.files import atomic_path, write_text_atomic
+from retrofit.files import atomic_file_set, atomic_path, write_text_atomic
 
 __all__ = [
     "CASE_COLUMNS",
+    "REPORT_FILES",
     "aggregate",
     "build_report",
     "case_table",
+    "comparison_lines",
+    "main_table",
+    "one_run_per_case",
     "select_context",
 ]
 
@@ -81,6 +92,15 @@ CASE_COLUMNS: tuple[str, ...] = (
 )
 """Columns of ``cases.csv``, in order."""
 
+REPORT_FILES: tuple[str, ...] = (
+    "cases.csv",
+    "summary.md",
+    "deltas.png",
+    "tau_sweep.csv",
+    "tau_sweep.png",
+)
+"""The files one report writes, replaced together (``retrofit.files.atomic_file_set``)."""
+
 # Fields that must agree for rows to belong to one report (everything but the
 # case and the variant).
 _CONTEXT_FIELDS = (
@@ -103,20 +123,58 @@ _CONTEXT_FIELDS = (
 _MODE_LABEL = {"none": "unpatched", "oattention": "OAttention", "full-o": "Full-O"}
 
 
-def _context(row: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(row.get(k) for k in _CONTEXT_FIELDS)
+_CASE_FIELDS = ("dataset", "seed", "mode", "tau", "support", "eps_den")
+"""What makes a case of a report: (dataset, seed, variant, settings)."""
+
+
+def _context(row: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    # Every package version the row records belongs to its context, so a run
+    # made after an upgrade (safetensors, say) never joins an older one's table.
+    versions = sorted(k for k in row if k.endswith("_version"))
+    return tuple((k, row.get(k)) for k in (*_CONTEXT_FIELDS, *versions))
+
+
+def _counts_at(rows: Sequence[dict[str, Any]], tau: float) -> int:
+    """Successful runs that the table at ``tau`` uses (baselines and retrofits at tau)."""
+    return sum(
+        r.get("status") == "ok" and (r.get("mode") == "none" or r.get("tau") == tau) for r in rows
+    )
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text[:12] if len(text) == 64 else text  # a SHA-256: its prefix names it
+
+
+def _context_difference(chosen: tuple[Any, ...], other: tuple[Any, ...]) -> str:
+    mine, theirs = dict(chosen), dict(other)
+    fields = [k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
+    return "; ".join(
+        f"{k} {_short(theirs.get(k))} (reported: {_short(mine.get(k))})" for k in fields
+    )
 
 
 def select_context(
-    rows: Sequence[dict[str, Any]], suite: str, checkpoint: str | None = None
+    rows: Sequence[dict[str, Any]],
+    suite: str,
+    checkpoint: str | None = None,
+    tau: float = DEFAULT_TAU,
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """Rows of one comparable run context (checkpoint, ensemble, dtype, versions...).
+    """Rows of one comparable run context (checkpoint, ensemble, dtype, CPU, versions...).
+
+    The rule, by settings and never by recency alone: of the stored contexts
+    that match ``suite`` (and ``checkpoint``), the one with the most
+    successful runs in the table at ``tau`` (baselines and retrofits at
+    ``tau``); a tie goes to the context with more runs, then to the most
+    recently finished. So a handful of failed runs of another device or
+    version never replaces a complete table; each context left out is named
+    in a note with its counts and how it differs.
 
     Args:
         rows: Every stored row.
         suite: Suite name.
-        checkpoint: A prefix of the checkpoint SHA-256 to report; ``None``
-            takes the context of the most recently finished row.
+        checkpoint: A prefix of the checkpoint SHA-256 to report.
+        tau: The tau of the main table.
 
     Returns:
         The rows of the chosen context and notes on what was left out.
@@ -130,16 +188,62 @@ def select_context(
     if not rows:
         what = f" with checkpoint {checkpoint}" if checkpoint else ""
         raise ReportError(f"no stored runs of suite {suite!r}{what}; run `eval` first")
-    latest = max(rows, key=lambda r: str(r.get("finished_at", "")))
-    chosen = _context(latest)
-    kept = [r for r in rows if _context(r) == chosen]
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(_context(row), []).append(row)
+
+    def rank(item: tuple[tuple[Any, ...], list[dict[str, Any]]]) -> tuple[Any, ...]:
+        group = item[1]
+        newest = max(str(r.get("finished_at", "")) for r in group)
+        return (_counts_at(group, tau), len(group), newest)
+
+    ordered = sorted(groups.items(), key=rank, reverse=True)
+    chosen, kept = ordered[0]
     notes = []
-    if len(kept) < len(rows):
+    for context, group in ordered[1:]:
+        ok = sum(r.get("status") == "ok" for r in group)
         notes.append(
-            f"{len(rows) - len(kept)} stored runs of other contexts (checkpoint, code, "
-            "ensemble, versions or row limits) are not in this report"
+            f"left out {len(group)} stored runs of another context ({ok} ok, "
+            f"{len(group) - ok} failed or non-finite; {_counts_at(group, tau)} usable at "
+            f"tau {tau:g} against {_counts_at(kept, tau)} here): "
+            + _context_difference(chosen, context)
         )
     return kept, notes
+
+
+def one_run_per_case(rows: Sequence[dict[str, Any]]) -> None:
+    """Refuses rows that hold a case more than once (a mean must count each case once).
+
+    Within one context two runs of a case can differ only in a key field the
+    report does not compare (the data's hash, say); which of them is right is
+    not the report's to guess, and summing both would weigh that case twice.
+
+    Raises:
+        ReportError: Naming the cases and the fields their runs differ in.
+    """
+    by_case: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        by_case.setdefault(tuple(row.get(k) for k in _CASE_FIELDS), []).append(row)
+    doubled = {case: runs for case, runs in by_case.items() if len(runs) > 1}
+    if not doubled:
+        return
+    key_fields = {f.name for f in dataclasses.fields(RunSpec)} - {"versions"}
+    fields: set[str] = set()
+    for runs in doubled.values():
+        for name in set().union(*runs):
+            in_key = name in key_fields or name.endswith("_version")
+            if in_key and len({canonical_json(r.get(name)) for r in runs}) > 1:
+                fields.add(name)
+    examples = ", ".join(
+        "/".join(f"{v:g}" if isinstance(v, float) else str(v) for v in case if v is not None)
+        for case in list(doubled)[:3]
+    )
+    raise ReportError(
+        f"the store holds {sum(map(len, doubled.values()))} runs of {len(doubled)} cases "
+        f"that differ only in {', '.join(sorted(fields)) or 'their key'} (e.g. {examples}); "
+        "a case is counted once, so remove the stale run files (runs/KEY.json, KEY in "
+        "cases.csv) or report a fresh store"
+    )
 
 
 def case_table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -437,6 +541,80 @@ def _sessions_section(store: Path, checkpoint: str) -> list[str]:
     return [*lines, ""]
 
 
+def main_table(
+    store: str | Path, suite: str, *, tau: float = DEFAULT_TAU, checkpoint: str | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rows a report of ``store`` uses and its summary records at ``tau``.
+
+    Returns:
+        ``(rows, records)``: the rows of the chosen context, and one
+        :func:`aggregate` record per retrofit variant at ``tau``.
+
+    Raises:
+        ReportError: If the store has no matching rows, or holds a case twice.
+    """
+    rows, _ = select_context(load_rows(store), suite, checkpoint, tau)
+    one_run_per_case(rows)
+    return rows, [a for a in aggregate(case_table(rows)) if a["tau"] == tau]
+
+
+def comparison_lines(
+    store: str | Path, committed: str | Path | None, suite: str, tau: float
+) -> list[str]:
+    """The main table of ``store`` beside the committed one, and why their runs differ.
+
+    Args:
+        store: The store just reported.
+        committed: The committed store (``None``: outside a checkout).
+        suite: Suite name.
+        tau: The tau of the main table.
+
+    Returns:
+        Lines to print: a Markdown table with a column per number for this
+        store and the committed table, then one line naming the run-key
+        fields (the CPU by name) in which this store's runs differ.
+    """
+    rows, mine = main_table(store, suite, tau=tau)
+    if committed is None:
+        return ["(no committed store to compare with: outside a checkout, or --committed none)"]
+    try:
+        theirs_rows, theirs = main_table(
+            committed, suite, tau=tau, checkpoint=rows[0]["checkpoint_sha256"]
+        )
+    except ReportError as exc:
+        return [f"(the committed store {committed} has no table to compare with: {exc})"]
+    by_variant = {(a["mode"], a["support"], a["eps_den"]): a for a in theirs}
+    table = []
+    for a in mine:
+        b = by_variant.get((a["mode"], a["support"], a["eps_den"]), {})
+        table.append(
+            [
+                _MODE_LABEL[a["mode"]],
+                f"{a['n']} / {b.get('n', '-')}",
+                _pct(a["mean_pct"]),
+                _pct(b.get("mean_pct")),
+                _pct(a["median_pct"]),
+                _pct(b.get("median_pct")),
+                f"{a['worse']} / {b.get('worse', '-')}",
+            ]
+        )
+    header = ("variant", "cases (yours / committed)", "mean (yours)", "mean (committed)",
+              "median (yours)", "median (committed)", "#worse (yours / committed)")  # fmt: skip
+    lines = [f"tau = {tau:g}: this store ({store}) beside the committed table ({committed})", ""]
+    lines += [*markdown_table(header, table), ""]
+    mine_ctx, theirs_ctx = dict(_context(rows[0])), dict(_context(theirs_rows[0]))
+    differ = [k for k in mine_ctx if mine_ctx[k] != theirs_ctx.get(k)]
+    if not differ:
+        lines.append("Same run context as the committed table (its runs were reused).")
+    else:
+        named = ", ".join(
+            f"{k} (yours: {_short(mine_ctx[k])!r}; committed: {_short(theirs_ctx.get(k))!r})"
+            for k in differ
+        )
+        lines.append(f"Runs recomputed here because their keys differ in {named}.")
+    return lines
+
+
 def build_report(
     store: str | Path,
     suite: str,
@@ -462,7 +640,8 @@ def build_report(
     """
     store = Path(store)
     out = Path(out_dir) if out_dir is not None else store
-    rows, notes = select_context(load_rows(store), suite, checkpoint)
+    rows, notes = select_context(load_rows(store), suite, checkpoint, tau)
+    one_run_per_case(rows)
     table = case_table(rows)
     agg = aggregate(table)
     stored_taus = sorted({a["tau"] for a in agg if a["tau"] is not None})
@@ -472,34 +651,32 @@ def build_report(
             f"no stored runs at tau {tau:g}; the store has tau "
             + ", ".join(f"{t:g}" for t in stored_taus)
         )
-    out.mkdir(parents=True, exist_ok=True)
     first = rows[0]
     ckpt = first["checkpoint_sha256"]
     carriers = load_carriers(store, ckpt)
-    written: dict[str, Path] = {}
-
-    written["cases.csv"] = out / "cases.csv"
-    write_text_atomic(written["cases.csv"], _csv_text(table, CASE_COLUMNS))
-
     main = [a for a in agg if a["tau"] == tau]
     sweep_taus = sorted({a["tau"] for a in agg})
     sweep = [a for a in agg if a["support"] == (main[0]["support"] if main else a["support"])]
-    if len(sweep_taus) > 1:
-        cols = ("mode", "tau", "support", "eps_den", "n", "mean_pct", "median_pct", "worse",
-                "better", "failed", "fit_s", "predict_s")  # fmt: skip
-        written["tau_sweep.csv"] = out / "tau_sweep.csv"
-        write_text_atomic(written["tau_sweep.csv"], _csv_text(sweep, cols))
-        written["tau_sweep.png"] = out / "tau_sweep.png"
-        _plot_sweep(sweep, carriers, tau, written["tau_sweep.png"])
-    if _plot_deltas(table, tau, out / "deltas.png"):
-        written["deltas.png"] = out / "deltas.png"
-
-    written["summary.md"] = out / "summary.md"
-    text = _summary_text(
-        store, suite, rows, table, agg, main, sweep, sweep_taus, carriers, tau, notes
-    )
-    write_text_atomic(written["summary.md"], text)
-    return written
+    names: list[str] = []
+    # The files are one set: a report killed or failing half-way leaves the
+    # previous set whole (summary.md always describes the cases.csv beside it).
+    with atomic_file_set(out, REPORT_FILES) as staging:
+        write_text_atomic(staging / "cases.csv", _csv_text(table, CASE_COLUMNS))
+        names.append("cases.csv")
+        if len(sweep_taus) > 1:
+            cols = ("mode", "tau", "support", "eps_den", "n", "mean_pct", "median_pct", "worse",
+                    "better", "failed", "fit_s", "predict_s")  # fmt: skip
+            write_text_atomic(staging / "tau_sweep.csv", _csv_text(sweep, cols))
+            _plot_sweep(sweep, carriers, tau, staging / "tau_sweep.png")
+            names += ["tau_sweep.csv", "tau_sweep.png"]
+        if _plot_deltas(table, tau, staging / "deltas.png"):
+            names.append("deltas.png")
+        text = _summary_text(
+            store, suite, rows, table, agg, main, sweep, sweep_taus, carriers, tau, notes
+        )
+        write_text_atomic(staging / "summary.md", text)
+        names.append("summary.md")
+    return {name: out / name for name in names}
 
 
 _SUMMARY_HEADER = ("variant", "cases", "mean delta", "median delta", "#worse", "#failed",
@@ -689,10 +866,16 @@ def report_command(args: Any) -> int:
         ReportError: Nothing to report (the command line makes it one line, exit 2).
         StoreError: A run file is unreadable.
     """
-    store = Path(args.store or Path("results") / args.suite)
+    store = Path(args.store) if args.store else default_output(args.suite)
     written = build_report(
         store, args.suite, out_dir=args.out, tau=args.tau, checkpoint=args.checkpoint
     )
     for path in written.values():
         print(f"wrote {path}")
+    _, notes = select_context(load_rows(store), args.suite, args.checkpoint, args.tau)
+    for note in notes:  # also in summary.md; said here so that nothing is left out unseen
+        print(f"note: {note}")
+    committed = committed_store(getattr(args, "committed", None), args.suite, store)
+    if not args.checkpoint:  # a chosen checkpoint has no committed counterpart to expect
+        print("\n".join(["", *comparison_lines(store, committed, args.suite, args.tau)]))
     return 0

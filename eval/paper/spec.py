@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tabpfn.checkpoint import Checkpoint
 from tabpfn.preprocessing.ensemble import DEFAULT_N_ESTIMATORS
 
 import patches
@@ -40,6 +39,7 @@ from eval.paper.protocol import (
     SUITE_SOURCE,
 )
 from eval.provenance import cpu_identity
+from retrofit.checkpoints import load_checkpoint
 from retrofit.hashing import sha256_file
 from retrofit.loading import load_host
 from retrofit.settings import MODES, RetrofitSettings
@@ -80,15 +80,21 @@ def state_dict_sha256(path: str | Path) -> str:
     """Hash of the tensors tabpfn's loader reads from a checkpoint file.
 
     Covers every state-dict entry's name, dtype, shape and bytes, in sorted
-    name order; header metadata is not part of it.
+    name order; header metadata is not part of it. A ``.ckpt`` is read with
+    the weights-only unpickler (``retrofit.checkpoints``), never tabpfn's
+    loader, so a pickle that names code is refused before anything runs it.
 
     Args:
         path: A ``.safetensors`` or ``.ckpt`` checkpoint.
 
     Returns:
         Hex SHA-256.
+
+    Raises:
+        UnsafeCheckpointError: A ``.ckpt`` pickle names more than tensors and plain values.
+        CorruptCheckpointError: The file is not a readable checkpoint.
     """
-    state = Checkpoint(Path(path)).load()["state_dict"]
+    state = load_checkpoint(path)["state_dict"]
     digest = hashlib.sha256()
     for name in sorted(state):
         tensor = state[name].detach().cpu().contiguous()

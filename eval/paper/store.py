@@ -1,6 +1,7 @@
 """The result store of one suite: run rows, session records and carrier statistics.
 
-Layout (``store`` is a suite's results directory, e.g. ``results/offline18``)::
+Layout (``store`` is a suite's results directory: ``tabpfn-retrofit-results/offline18``
+by default, the committed ``results/offline18`` only when named)::
 
     runs/<key>.json         one row per (case, variant, tau); key = sha256 of
                             the run's full config (``eval.paper.spec.RunSpec``)
