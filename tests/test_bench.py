@@ -263,3 +263,60 @@ def test_bench_and_gpu_check_raise_the_typed_error_instead_of_a_stand_in_host(tm
         bench.icl_shapes(str(missing))
     with pytest.raises(CheckpointNotFoundError, match="absent_v3"):
         gpu_check._load_host_model(str(missing))
+
+
+# --- a memory probe that reads nothing (issue 22 item 3) ------------------------------
+
+
+def test_a_memory_child_whose_probe_reads_no_growth_records_unknown(monkeypatch):
+    """VmHWM equal to VmRSS after the reset: nothing was read, not "adds 0 bytes"."""
+    monkeypatch.setattr(bench, "_status_kib", lambda field: 4096)
+    child = bench._memory_child("sdpa", [1, 2, 16, 8, 8], threads=None, seed=0)
+    assert child["extra_peak_bytes"] is None
+
+
+def _zero_probe_child(monkeypatch):
+    """Stands in for the memory subprocess: each child reports a probe that read 0 bytes."""
+
+    real_run = subprocess.run
+
+    def fake_run(cmd, **kwargs):
+        if "_memory_child_main" not in " ".join(map(str, cmd)):
+            return real_run(cmd, **kwargs)  # git and the rest of provenance
+        args = json.loads(cmd[-1])
+        line = {
+            "peer": args["peer"],
+            "extra_peak_bytes": 0,
+            "rss_before_bytes": 1 << 20,
+            "output_bytes": 4096,
+            "input_bytes": 8192,
+            "method": "VmHWM after /proc/self/clear_refs minus VmRSS before",
+        }
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps(line) + "\n", stderr="")
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+
+
+def test_quick_bench_renders_a_memory_probe_that_read_zero_as_unknown(tmp_path, monkeypatch):
+    _zero_probe_child(monkeypatch)
+    report = bench.run(tmp_path, quick=True, threads=1, parts=("memory",))
+    mem = report["memory"]
+    assert mem["ratio"] is None and mem["met"] is None
+    for peer in mem["peers"].values():
+        assert peer["extra_peak_bytes"] == [None]
+        assert peer["median_extra_peak_bytes"] is None
+    assert json.loads((tmp_path / "bench.json").read_text())["memory"]["ratio"] is None
+    md = (tmp_path / "bench.md").read_text()
+    assert "OAttention / SDPA extra peak: unknown" in md
+
+
+def test_a_report_that_cannot_be_rendered_leaves_neither_file(tmp_path, monkeypatch):
+    _zero_probe_child(monkeypatch)
+
+    def broken(report):
+        raise TypeError("rendering failed")
+
+    monkeypatch.setattr(bench, "render_markdown", broken)
+    with pytest.raises(TypeError, match="rendering failed"):
+        bench.run(tmp_path, quick=True, threads=1, parts=("memory",))
+    assert not (tmp_path / "bench.json").exists() and not (tmp_path / "bench.md").exists()

@@ -382,6 +382,15 @@ def _status_kib(field: str) -> int | None:
     return None
 
 
+def _known_growth(n_bytes: int | None) -> int | None:
+    """A probe's reading, or None where it read nothing.
+
+    No growth at all means the probe saw nothing (the allocator reused freed
+    pages, or the counter did not move), never that the call adds 0 bytes.
+    """
+    return n_bytes if n_bytes is not None and n_bytes > 0 else None
+
+
 def _memory_child(peer: str, dims: list[int], threads: int | None, seed: int) -> dict[str, Any]:
     """Runs one call of ``peer`` in this (fresh) process and reports its peak growth."""
     import resource
@@ -414,7 +423,9 @@ def _memory_child(peer: str, dims: list[int], threads: int | None, seed: int) ->
         input_bytes = sum(t.numel() * t.element_size() for t in x.values())
     return {
         "peer": peer,
-        "extra_peak_bytes": (peak - base) * 1024 if peak is not None and base else None,
+        "extra_peak_bytes": _known_growth(
+            (peak - base) * 1024 if peak is not None and base else None
+        ),
         "rss_before_bytes": rss_before * 1024 if rss_before else None,
         "output_bytes": out_bytes,
         "input_bytes": input_bytes,
@@ -439,8 +450,10 @@ def bench_memory(
     """Peak memory one call adds, SDPA vs OAttention, each in a fresh process.
 
     Returns:
-        Per peer the measured extra peak bytes of each run and their median,
-        and the ratio ``oattention / sdpa`` of the medians.
+        Per peer the measured extra peak bytes of each run (None where the
+        probe read nothing) and the median of the known ones (None if none is
+        known), and the ratio ``oattention / sdpa`` of the medians (None, and
+        ``met`` None, unless both are known).
     """
     peers = ("sdpa", "oattention")
     samples: dict[str, list[dict[str, Any]]] = {p: [] for p in peers}
@@ -467,18 +480,20 @@ def bench_memory(
             samples[peer].append(json.loads(proc.stdout.strip().splitlines()[-1]))
     result: dict[str, Any] = {"shape": list(shape.dims()), "runs": runs, "peers": {}}
     for peer, rows in samples.items():
-        extra = [r["extra_peak_bytes"] for r in rows]
+        extra = [_known_growth(r["extra_peak_bytes"]) for r in rows]
+        known = [b for b in extra if b is not None]
         result["peers"][peer] = {
             "extra_peak_bytes": extra,
-            "median_extra_peak_bytes": float(np.median(extra)),
+            "median_extra_peak_bytes": float(np.median(known)) if known else None,
             "output_bytes": rows[0]["output_bytes"],
             "input_bytes": rows[0]["input_bytes"],
         }
         result["method"] = rows[0]["method"]
     med = {p: result["peers"][p]["median_extra_peak_bytes"] for p in peers}
-    result["ratio"] = med["oattention"] / med["sdpa"] if med["sdpa"] > 0 else None
+    ratio = med["oattention"] / med["sdpa"] if None not in med.values() else None
+    result["ratio"] = ratio
     result["target"] = TARGETS["memory"]
-    result["met"] = result["ratio"] is not None and result["ratio"] <= TARGETS["memory"]
+    result["met"] = ratio <= TARGETS["memory"] if ratio is not None else None
     return result
 
 
@@ -659,6 +674,11 @@ def _mark(met: bool | None) -> str:
     return "—" if met is None else ("yes" if met else "**no**")
 
 
+def _mib_or_unknown(n_bytes: float | None) -> str:
+    """Bytes as MiB with one decimal, or ``unknown`` where the probe read nothing."""
+    return "unknown" if n_bytes is None else f"{n_bytes / 2.0**20:.1f}"
+
+
 def _summary_lines(report: dict[str, Any]) -> list[str]:
     """One line per target: what was measured against it and whether it was met."""
     out = ["## Targets", ""]
@@ -732,8 +752,8 @@ def _memory_rows(peers: dict[str, dict[str, Any]]) -> list[list[object]]:
     return [
         [
             peer,
-            f"{m['median_extra_peak_bytes'] / mib:.1f}",
-            ", ".join(f"{b / mib:.1f}" for b in m["extra_peak_bytes"]),
+            _mib_or_unknown(m["median_extra_peak_bytes"]),
+            ", ".join(_mib_or_unknown(b) for b in m["extra_peak_bytes"]),
             f"{m['output_bytes'] / mib:.1f}",
             f"{m['input_bytes'] / mib:.1f}",
         ]
@@ -821,9 +841,10 @@ def render_markdown(report: dict[str, Any]) -> str:
                 ),
             ]
             ratio = mem["ratio"]
+            shown = "unknown (a probe read nothing)" if ratio is None else f"{ratio:.3f}"
             lines += [
                 "",
-                f"OAttention / SDPA extra peak: {ratio:.3f} (target <= {mem['target']}: "
+                f"OAttention / SDPA extra peak: {shown} (target <= {mem['target']}: "
                 f"{_mark(mem['met'])}).",
                 "",
             ]
@@ -963,9 +984,12 @@ def run(
     report["provenance"] = provenance_dict(
         benchmark="eval.benchmarks.speed", parts=list(parts), seed=seed, targets=TARGETS
     )
+    # Rendered before either file is written: a report that cannot be rendered
+    # leaves no bench.json without its bench.md.
+    markdown = render_markdown(report)
     out = Path(out_dir)
     write_json_atomic(out / "bench.json", report)
-    write_text_atomic(out / "bench.md", render_markdown(report))
+    write_text_atomic(out / "bench.md", markdown)
     return report
 
 
