@@ -435,27 +435,35 @@ def device_bench(
     import numpy as np
     import torch
 
-    from eval.benchmarks import speed as bench
+    from eval.benchmarks.attention import attention_inputs
+    from eval.benchmarks.shapes import (
+        LARGE_SHAPES,
+        QUICK_SHAPES,
+        SMALL_SHAPES,
+        Shape,
+        icl_shapes,
+    )
+    from eval.benchmarks.timing import paired_ratio, time_interleaved
 
     if quick:
-        shapes = list(bench.QUICK_SHAPES)
+        shapes = list(QUICK_SHAPES)
         icl_source: Any = "quick"
     else:
-        icl, icl_source = bench.icl_shapes(model_path)
+        icl, icl_source = icl_shapes(model_path)
         shapes = [
-            *bench.LARGE_SHAPES,
-            *bench.SMALL_SHAPES,
+            *LARGE_SHAPES,
+            *SMALL_SHAPES,
             *icl,
-            bench.Shape(4, 8, 8192, 8192, 64, "xl"),
+            Shape(4, 8, 8192, 8192, 64, "xl"),
         ]
     sync = torch.cuda.synchronize if device.startswith("cuda") else None
     repeats = 5 if quick else 30
     rows = []
     for dt in (torch.float32, torch.bfloat16):
         for i, shape in enumerate(shapes):
-            x = bench.attention_inputs(shape, device=device, dtype=dt, seed=i)
+            x = attention_inputs(shape, device=device, dtype=dt, seed=i)
             with torch.inference_mode():
-                times, inner = bench.time_interleaved(
+                times, inner = time_interleaved(
                     _device_peers(x),
                     repeats=repeats,
                     min_time_s=0.002 if quick else 0.02,
@@ -471,7 +479,7 @@ def device_bench(
                     "calls_per_measurement": inner,
                     "median_ms": {n: 1e3 * float(np.median(t)) for n, t in times.items()},
                     "ratios_vs_sdpa": {
-                        n: bench.paired_ratio(t, times["sdpa"], seed=i)
+                        n: paired_ratio(t, times["sdpa"], seed=i)
                         for n, t in times.items()
                         if n != "sdpa"
                     },
@@ -554,14 +562,18 @@ def _device_memory(device: str, quick: bool) -> dict[str, Any]:
     """Peak device memory one call adds (CUDA allocator statistics)."""
     import torch
 
-    from eval.benchmarks import speed as bench
+    from eval.benchmarks.attention import attention_inputs
+    from eval.benchmarks.shapes import (
+        MEMORY_SHAPE,
+        QUICK_MEMORY_SHAPE,
+    )
 
     if not device.startswith("cuda"):
         return {"skipped": "peak device memory needs CUDA allocator statistics"}
-    shape = bench.QUICK_MEMORY_SHAPE if quick else bench.MEMORY_SHAPE
+    shape = QUICK_MEMORY_SHAPE if quick else MEMORY_SHAPE
     result: dict[str, Any] = {"shape": list(shape.dims()), "dtypes": {}}
     for dt in (torch.float32, torch.bfloat16):
-        x = bench.attention_inputs(shape, device=device, dtype=dt)
+        x = attention_inputs(shape, device=device, dtype=dt)
         peers = _device_peers(x)
         per: dict[str, int] = {}
         with torch.inference_mode():
