@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -278,14 +279,15 @@ def test_a_memory_child_whose_probe_reads_no_growth_records_unknown(monkeypatch)
     assert child["extra_peak_bytes"] is None
 
 
-def _zero_probe_child(monkeypatch):
+def _zero_probe_child(monkeypatch, seen_env=None):
     """Stands in for the memory subprocess: each child reports a probe that read 0 bytes."""
-
     real_run = subprocess.run
 
     def fake_run(cmd, **kwargs):
         if "eval.benchmarks.memory_child" not in " ".join(map(str, cmd)):
             return real_run(cmd, **kwargs)  # git and the rest of provenance
+        if seen_env is not None:
+            seen_env.append(kwargs["env"])
         args = json.loads(cmd[-1])
         line = {
             "peer": args["peer"],
@@ -323,3 +325,12 @@ def test_a_report_that_cannot_be_rendered_leaves_neither_file(tmp_path, monkeypa
     with pytest.raises(TypeError, match="rendering failed"):
         speed.run(tmp_path, quick=True, threads=1, parts=("memory",))
     assert not (tmp_path / "bench.json").exists() and not (tmp_path / "bench.md").exists()
+
+
+def test_the_memory_child_finds_the_repository_root_first_on_its_path(tmp_path, monkeypatch):
+    """The child's first PYTHONPATH entry held ``eval/`` itself, whose modules shadow packages."""
+    envs = []
+    _zero_probe_child(monkeypatch, envs)
+    memory.bench_memory(Shape(1, 2, 16, 8, 8, "memory"), runs=1)
+    first = Path(envs[0]["PYTHONPATH"].split(os.pathsep)[0])
+    assert (first / "eval" / "benchmarks" / "memory_child.py").is_file(), first

@@ -43,7 +43,8 @@ def bench_memory(
     peers = ("sdpa", "oattention")
     samples: dict[str, list[dict[str, Any]]] = {p: [] for p in peers}
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[1])
+    # The repository root (it holds eval/), ahead of the caller's path.
+    root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     for _ in range(runs):
         for peer in peers:
