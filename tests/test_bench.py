@@ -259,14 +259,14 @@ def test_cuda_route_falls_back_to_sink_with_one_warning(monkeypatch):
 
 
 def test_bench_and_gpu_check_raise_the_typed_error_instead_of_a_stand_in_host(tmp_path) -> None:
-    from eval import gpu_check
+    from eval.device_checks.null_row import load_host_model
     from retrofit.errors import CheckpointNotFoundError
 
     missing = tmp_path / "absent_v3.safetensors"
     with pytest.raises(CheckpointNotFoundError, match="absent_v3"):
         icl_shapes(str(missing))
     with pytest.raises(CheckpointNotFoundError, match="absent_v3"):
-        gpu_check._load_host_model(str(missing))
+        load_host_model(str(missing))
 
 
 # --- a memory probe that reads nothing (issue 22 item 3) ------------------------------
@@ -334,3 +334,17 @@ def test_the_memory_child_finds_the_repository_root_first_on_its_path(tmp_path, 
     memory.bench_memory(Shape(1, 2, 16, 8, 8, "memory"), runs=1)
     first = Path(envs[0]["PYTHONPATH"].split(os.pathsep)[0])
     assert (first / "eval" / "benchmarks" / "memory_child.py").is_file(), first
+
+
+def test_a_gpu_check_report_that_cannot_be_rendered_leaves_neither_file(tmp_path, monkeypatch):
+    from eval import gpu_check
+
+    def broken(report):
+        raise TypeError("rendering failed")
+
+    monkeypatch.setattr(gpu_check, "render_markdown", broken)
+    out = tmp_path / "gpu"
+    argv = [str(out), "--device", "cpu", "--quick", "--parts", "exactness"]
+    with pytest.raises(TypeError, match="rendering failed"):
+        gpu_check._run(gpu_check._parser().parse_args(argv))
+    assert not (out / "gpu_check.json").exists() and not (out / "gpu_check.md").exists()
