@@ -348,3 +348,13 @@ def test_a_gpu_check_report_that_cannot_be_rendered_leaves_neither_file(tmp_path
     with pytest.raises(TypeError, match="rendering failed"):
         gpu_check._run(gpu_check._parser().parse_args(argv))
     assert not (out / "gpu_check.json").exists() and not (out / "gpu_check.md").exists()
+
+
+def test_a_batched_timing_whose_probe_reads_no_growth_records_unknown(monkeypatch):
+    """The ragged-batch benchmark shares the probe, and its rule: no growth read is unknown."""
+    from eval.benchmarks import batched
+
+    monkeypatch.setattr(batched, "status_kib", lambda field: 4096)
+    monkeypatch.setattr(batched, "reset_peak_rss", lambda: True)
+    seconds, peak = batched._timed_with_peak(lambda: None)
+    assert seconds >= 0 and peak is None

@@ -41,7 +41,7 @@ from tabpfn import TabPFNRegressor
 
 from eval.benchmarks import DEFAULT_BATCHED_SIZES
 from eval.benchmarks.machine import environment
-from eval.benchmarks.memory_probe import reset_peak_rss, status_kib
+from eval.benchmarks.memory_probe import known_growth, reset_peak_rss, status_kib
 from eval.benchmarks.timing import paired_ratio
 from eval.provenance import provenance_dict
 from retrofit import OTabPFNRegressor
@@ -97,7 +97,8 @@ def _timed_with_peak(fn: Callable[[], Any]) -> tuple[float, int | None]:
     """Seconds of one call of ``fn`` and the peak resident memory it adds.
 
     The peak is Linux's ``VmHWM`` after a reset through ``/proc/self/clear_refs``
-    (None where that is unavailable); the reset happens before the clock starts.
+    (None where that is unavailable, or where it read no growth); the reset
+    happens before the clock starts.
     """
     before = status_kib("VmRSS")
     resettable = reset_peak_rss()
@@ -105,7 +106,7 @@ def _timed_with_peak(fn: Callable[[], Any]) -> tuple[float, int | None]:
     fn()
     seconds = time.perf_counter() - t0
     peak = status_kib("VmHWM") if resettable else None
-    return seconds, None if peak is None or before is None else (peak - before) * 1024
+    return seconds, known_growth(None if peak is None or before is None else (peak - before) * 1024)
 
 
 #: The peers that run the padded path (their padding is reported).
