@@ -19,7 +19,8 @@ both the fast path and the reference, per dtype.
 Errors: ``linf_abs = max |a - b|``; ``linf_rel = linf_abs / max |b|`` (relative
 to the largest reference magnitude, not element-wise).
 
-Shape letters: B batch, H heads, L queries, S sources, D head dimension.
+Shape letters: B batch, H query heads (as many key/value heads here), L queries,
+S sources, D head dimension.
 """
 
 from __future__ import annotations
