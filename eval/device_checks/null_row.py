@@ -25,10 +25,6 @@ FP32_HOST_TOL = 1e-5
 """Relative drift of old rows allowed in fp32 (rounding of a different matmul shape)."""
 
 
-# The patched host: null-row proof on the device
-# --------------------------------------------------------------------------- #
-
-
 class _NullRow:
     """Inserts a zero row at ICL block 0's entry; takes it out after the last block."""
 
