@@ -41,6 +41,7 @@ from tabpfn.architectures.tabpfn_v3_5 import TabPFNV3p5
 from torch import nn
 
 import retrofit
+from retrofit.console import OneLineArgumentParser, run_main
 
 __all__ = [
     "CANDIDATE_TAUS",
@@ -197,8 +198,12 @@ def _markdown(rows: list[dict[str, Any]], taus: Sequence[float]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Prints the calibration table for the requested hosts."""
-    parser = argparse.ArgumentParser(prog="python -m eval.calibration", description=__doc__)
+    """Prints the calibration table for the requested hosts; returns the exit status."""
+    return run_main(_parser, _run, argv)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = OneLineArgumentParser(prog="python -m eval.calibration", description=__doc__)
     parser.add_argument("--hosts", nargs="+", default=list(PUBLISHED_CONFIGS))
     parser.add_argument("--taus", nargs="+", type=float, default=list(CANDIDATE_TAUS))
     parser.add_argument("--train", type=int, default=200, help="train rows")
@@ -207,7 +212,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     rows = []
     for name in args.hosts:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from eval.operators.sequence_edits import insert_at
+
 DTYPES = {
     "fp32": torch.float32,
     "bf16": torch.bfloat16,
@@ -62,26 +64,16 @@ def make_mask(kind, B, H, L, S, *, gen=None):
     raise ValueError(kind)
 
 
-def insert(x: torch.Tensor, pos: int, new: torch.Tensor, dim: int) -> torch.Tensor:
-    n = x.shape[dim]
-    return torch.cat([x.narrow(dim, 0, pos), new, x.narrow(dim, pos, n - pos)], dim)
-
-
-def drop(x: torch.Tensor, pos: int, dim: int) -> torch.Tensor:
-    n = x.shape[dim]
-    return torch.cat([x.narrow(dim, 0, pos), x.narrow(dim, pos + 1, n - pos - 1)], dim)
-
-
 def insert_source(q, k, v, p_k, mask, pos, *, gen):
     """Insert a null source (random non-zero key and value, presence 0) at ``pos``."""
     B, Hkv, _, D = k.shape
-    k2 = insert(k, pos, torch.randn(B, Hkv, 1, D, generator=gen).to(k.dtype), 2)
-    v2 = insert(v, pos, torch.randn(B, Hkv, 1, v.shape[-1], generator=gen).to(v.dtype), 2)
-    p2 = insert(p_k, pos, torch.zeros(B, 1, dtype=p_k.dtype), 1)
+    k2 = insert_at(k, pos, torch.randn(B, Hkv, 1, D, generator=gen).to(k.dtype), 2)
+    v2 = insert_at(v, pos, torch.randn(B, Hkv, 1, v.shape[-1], generator=gen).to(v.dtype), 2)
+    p2 = insert_at(p_k, pos, torch.zeros(B, 1, dtype=p_k.dtype), 1)
     m2 = None
     if mask is not None:
         col = torch.rand(*mask.shape[:-1], 1, generator=gen) > 0.5
-        m2 = insert(mask, pos, col, 3)
+        m2 = insert_at(mask, pos, col, 3)
     return k2, v2, p2, m2
 
 

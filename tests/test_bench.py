@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,10 @@ import pytest
 import torch
 from _oa_helpers import reference64
 
-from eval.benchmarks import speed as bench
+from eval.benchmarks import memory, memory_child, speed
+from eval.benchmarks.attention import attention_inputs
+from eval.benchmarks.shapes import ICL_DATASETS, QUICK_SHAPES, Shape, icl_shapes
+from eval.benchmarks.timing import paired_ratio, time_interleaved
 from eval.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,12 +24,12 @@ REPO = Path(__file__).resolve().parents[1]
 def test_paired_ratio_median_and_ci_bracket_it():
     den = [1.0] * 30
     num = [1.1] * 10 + [1.2] * 10 + [1.3] * 10
-    r = bench.paired_ratio(num, den)
+    r = paired_ratio(num, den)
     assert r["ratio"] == pytest.approx(1.2)
     assert r["ci_low"] <= r["ratio"] <= r["ci_high"]
     assert 1.1 <= r["ci_low"] and r["ci_high"] <= 1.3
     with pytest.raises(ValueError):
-        bench.paired_ratio([1.0], [1.0, 2.0])
+        paired_ratio([1.0], [1.0, 2.0])
 
 
 def test_time_interleaved_runs_every_peer_every_round():
@@ -37,7 +41,7 @@ def test_time_interleaved_runs_every_peer_every_round():
 
         return fn
 
-    times, inner = bench.time_interleaved(
+    times, inner = time_interleaved(
         {"a": peer("a"), "b": peer("b")}, repeats=4, warmup=1, min_time_s=0.0
     )
     assert inner == 1
@@ -47,8 +51,8 @@ def test_time_interleaved_runs_every_peer_every_round():
 
 
 def test_attention_inputs_have_sdpa_layout_and_null_tokens():
-    shape = bench.Shape(2, 3, 40, 300, 8)
-    x = bench.attention_inputs(shape, seed=1)
+    shape = Shape(2, 3, 40, 300, 8)
+    x = attention_inputs(shape, seed=1)
     assert x["q"].shape == (2, 3, 40, 8) and x["k"].shape == (2, 3, 300, 8)
     assert x["p_q"].shape == (2, 40) and x["p_k"].shape == (2, 300)
     assert float(x["p_k"].min()) == 0.0 and float(x["p_k"].max()) < 1.0
@@ -58,10 +62,10 @@ def test_icl_shapes_follow_the_host_config(tmp_path):
     from _tiny_models import TINY_V3_CONFIG, tiny_v3_checkpoint
 
     ckpt = tiny_v3_checkpoint(tmp_path)
-    shapes, source = bench.icl_shapes(str(ckpt))
+    shapes, source = icl_shapes(str(ckpt))
     width = TINY_V3_CONFIG["embed_dim"] * TINY_V3_CONFIG["feat_agg_num_cls_tokens"]
     heads = TINY_V3_CONFIG["icl_num_heads"]
-    assert [s.label for s in shapes] == list(bench.ICL_DATASETS)
+    assert [s.label for s in shapes] == list(ICL_DATASETS)
     for s in shapes:
         assert (s.B, s.H, s.D) == (1, heads, width // heads)
         assert s.S == s.L - -(-s.L // 4)  # the 75/25 split's training rows
@@ -79,7 +83,7 @@ def test_quick_bench_writes_json_and_markdown(tmp_path):
     assert report["quick"] is True
 
     rows = report["attention"]["rows"]
-    assert len(rows) == len(bench.QUICK_SHAPES) and report["attention"]["repeats"] == 5
+    assert len(rows) == len(QUICK_SHAPES) and report["attention"]["repeats"] == 5
     for row in rows:
         assert set(row["median_ms"]) == {
             "sdpa",
@@ -116,7 +120,7 @@ def test_quick_bench_writes_json_and_markdown(tmp_path):
 
 
 def test_missing_host_is_reported_not_fatal(tmp_path):
-    report = bench.run(
+    report = speed.run(
         tmp_path, quick=True, parts=("estimator",), model_path=str(tmp_path / "absent_v3.ckpt")
     )
     assert "skipped" in report["estimator"]
@@ -255,11 +259,102 @@ def test_cuda_route_falls_back_to_sink_with_one_warning(monkeypatch):
 
 
 def test_bench_and_gpu_check_raise_the_typed_error_instead_of_a_stand_in_host(tmp_path) -> None:
-    from eval import gpu_check
+    from eval.device_checks.null_row import load_host_model
     from retrofit.errors import CheckpointNotFoundError
 
     missing = tmp_path / "absent_v3.safetensors"
     with pytest.raises(CheckpointNotFoundError, match="absent_v3"):
-        bench.icl_shapes(str(missing))
+        icl_shapes(str(missing))
     with pytest.raises(CheckpointNotFoundError, match="absent_v3"):
-        gpu_check._load_host_model(str(missing))
+        load_host_model(str(missing))
+
+
+# --- a memory probe that reads nothing (issue 22 item 3) ------------------------------
+
+
+def test_a_memory_child_whose_probe_reads_no_growth_records_unknown(monkeypatch):
+    """VmHWM equal to VmRSS after the reset: nothing was read, not "adds 0 bytes"."""
+    monkeypatch.setattr(memory_child, "status_kib", lambda field: 4096)
+    child = memory_child.measure_one_call("sdpa", [1, 2, 16, 8, 8], threads=None, seed=0)
+    assert child["extra_peak_bytes"] is None
+
+
+def _zero_probe_child(monkeypatch, seen_env=None):
+    """Stands in for the memory subprocess: each child reports a probe that read 0 bytes."""
+    real_run = subprocess.run
+
+    def fake_run(cmd, **kwargs):
+        if "eval.benchmarks.memory_child" not in " ".join(map(str, cmd)):
+            return real_run(cmd, **kwargs)  # git and the rest of provenance
+        if seen_env is not None:
+            seen_env.append(kwargs["env"])
+        args = json.loads(cmd[-1])
+        line = {
+            "peer": args["peer"],
+            "extra_peak_bytes": 0,
+            "rss_before_bytes": 1 << 20,
+            "output_bytes": 4096,
+            "input_bytes": 8192,
+            "method": "VmHWM after /proc/self/clear_refs minus VmRSS before",
+        }
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps(line) + "\n", stderr="")
+
+    monkeypatch.setattr(memory.subprocess, "run", fake_run)
+
+
+def test_quick_bench_renders_a_memory_probe_that_read_zero_as_unknown(tmp_path, monkeypatch):
+    _zero_probe_child(monkeypatch)
+    report = speed.run(tmp_path, quick=True, threads=1, parts=("memory",))
+    mem = report["memory"]
+    assert mem["ratio"] is None and mem["met"] is None
+    for peer in mem["peers"].values():
+        assert peer["extra_peak_bytes"] == [None]
+        assert peer["median_extra_peak_bytes"] is None
+    assert json.loads((tmp_path / "bench.json").read_text())["memory"]["ratio"] is None
+    md = (tmp_path / "bench.md").read_text()
+    assert "OAttention / SDPA extra peak: unknown" in md
+
+
+def test_a_report_that_cannot_be_rendered_leaves_neither_file(tmp_path, monkeypatch):
+    _zero_probe_child(monkeypatch)
+
+    def broken(report):
+        raise TypeError("rendering failed")
+
+    monkeypatch.setattr(speed, "render_markdown", broken)
+    with pytest.raises(TypeError, match="rendering failed"):
+        speed.run(tmp_path, quick=True, threads=1, parts=("memory",))
+    assert not (tmp_path / "bench.json").exists() and not (tmp_path / "bench.md").exists()
+
+
+def test_the_memory_child_finds_the_repository_root_first_on_its_path(tmp_path, monkeypatch):
+    """The child's first PYTHONPATH entry held ``eval/`` itself, whose modules shadow packages."""
+    envs = []
+    _zero_probe_child(monkeypatch, envs)
+    memory.bench_memory(Shape(1, 2, 16, 8, 8, "memory"), runs=1)
+    first = Path(envs[0]["PYTHONPATH"].split(os.pathsep)[0])
+    assert (first / "eval" / "benchmarks" / "memory_child.py").is_file(), first
+
+
+def test_a_gpu_check_report_that_cannot_be_rendered_leaves_neither_file(tmp_path, monkeypatch):
+    from eval import gpu_check
+
+    def broken(report):
+        raise TypeError("rendering failed")
+
+    monkeypatch.setattr(gpu_check, "render_markdown", broken)
+    out = tmp_path / "gpu"
+    argv = [str(out), "--device", "cpu", "--quick", "--parts", "exactness"]
+    with pytest.raises(TypeError, match="rendering failed"):
+        gpu_check._run(gpu_check._parser().parse_args(argv))
+    assert not (out / "gpu_check.json").exists() and not (out / "gpu_check.md").exists()
+
+
+def test_a_batched_timing_whose_probe_reads_no_growth_records_unknown(monkeypatch):
+    """The ragged-batch benchmark shares the probe, and its rule: no growth read is unknown."""
+    from eval.benchmarks import batched
+
+    monkeypatch.setattr(batched, "status_kib", lambda field: 4096)
+    monkeypatch.setattr(batched, "reset_peak_rss", lambda: True)
+    seconds, peak = batched._timed_with_peak(lambda: None)
+    assert seconds >= 0 and peak is None

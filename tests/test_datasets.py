@@ -25,6 +25,7 @@ from eval.paper.datasets import (
     split,
     suite_cases,
 )
+from eval.paper.datasets.offline import load_offline
 
 # The OpenML-CTR23 versions: (openml_id, rows, features, target).
 EXPECTED = {
@@ -101,7 +102,7 @@ def test_dataset_is_immutable() -> None:
 
 
 def test_offline_loading_does_not_touch_the_network(no_network: None) -> None:
-    D._load_offline_cached.cache_clear()
+    load_offline.cache_clear()
     for name in OFFLINE18_DATASETS:
         assert load_dataset(name).sha256
 
@@ -149,7 +150,7 @@ def test_tampered_hash_raises(tmp_path: Path) -> None:
     suites = _copy_suites(tmp_path)
     assert load_dataset("airfoil", suites_dir=suites).sha256
     _edit_entry(suites, "offline18", "airfoil", sha256="0" * 64)
-    D._load_offline_cached.cache_clear()
+    load_offline.cache_clear()
     with pytest.raises(DatasetIntegrityError, match="SHA-256"):
         load_dataset("airfoil", suites_dir=suites)
 

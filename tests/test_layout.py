@@ -85,6 +85,21 @@ def test_dependencies_point_one_way(lower, upper):
     assert not wrong, wrong
 
 
+def test_no_module_imports_a_private_name_of_another_module():
+    """A name two modules share is public: benchmarks/batched.py once imported speed's privates."""
+    modules = {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    private = []
+    for name, path in sorted(modules.items()):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in modules:
+                private += [
+                    f"{name}: from {node.module} import {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+    assert not private, private
+
+
 def test_help_imports_neither_tabpfn_nor_pandas_nor_sklearn():
     code = (
         "import sys\n"

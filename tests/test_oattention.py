@@ -42,8 +42,6 @@ from _exactness import (
 )
 from _oa_helpers import (
     DTYPES,
-    drop,
-    insert,
     insert_source,
     make_mask,
     make_presence,
@@ -52,6 +50,7 @@ from _oa_helpers import (
     value_scale,
 )
 
+from eval.operators.sequence_edits import drop_at, insert_at
 from patches import oattention, oattention_reference
 
 # ``patches.oattention`` the attribute is the function; the module is this:
@@ -126,20 +125,20 @@ def test_self_insertion(path, case):
     base = fn(q, k, v, p_q, p_k, mask=mask)
     pos = 4
     B, _, _, D = q.shape
-    q3 = insert(q, pos, torch.randn(B, H, 1, D, generator=gen).to(q.dtype), 2)
-    k3 = insert(k, pos, torch.randn(B, Hkv, 1, D, generator=gen).to(q.dtype), 2)
-    v3 = insert(v, pos, torch.randn(B, Hkv, 1, D, generator=gen).to(q.dtype), 2)
-    p3 = insert(p_q, pos, torch.zeros(B, 1), 1)
+    q3 = insert_at(q, pos, torch.randn(B, H, 1, D, generator=gen).to(q.dtype), 2)
+    k3 = insert_at(k, pos, torch.randn(B, Hkv, 1, D, generator=gen).to(q.dtype), 2)
+    v3 = insert_at(v, pos, torch.randn(B, Hkv, 1, D, generator=gen).to(q.dtype), 2)
+    p3 = insert_at(p_q, pos, torch.zeros(B, 1), 1)
     m3 = None
     if mask is not None:
         m3 = mask
         if mask.shape[2] > 1:  # a full mask gets a query row for the new token
             row = torch.rand(*mask.shape[:2], 1, mask.shape[3], generator=gen) > 0.5
-            m3 = insert(m3, pos, row, 2)
-        m3 = insert(m3, pos, torch.rand(*m3.shape[:3], 1, generator=gen) > 0.5, 3)
+            m3 = insert_at(m3, pos, row, 2)
+        m3 = insert_at(m3, pos, torch.rand(*m3.shape[:3], 1, generator=gen) > 0.5, 3)
     out = fn(q3, k3, v3, p3, p3, mask=m3)
     assert_exactly_zero(out[:, :, pos])
-    others = drop(out, pos, 2)
+    others = drop_at(out, pos, 2)
     if path == "reference":
         assert torch.equal(others, base)
     else:

@@ -451,7 +451,8 @@ def test_a_usage_error_of_every_subcommand_is_one_line(command, capsys):
         ("hostgen.quality", "python -m hostgen.quality"),
         ("hostgen.card", "python -m hostgen.card"),
         ("eval.gpu_check", "gpu_check"),
-        ("eval.paper.datasets", "python -m eval.paper.datasets"),
+        ("eval.paper.datasets.__main__", "python -m eval.paper.datasets"),
+        ("eval.calibration", "python -m eval.calibration"),
     ],
 )
 def test_a_usage_error_of_every_python_dash_m_entry_point_is_one_line(module, prog, capsys):

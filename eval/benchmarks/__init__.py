@@ -1,4 +1,14 @@
-"""Benchmarks: OAttention against plain SDPA, memory, fit+predict per mode, ragged batches."""
+"""Benchmarks: OAttention against plain SDPA, memory, fit+predict per mode, ragged batches.
+
+``speed`` runs ``tabpfn-retrofit bench`` from its parts (``attention``,
+``memory`` with its ``memory_child`` process, ``estimator``) over the shared
+mechanism (``timing``, ``memory_probe``, ``machine``, ``shapes``) and renders
+it (``speed_markdown``); ``batched`` is ``bench --batched``. The constants here
+are read by the command line too, so this module imports nothing heavy.
+"""
 
 #: Numbers of ragged datasets ``bench --batched`` times by default.
 DEFAULT_BATCHED_SIZES: tuple[int, ...] = (8, 32, 128)
+
+TARGETS: dict[str, float] = {"large": 1.05, "small": 1.25, "memory": 1.05, "estimator": 1.10}
+"""Upper bounds on the ratio to the baseline (upper CI bound for timings)."""

@@ -36,10 +36,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+from tabpfn import TabPFNRegressor
 
 from eval.benchmarks import DEFAULT_BATCHED_SIZES
-from eval.benchmarks.speed import _environment, _status_kib, paired_ratio
+from eval.benchmarks.machine import environment
+from eval.benchmarks.memory_probe import known_growth, reset_peak_rss, status_kib
+from eval.benchmarks.timing import paired_ratio
 from eval.locations import DEFAULT_OUTPUT_ROOT, default_output
+from eval.provenance import provenance_dict
+from retrofit import OTabPFNRegressor
+from retrofit.batched import predict_batched
+from retrofit.files import write_json_atomic, write_text_atomic
+from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, default_max_padded_fraction
 
 __all__ = [
     "DEFAULT_SIZES",
@@ -89,20 +98,16 @@ def _timed_with_peak(fn: Callable[[], Any]) -> tuple[float, int | None]:
     """Seconds of one call of ``fn`` and the peak resident memory it adds.
 
     The peak is Linux's ``VmHWM`` after a reset through ``/proc/self/clear_refs``
-    (None where that is unavailable); the reset happens before the clock starts.
+    (None where that is unavailable, or where it read no growth); the reset
+    happens before the clock starts.
     """
-    before = _status_kib("VmRSS")
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-            f.write("5")  # resets VmHWM to the current RSS
-        resettable = True
-    except OSError:
-        resettable = False
+    before = status_kib("VmRSS")
+    resettable = reset_peak_rss()
     t0 = time.perf_counter()
     fn()
     seconds = time.perf_counter() - t0
-    peak = _status_kib("VmHWM") if resettable else None
-    return seconds, None if peak is None or before is None else (peak - before) * 1024
+    peak = status_kib("VmHWM") if resettable else None
+    return seconds, known_growth(None if peak is None or before is None else (peak - before) * 1024)
 
 
 #: The peers that run the padded path (their padding is reported).
@@ -112,11 +117,6 @@ PADDED_PEERS = ("batched", "batched_wide", "padded_same_shape")
 def _peers(
     template: Any, datasets: Datasets, same_shape: bool, device: Any
 ) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
-    from tabpfn import TabPFNRegressor
-
-    from retrofit.batched import predict_batched
-    from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, default_max_padded_fraction
-
     X_tr, y_tr, X_te = ([d[k] for d in datasets] for k in range(3))
     last: dict[str, Any] = {}
 
@@ -256,15 +256,9 @@ def bench_batched(
     Returns:
         The report written to ``bench_batched.json``.
     """
-    import torch
-
-    from eval.provenance import provenance_dict
-    from retrofit import OTabPFNRegressor
-    from retrofit.files import write_json_atomic, write_text_atomic
-
     if threads:
         torch.set_num_threads(threads)
-    env_start = _environment()
+    env_start = environment()
     first = ragged_datasets(1, min_rows=min_rows, max_rows=min_rows, seed=seed)[0]
     estimator = OTabPFNRegressor(
         model_path=model_path,
@@ -305,7 +299,7 @@ def bench_batched(
                 progress=progress,
             )
             report["cases"].append(case)
-    report["environment"] = {"start": env_start, "end": _environment()}
+    report["environment"] = {"start": env_start, "end": environment()}
     report["provenance"] = provenance_dict(
         benchmark="eval.benchmarks.batched", seed=seed, sizes=list(sizes)
     )

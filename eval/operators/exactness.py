@@ -19,7 +19,8 @@ both the fast path and the reference, per dtype.
 Errors: ``linf_abs = max |a - b|``; ``linf_rel = linf_abs / max |b|`` (relative
 to the largest reference magnitude, not element-wise).
 
-Shape letters: B batch, H heads, L queries, S sources, D head dimension.
+Shape letters: B batch, H query heads (as many key/value heads here), L queries,
+S sources, D head dimension.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import torch.nn.functional as F
 
 from eval.locations import DEFAULT_OUTPUT_ROOT
 from eval.markdown import markdown_table
+from eval.operators.sequence_edits import drop_at, insert_at
 from eval.provenance import cpu_capability_text, provenance_dict
 from patches import oattention, oattention_direct, oattention_reference
 from retrofit.files import write_json_atomic, write_text_atomic
@@ -178,16 +180,6 @@ def accuracy_row(name: str, dtype: torch.dtype, L: int, seed: int) -> dict[str, 
     return row
 
 
-def _insert(x: torch.Tensor, pos: int, new: torch.Tensor, dim: int) -> torch.Tensor:
-    n = x.shape[dim]
-    return torch.cat([x.narrow(dim, 0, pos), new, x.narrow(dim, pos, n - pos)], dim)
-
-
-def _drop(x: torch.Tensor, pos: int, dim: int) -> torch.Tensor:
-    n = x.shape[dim]
-    return torch.cat([x.narrow(dim, 0, pos), x.narrow(dim, pos + 1, n - pos - 1)], dim)
-
-
 def contract_checks(dtype: torch.dtype, seed: int) -> dict[str, dict[str, Any]]:
     """Null receiver, null-source insertion (append, mid), self-insertion, empty support.
 
@@ -224,13 +216,13 @@ def contract_checks(dtype: torch.dtype, seed: int) -> dict[str, dict[str, Any]]:
             }
             # null-source insertion, append and mid
             for where, pos in (("append", S), ("mid", S // 2)):
-                k2 = _insert(k, pos, torch.randn(B, H, 1, D, generator=gen).to(dtype), 2)
-                v2 = _insert(v, pos, torch.randn(B, H, 1, D, generator=gen).to(dtype), 2)
-                pk2 = _insert(p_k, pos, torch.zeros(B, 1), 1)
+                k2 = insert_at(k, pos, torch.randn(B, H, 1, D, generator=gen).to(dtype), 2)
+                v2 = insert_at(v, pos, torch.randn(B, H, 1, D, generator=gen).to(dtype), 2)
+                pk2 = insert_at(p_k, pos, torch.zeros(B, 1), 1)
                 m2 = (
                     None
                     if mask is None
-                    else _insert(mask, pos, torch.ones(B, 1, 1, 1, dtype=torch.bool), 3)
+                    else insert_at(mask, pos, torch.ones(B, 1, 1, 1, dtype=torch.bool), 3)
                 )
                 out = fn(q, k2, v2, p_q, pk2, mask=m2)
                 dev = (out.double() - base.double()).abs().max().item()
@@ -245,15 +237,19 @@ def contract_checks(dtype: torch.dtype, seed: int) -> dict[str, dict[str, Any]]:
             nq = torch.randn(B, H, 1, D, generator=gen).to(dtype)
             nk = torch.randn(B, H, 1, D, generator=gen).to(dtype)
             nv = torch.randn(B, H, 1, D, generator=gen).to(dtype)
-            q3, k3, v3 = _insert(q, pos, nq, 2), _insert(k, pos, nk, 2), _insert(v, pos, nv, 2)
-            pq3 = _insert(p_q, pos, torch.zeros(B, 1), 1)
-            pk3 = _insert(p_k, pos, torch.zeros(B, 1), 1)
+            q3, k3, v3 = (
+                insert_at(q, pos, nq, 2),
+                insert_at(k, pos, nk, 2),
+                insert_at(v, pos, nv, 2),
+            )
+            pq3 = insert_at(p_q, pos, torch.zeros(B, 1), 1)
+            pk3 = insert_at(p_k, pos, torch.zeros(B, 1), 1)
             m3 = None
             if mask is not None:
-                m3 = _insert(mask, pos, torch.ones(B, 1, 1, 1, dtype=torch.bool), 3)
+                m3 = insert_at(mask, pos, torch.ones(B, 1, 1, 1, dtype=torch.bool), 3)
             out = fn(q3, k3, v3, pq3, pk3, mask=m3)
             own = out[:, :, pos].abs().max().item()
-            dev = (_drop(out, pos, 2).double() - base.double()).abs().max().item()
+            dev = (drop_at(out, pos, 2).double() - base.double()).abs().max().item()
             t = tol(base)
             results[f"{path}/{mname}/self_insertion"] = {
                 "max_dev": max(dev, own),

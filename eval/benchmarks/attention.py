@@ -1,0 +1,138 @@
+"""The attention part of ``bench``: OAttention against plain attention on the same inputs.
+
+:func:`patches.oattention` (and its ``validate=False`` entry for trusted
+callers) against ``torch.nn.functional.scaled_dot_product_attention`` without
+a bias, at fixed shapes and at the ICL shapes of a host, timed interleaved
+(:mod:`eval.benchmarks.timing`); on CPU also the flash kernel OAttention calls,
+given the same bias and nothing else.
+
+Shape letters: B batch, H query heads, Hkv key/value heads, L queries,
+S sources, D head dimension (the layout of ``scaled_dot_product_attention``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from eval.benchmarks import TARGETS
+from eval.benchmarks.shapes import Shape
+from eval.benchmarks.timing import paired_ratio, time_interleaved
+from patches.oattention import oattention
+
+__all__ = ["attention_inputs", "attention_peers", "bench_attention"]
+
+
+def attention_inputs(
+    shape: Shape, *, device: str = "cpu", dtype: Any = None, seed: int = 0
+) -> dict[str, Any]:
+    """Random ``q, k, v`` and presence for one shape.
+
+    Presence is that of random carriers (``||h||^2 / (1 + ||h||^2)``) with
+    about 2 % null tokens, so the bias holds ``-inf`` entries as in real use.
+
+    Returns:
+        ``{"q": (B,H,L,D), "k": (B,H,S,D), "v": (B,H,S,D), "p_q": (B,L), "p_k": (B,S)}``.
+    """
+    dtype = dtype or torch.float32
+    g = torch.Generator().manual_seed(seed)
+    B, H, L, S, D = shape.dims()
+
+    def rnd(*size: int) -> torch.Tensor:
+        return torch.randn(*size, generator=g).to(device=device, dtype=dtype)
+
+    def pres(n: int) -> torch.Tensor:
+        sq = torch.rand(B, n, generator=g) * 4.0
+        p = sq / (1.0 + sq)
+        p[torch.rand(B, n, generator=g) < 0.02] = 0.0
+        return p.to(device)
+
+    return {
+        "q": rnd(B, H, L, D),
+        "k": rnd(B, H, S, D),
+        "v": rnd(B, H, S, D),
+        "p_q": pres(L),
+        "p_k": pres(S),
+    }
+
+
+def attention_peers(x: dict[str, Any]) -> dict[str, Callable[[], Any]]:
+    """The timed calls on one set of inputs: SDPA, OAttention, and on CPU the kernel it calls.
+
+    Args:
+        x: Inputs from :func:`attention_inputs`.
+
+    Returns:
+        Peer name to a zero-argument callable.
+    """
+    q, k, v, p_q, p_k = x["q"], x["k"], x["v"], x["p_q"], x["p_k"]
+    peers = {
+        "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
+        "oattention": lambda: oattention(q, k, v, p_q, p_k),
+        "oattention_trusted": lambda: oattention(q, k, v, p_q, p_k, validate=False),
+    }
+    if q.device.type == "cpu":
+        # The kernel OAttention calls, with the same bias and nothing else: the
+        # floor its own post-processing sits on.
+        bias = torch.xlogy(1.0, p_k).view(p_k.shape[0], 1, 1, p_k.shape[1])
+        kernel = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+        peers["kernel_with_bias"] = lambda: kernel(q, k, v, attn_mask=bias)
+    return peers
+
+
+def bench_attention(
+    shapes: Sequence[Shape],
+    *,
+    repeats: int,
+    min_time_s: float,
+    device: str = "cpu",
+    dtype: Any = None,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Times SDPA and OAttention interleaved at each shape.
+
+    Returns:
+        One row per shape: shape, median ms per peer, ratios with CIs, target.
+    """
+    sync = torch.cuda.synchronize if device.startswith("cuda") else None
+    rows = []
+    for i, shape in enumerate(shapes):
+        x = attention_inputs(shape, device=device, dtype=dtype, seed=seed + i)
+        with torch.inference_mode():
+            times, inner = time_interleaved(
+                attention_peers(x), repeats=repeats, min_time_s=min_time_s, sync=sync, seed=i
+            )
+        del x
+        row: dict[str, Any] = {
+            "shape": list(shape.dims()),
+            "group": shape.group,
+            "label": shape.label,
+            "calls_per_measurement": inner,
+            "rounds": repeats,
+            "median_ms": {n: 1e3 * float(np.median(t)) for n, t in times.items()},
+            "ratios": {
+                n: paired_ratio(t, times["sdpa"], seed=i) for n, t in times.items() if n != "sdpa"
+            },
+        }
+        if "kernel_with_bias" in times:
+            # OAttention's own work on top of the kernel it calls.
+            row["oattention_vs_kernel_with_bias"] = paired_ratio(
+                times["oattention"], times["kernel_with_bias"], seed=i
+            )
+        target = TARGETS.get(shape.group)
+        row["target"] = target
+        if target is not None:
+            row["met"] = row["ratios"]["oattention"]["ci_high"] <= target
+        rows.append(row)
+        if progress:
+            r = row["ratios"]["oattention"]
+            progress(
+                f"attention {shape.dims()} {shape.label}: sdpa {row['median_ms']['sdpa']:.2f} ms, "
+                f"oattention x{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+            )
+    return rows

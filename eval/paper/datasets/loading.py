@@ -1,0 +1,50 @@
+"""Loading a suite dataset by name from either source, verified against its suite file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eval.errors import DatasetUnavailableError
+from eval.paper.datasets.canonical import Dataset
+from eval.paper.datasets.offline import load_offline
+from eval.paper.datasets.specs import spec_for
+
+__all__ = ["load_dataset"]
+
+_SOURCE_TO_SUITE = {"offline": "offline18", "openml": "openml18"}
+
+
+def load_dataset(name: str, source: str = "offline", *, suites_dir: Path | None = None) -> Dataset:
+    """Load one suite dataset in canonical form, verified against its suite file.
+
+    Args:
+        name: Short name, one of :data:`OFFLINE18_DATASETS`.
+        source: ``"offline"`` (package copies, no network; suite ``offline18``)
+            or ``"openml"`` (OpenML client and cache; suite ``openml18``).
+        suites_dir: Directory of the suite files; default :data:`SUITES_DIR`.
+
+    Returns:
+        The verified :class:`Dataset` (cached per arguments; arrays read-only).
+
+    Raises:
+        ValueError: If ``name`` or ``source`` is unknown.
+        DatasetUnavailableError: If the data cannot be obtained (OpenML server
+            unreachable and not cached, package file missing).
+        DatasetIntegrityError: If shape, SHA-256 or columns differ from the
+            suite file.
+    """
+    spec_for(name)
+    if source not in _SOURCE_TO_SUITE:
+        raise ValueError(f"unknown source {source!r}; valid sources: {', '.join(_SOURCE_TO_SUITE)}")
+    resolved = str(Path(suites_dir).resolve()) if suites_dir is not None else None
+    if source == "offline":
+        return load_offline(name, resolved)
+    # Imported here: openml takes about a second to import, and the offline
+    # suite (every command's default) must not pay for it.
+    try:
+        from eval.paper.datasets.openml_source import load_openml
+    except ImportError as exc:  # pragma: no cover - openml is a dependency
+        raise DatasetUnavailableError(
+            f"{name}: the `openml` package is not installed; use --suite offline18"
+        ) from exc
+    return load_openml(name, resolved)
