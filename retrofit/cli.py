@@ -35,12 +35,10 @@ from retrofit.outputs import check_output_dir, check_output_file, same_file
 from retrofit.settings import (
     DEFAULT_MAX_PADDED_FRACTION,
     DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE,
-    DEFAULT_SETTINGS,
     MODES,
     SETTING_NAMES,
     SUPPORTS,
     check_given,
-    resolve_settings,
 )
 
 if TYPE_CHECKING:
@@ -85,7 +83,10 @@ def _add_settings(parser: argparse.ArgumentParser, *, mode_default_note: str) ->
     parser.add_argument(
         "--tau",
         type=float,
-        help="presence scale tau > 0 in p = |h|^2 / (tau + |h|^2) (default 1.0)",
+        help=(
+            "presence scale tau > 0 in p = |h|^2 / (tau + |h|^2) (default: the host's "
+            "default, 0.1 for v2, v2.5 and v2.6, 1.0 for v3 and v3.5)"
+        ),
     )
     parser.add_argument(
         "--support",
@@ -223,7 +224,7 @@ def _add_predict_batch(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--target", metavar="COL", help="target column of entries that name none")
     p.add_argument("--model", default="embedded", help="host, as for 'predict' (embedded)")
     p.add_argument("--mode", choices=MODES, help="retrofit mode (default: full-o)")
-    p.add_argument("--tau", type=float, help="presence temperature")
+    p.add_argument("--tau", type=float, help="presence temperature (default: the host's default)")
     p.add_argument("--support", choices=SUPPORTS, help="n_eff of the length scaling")
     p.add_argument("--eps-den", type=float, dest="eps_den", help="OAttention floor")
     p.add_argument("--n-estimators", type=int, dest="n_estimators", metavar="N")
@@ -263,14 +264,6 @@ def _requested_settings(args: argparse.Namespace) -> dict[str, Any]:
     requested = {name: getattr(args, name) for name in SETTING_NAMES}
     check_given(requested)  # before the data or the model is read
     return requested
-
-
-def _resolve_settings(model: str, requested: dict[str, Any]) -> dict[str, Any]:
-    """The settings to fit with: a saved directory's (explicit ones must agree) or defaults."""
-    from retrofit import saved
-
-    saved_settings = saved.load_saved(model).settings if saved.is_saved_dir(model) else None
-    return resolve_settings(requested, saved_settings, where=f"saved model {model}").to_dict()
 
 
 def _check_model_argument(model: str) -> None:
@@ -384,11 +377,11 @@ def _predict(args: argparse.Namespace) -> int:
     X_train, y_train, X_test, y_test, rows, features = _load_predict_data(args)
     categorical = _categorical_indices(args.categorical, features)
     _check_model_argument(args.model)  # after the cheap local checks: it may download
-    settings = _resolve_settings(args.model, requested)
 
     from retrofit import OTabPFNRegressor
 
-    params: dict[str, Any] = {**settings, "model_path": args.model, "random_state": args.seed}
+    # The estimator resolves the settings (a saved directory's, else the host's defaults).
+    params: dict[str, Any] = {**requested, "model_path": args.model, "random_state": args.seed}
     if args.n_estimators is not None:
         params["n_estimators"] = args.n_estimators
     if args.device is not None:
@@ -400,13 +393,14 @@ def _predict(args: argparse.Namespace) -> int:
     if args.ignore_pretraining_limits:
         params["ignore_pretraining_limits"] = True
     estimator = OTabPFNRegressor(**params)
+    status(args, f"fitting on {len(y_train)} rows x {len(features)} features (model {args.model})")
+    estimator.fit(X_train, y_train)
+    settings = estimator.settings_
     status(
         args,
-        f"fitting on {len(y_train)} rows x {len(features)} features "
-        f"(model {args.model}, mode {settings['mode']}, tau {settings['tau']}, "
-        f"support {settings['support']}, eps_den {settings['eps_den']})",
+        f"fitted with mode {settings['mode']}, tau {settings['tau']}, "
+        f"support {settings['support']}, eps_den {settings['eps_den']}",
     )
-    estimator.fit(X_train, y_train)
     status(args, f"predicting {len(X_test)} rows ({output_type})")
     out = pd.DataFrame({"row": rows})
     if y_test is not None:
@@ -446,21 +440,21 @@ def _check_patch_out(args: argparse.Namespace) -> Path:
 
 
 def _patch(args: argparse.Namespace) -> int:
-    from retrofit import saved, saving
+    from retrofit import saving
+    from retrofit.loading import resolve_model
 
     requested = _requested_settings(args)
     out = _check_patch_out(args)
-    _check_model_argument(args.model)
+    model = resolve_model(args.model)  # once: a saved directory is hashed here only
+    status(args, f"patching {args.model}")
     # Re-patching a saved directory starts from its settings; any given here replace them.
-    defaults = (
-        saved.load_saved(args.model).settings
-        if saved.is_saved_dir(args.model)
-        else DEFAULT_SETTINGS
+    result = saving.save_patched(model, out, **requested, overwrite=args.force)
+    settings = result.settings
+    status(
+        args,
+        f"saved {result.checkpoint.name} and retrofit.json (mode {settings['mode']}, "
+        f"tau {settings['tau']}, support {settings['support']}, eps_den {settings['eps_den']})",
     )
-    settings = {k: (v if v is not None else defaults[k]) for k, v in requested.items()}
-    status(args, f"patching {args.model} with mode {settings['mode']}")
-    result = saving.save_patched(args.model, out, **settings, overwrite=args.force)
-    status(args, f"saved {result.checkpoint.name} and retrofit.json")
     print(f"saved retrofitted model to {result.directory}")
     return 0
 

@@ -22,7 +22,6 @@ Two private tabpfn methods are overridden, both here and nowhere else
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Sequence
 from os import PathLike
 from typing import TYPE_CHECKING, Any, Literal
@@ -35,8 +34,8 @@ from tabpfn import ModelSpecs, TabPFNRegressor, model_loading
 from retrofit.batched import check_batch_lists, is_ragged, predict_batched
 from retrofit.errors import SettingsConflictError
 from retrofit.loading import resolve_for_tabpfn
-from retrofit.patcher import PatchReport, patch
-from retrofit.settings import SETTING_NAMES, RetrofitSettings, resolve_settings
+from retrofit.patcher import PatchReport, patch, resolve_for_model
+from retrofit.settings import SETTING_NAMES, check_given
 from retrofit.validation import check_numeric_target
 
 if TYPE_CHECKING:
@@ -96,7 +95,8 @@ class OTabPFNRegressor(TabPFNRegressor):
         show_progress_bar: See ``tabpfn.TabPFNRegressor``.
 
     Attributes:
-        settings_: The resolved ``mode``, ``tau``, ``support``, ``eps_den``.
+        settings_: The resolved ``mode``, ``tau``, ``support``, ``eps_den`` (of
+            the first model; with several, each model's tau is in ``patch_reports_``).
         patch_reports_: One :class:`~retrofit.PatchReport` per model in
             ``models_``; empty for ``mode="none"``.
         patch_report_: The report of the single model (None for ``"none"``).
@@ -181,16 +181,15 @@ class OTabPFNRegressor(TabPFNRegressor):
             raise ValueError("several models are in use; read patch_reports_ instead")
         return reports[0] if reports else None
 
-    def _retrofit_settings(self, saved_settings: list[dict]) -> RetrofitSettings:
-        requested = {name: getattr(self, name) for name in SETTING_NAMES}
+    def _saved_settings(self, saved_settings: list[dict]) -> dict | None:
+        """The one set of settings the saved directories in ``model_path`` carry, if any."""
         distinct = {tuple(sorted(s.items())) for s in saved_settings}
         if len(distinct) > 1:
             raise SettingsConflictError(
                 "the saved directories in model_path were retrofitted with different "
                 f"settings: {'; '.join(str(dict(s)) for s in sorted(distinct))}"
             )
-        saved = saved_settings[0] if saved_settings else None
-        return resolve_settings(requested, saved, where=f"saved model {self.model_path}")
+        return saved_settings[0] if saved_settings else None
 
     def fit(self, X: Any, y: Any) -> OTabPFNRegressor:
         """``TabPFNRegressor.fit``, refusing a target that is not numbers first.
@@ -203,28 +202,33 @@ class OTabPFNRegressor(TabPFNRegressor):
 
     def _initialize_model_variables(self) -> int:
         """Loads the models as tabpfn does, from the translated ``model_path``, and patches them."""
+        requested = {name: getattr(self, name) for name in SETTING_NAMES}
+        check_given(requested)  # a bad setting fails before anything is loaded
         resolved = resolve_for_tabpfn(self.model_path)
-        settings = self._retrofit_settings([dict(s.settings) for s in resolved.saved])
+        saved = self._saved_settings([dict(s.settings) for s in resolved.saved])
         requested_path = self.model_path
         self.model_path = resolved.value
         try:
             byte_size = super()._initialize_model_variables()
         finally:
             self.model_path = requested_path
+        # One resolution per model: an unset tau is each host class's default.
+        where = f"saved model {self.model_path}"
+        settings = [
+            resolve_for_model(model, requested, saved, where=where) for model in self.models_
+        ]
         reports: list[PatchReport] = []
-        config = settings.patch_config()
-        if config is not None:
+        if settings[0].mode != "none":
             # Built models are shared when tabpfn's model cache is on, and ModelSpecs
             # models are the caller's: the patch goes to a copy then.
             shared = resolved.by_reference or model_loading._get_built_model_cache_size() > 0
             if shared:
                 self.models_ = [copy.deepcopy(model) for model in self.models_]
-            patch_settings = config.to_dict()
-            if self.tau is None and not resolved.saved:
-                patch_settings["tau"] = None  # each host class's default tau
-            reports = [patch(model, **patch_settings) for model in self.models_]
-            settings = dataclasses.replace(settings, tau=reports[0].tau)
-        self.settings_ = settings.to_dict()
+            reports = [
+                patch(model, **config.to_dict())
+                for model, config in zip(self.models_, settings, strict=True)
+            ]
+        self.settings_ = settings[0].to_dict()
         self.patch_reports_ = reports
         return byte_size
 
