@@ -167,7 +167,8 @@ def _predict_batch(args: argparse.Namespace) -> int:
     }
     if args.n_estimators is not None:
         params["n_estimators"] = args.n_estimators
-    estimator = OTabPFNRegressor(**params).fit(X_train[0], y_train[0])
+    # Not fitted: batched_host loads and patches the model once, from these parameters.
+    estimator = OTabPFNRegressor(**params)
     bars: dict[str, Any] = {}
 
     def progress(phase: str, done: int, total: int) -> None:

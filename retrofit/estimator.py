@@ -194,11 +194,13 @@ class OTabPFNRegressor(TabPFNRegressor):
     def fit(self, X: Any, y: Any) -> OTabPFNRegressor:
         """``TabPFNRegressor.fit``, refusing a target that is not numbers first.
 
+        Numbers written as text are numbers, in a list or numpy string array too
+        (:func:`retrofit.validation.check_numeric_target`).
+
         Raises:
             InvalidInputError: On a target that is not numbers ("y must be numeric").
         """
-        check_numeric_target(y)
-        return super().fit(X, y)
+        return super().fit(X, check_numeric_target(y))
 
     def _initialize_model_variables(self) -> int:
         """Loads the models as tabpfn does, from the translated ``model_path``, and patches them."""
@@ -248,7 +250,11 @@ class OTabPFNRegressor(TabPFNRegressor):
         ``predict`` does and its ICL stage in zero-padded, length-bucketed forwards,
         which the retrofit makes exact (:func:`retrofit.batched.predict_batched`,
         which also reports the padding); with ``mode="none"`` it keeps tabpfn's
-        error. ``self`` is left unchanged.
+        error. Same-shape input in ``inference_precision=torch.float64``, which
+        tabpfn's fused forward refuses, takes the padded path too on a patched
+        host. Like tabpfn's, every call loads the model from the current
+        parameters (``set_params`` after ``fit`` counts), and ``self`` is left
+        unchanged.
 
         Raises:
             BatchInputError: Malformed lists or datasets (the message names the index).
@@ -257,7 +263,7 @@ class OTabPFNRegressor(TabPFNRegressor):
         if lengths == {0} or len(lengths) > 1:
             # A BatchInputError (a ValueError) in tabpfn's wording, with the lengths.
             check_batch_lists(X_train_list, y_train_list, X_test_list)
-        if not is_ragged(X_train_list, X_test_list):
+        if not is_ragged(X_train_list, X_test_list) and self.inference_precision != torch.float64:
             # tabpfn's own method, its checks and errors included.
             return super().predict_batched(
                 X_train_list,
@@ -277,14 +283,14 @@ class OTabPFNRegressor(TabPFNRegressor):
         ).results
 
     def batched_host(self) -> TabPFNRegressor:
-        """A plain ``TabPFNRegressor`` over this estimator's (patched) model, by reference.
+        """A plain ``TabPFNRegressor`` over a model loaded and patched from the current parameters.
 
-        Loads and patches the model first on a clone when this estimator is not
-        fitted, so ``self`` is left unchanged either way.
+        The model is loaded on a clone, as tabpfn's own ``predict_batched`` fits
+        a clone: parameters changed with ``set_params`` after ``fit`` apply, and
+        ``self`` is left unchanged.
         """
-        source = self if hasattr(self, "models_") else clone(self)
-        if source is not self:
-            source._initialize_model_variables()
+        source = clone(self)
+        source._initialize_model_variables()
         names = TabPFNRegressor._get_param_names()
         params = {k: v for k, v in self.get_params(deep=False).items() if k in names}
         specs = [
