@@ -248,17 +248,7 @@ def _embed_dataset(
         raise NotImplementedError(
             "predict_batched does not support SAMPLE_SUBSAMPLING_METHOD='majority_downsample'"
         )
-    # The cleaning predict applies before its executor.
-    check_input_shape_matches(X_test, estimator=worker)
-    X_test = worker.date_transformer_.transform(X_test)
-    X_test = worker.text_transformer_.transform(X_test)
-    X_test = ensure_compatible_predict_input_sklearn(X_test, worker)
-    X_test = clean_data_transform(
-        X_test,
-        cat_indices=worker.inferred_feature_schema_.indices_for(FeatureModality.CATEGORICAL),
-        ord_encoder=getattr(worker, "ordinal_encoder_", None),
-        passthrough_inf=worker.get_inference_config().PASSTHROUGH_INF,
-    )
+    X_test = _clean_test(worker, X_test)
     executor = worker.executor_
     device = worker.devices_[0]
     dtype = executor.force_inference_dtype
@@ -317,6 +307,43 @@ def _models_of(regressor: TabPFNRegressor) -> list[Any]:
     model_path = regressor.get_params(deep=False)["model_path"]
     entries = model_path if isinstance(model_path, list) else [model_path]
     return [getattr(entry, "model", entry) for entry in entries]
+
+
+def _clean_test(worker: TabPFNRegressor, X_test: Any) -> Any:
+    """``X_test`` after the cleaning ``predict`` applies before its executor."""
+    check_input_shape_matches(X_test, estimator=worker)
+    X_test = worker.date_transformer_.transform(X_test)
+    X_test = worker.text_transformer_.transform(X_test)
+    X_test = ensure_compatible_predict_input_sklearn(X_test, worker)
+    return clean_data_transform(
+        X_test,
+        cat_indices=worker.inferred_feature_schema_.indices_for(FeatureModality.CATEGORICAL),
+        ord_encoder=getattr(worker, "ordinal_encoder_", None),
+        passthrough_inf=worker.get_inference_config().PASSTHROUGH_INF,
+    )
+
+
+def _failing_dataset(
+    regressor: TabPFNRegressor,
+    X_train_list: Sequence[Any],
+    y_train_list: Sequence[Any],
+    X_test_list: Sequence[Any],
+) -> int | None:
+    """The first dataset whose own fit or test cleaning fails, None if each passes alone.
+
+    tabpfn's ``predict_batched`` does not say which dataset its error is about;
+    run only after it failed, to name it.
+    """
+    random_state = copy.deepcopy(regressor.get_params(deep=False)["random_state"])
+    for i, (X, y, X_test) in enumerate(zip(X_train_list, y_train_list, X_test_list, strict=True)):
+        try:
+            worker = _worker_for(regressor, copy.deepcopy(random_state))
+            worker.fit(X, y)
+            if not worker.is_constant_target_:
+                _clean_test(worker, X_test)
+        except (ValueError, TypeError):
+            return i
+    return None
 
 
 def _options(model: torch.nn.Module, save_peak_mem: bool) -> Any:
@@ -389,15 +416,23 @@ def predict_batched(
         )
         padded = needs_padding and all(supports_padded_icl(m) for m in models)
     if not padded:
-        # tabpfn's own method, also when ``regressor`` is a subclass overriding it.
-        results = TabPFNRegressor.predict_batched(
-            regressor,
-            list(X_train_list),
-            list(y_train_list),
-            list(X_test_list),
-            output_type=output_type,
-            quantiles=quantiles,
-        )
+        try:
+            # tabpfn's own method, also when ``regressor`` is a subclass overriding it.
+            results = TabPFNRegressor.predict_batched(
+                regressor,
+                list(X_train_list),
+                list(y_train_list),
+                list(X_test_list),
+                output_type=output_type,
+                quantiles=quantiles,
+            )
+        except (ValueError, TypeError) as err:
+            if is_ragged(X_train_list, X_test_list):
+                raise  # tabpfn's refusal of the whole batch
+            index = _failing_dataset(regressor, X_train_list, y_train_list, X_test_list)
+            if index is None:
+                raise
+            raise BatchInputError(f"dataset {index}: {err}") from err
         return BatchedPrediction(list(results), False, PaddingStats(), [])
     _refuse_per_dataset_state(regressor)
     for model in models:  # a host without a null-padded stage fails here, not per dataset

@@ -220,7 +220,12 @@ def _add_predict_batch(subparsers: Any) -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("manifest", metavar="MANIFEST", help="JSON or CSV listing train/test files")
-    p.add_argument("--out-dir", required=True, metavar="DIR", help="folder for <name>.csv files")
+    p.add_argument(
+        "--out-dir",
+        required=True,
+        metavar="DIR",
+        help="folder for <name>.csv files (created if missing)",
+    )
     p.add_argument("--target", metavar="COL", help="target column of entries that name none")
     p.add_argument("--model", default="embedded", help="host, as for 'predict' (embedded)")
     p.add_argument("--mode", choices=MODES, help="retrofit mode (default: full-o)")
