@@ -167,7 +167,7 @@ def _add_predict(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--quantiles",
         metavar="Q,...",
-        help="comma-separated quantiles in [0, 1] (default 0.1,0.2,...,0.9)",
+        help="comma-separated quantiles strictly between 0 and 1 (default 0.1,0.2,...,0.9)",
     )
     parser.add_argument(
         "--categorical",
@@ -349,9 +349,30 @@ def _output_request(args: argparse.Namespace) -> tuple[str, list[float]]:
         quantiles = [float(q) for q in args.quantiles.split(",")]
     except ValueError as exc:
         raise CommandError(f"--quantiles must be numbers separated by commas: {exc}") from exc
-    if not all(0 <= q <= 1 for q in quantiles):
-        raise CommandError(f"--quantiles must lie in [0, 1], got {args.quantiles}")
+    if not all(0 < q < 1 for q in quantiles):
+        # tabpfn takes 0 and 1 and answers -inf and inf: the ends of its bar
+        # distribution's unbounded support, which no prediction file should hold.
+        raise CommandError(
+            f"--quantiles must lie strictly between 0 and 1 (0 and 1 are the infinite ends "
+            f"of the predictive distribution), got {args.quantiles}"
+        )
     return output_type, quantiles
+
+
+def _output_columns(output_type: str, quantiles: list[float]) -> list[str]:
+    """The columns of the predictions file besides the known target."""
+    if output_type == "quantiles":
+        return ["row", *(f"quantile_{q:g}" for q in quantiles)]
+    return ["row", "prediction"]
+
+
+def _check_target_name(target: str, columns: list[str]) -> None:
+    """A target named like an output column would overwrite it (or be overwritten)."""
+    if target in columns:
+        raise CommandError(
+            f"--target {target!r} has the name of an output column ({', '.join(columns)}); "
+            "rename the target column"
+        )
 
 
 def _categorical_indices(names: str | None, features: list[str]) -> list[int]:
@@ -379,6 +400,7 @@ def _predict(args: argparse.Namespace) -> int:
     if args.n_estimators is not None and args.n_estimators < 1:
         raise CommandError(f"--n-estimators must be >= 1, got {args.n_estimators}")
     output_type, quantiles = _output_request(args)
+    _check_target_name(args.target, _output_columns(output_type, quantiles))
     X_train, y_train, X_test, y_test, rows, features = _load_predict_data(args)
     categorical = _categorical_indices(args.categorical, features)
     _check_model_argument(args.model)  # after the cheap local checks: it may download

@@ -145,3 +145,45 @@ def test_tabpfns_own_errors_name_the_dataset(checkpoint, tmp_path, capsys):
     test.to_csv(tmp_path / "d1_test.csv", index=False)
     code, err = _run(_batch(_manifest(tmp_path, entries), tmp_path / "out", checkpoint), capsys)
     _refused(code, err, "dataset 1 (d1)")
+
+
+# --- predict ----------------------------------------------------------------------------
+
+
+def _predict(checkpoint, folder: Path, target: str, *extra) -> list:
+    return [
+        "predict",
+        "--train",
+        folder / "d0_train.csv",
+        "--test",
+        folder / "d0_test.csv",
+        "--target",
+        target,
+        "--model",
+        checkpoint,
+        "--out",
+        folder / "pred.csv",
+        *FAST,
+        *extra,
+    ]
+
+
+@pytest.mark.parametrize("quantiles", ["0,0.5", "0.5,1", "0,1"])
+def test_predict_refuses_quantiles_0_and_1(checkpoint, tmp_path, capsys, quantiles):
+    _write_datasets(tmp_path)
+    code, err = _run(_predict(checkpoint, tmp_path, "y", "--quantiles", quantiles), capsys)
+    _refused(code, err, "strictly between 0 and 1")
+    assert not (tmp_path / "pred.csv").exists()
+
+
+@pytest.mark.parametrize(
+    ("target", "extra"),
+    [("row", []), ("prediction", []), ("quantile_0.5", ["--quantiles", "0.5"])],
+)
+def test_predict_refuses_a_target_named_like_an_output_column(
+    checkpoint, tmp_path, capsys, target, extra
+):
+    _write_datasets(tmp_path, target=target)
+    code, err = _run(_predict(checkpoint, tmp_path, target, *extra), capsys)
+    _refused(code, err, repr(target), "output column")
+    assert not (tmp_path / "pred.csv").exists()
