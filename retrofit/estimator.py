@@ -35,6 +35,7 @@ from retrofit.batched import check_batch_lists, is_ragged, predict_batched
 from retrofit.errors import SettingsConflictError
 from retrofit.loading import resolve_for_tabpfn
 from retrofit.patcher import PatchReport, patch, resolve_for_model
+from retrofit.saved import check_patch_digest
 from retrofit.settings import SETTING_NAMES, check_given
 from retrofit.validation import check_numeric_target
 
@@ -230,6 +231,9 @@ class OTabPFNRegressor(TabPFNRegressor):
                 patch(model, **config.to_dict())
                 for model, config in zip(self.models_, settings, strict=True)
             ]
+        digests = [report.digest() for report in reports] or [None]
+        for found in resolved.saved:
+            check_patch_digest(found, digests)
         self.settings_ = settings[0].to_dict()
         self.patch_reports_ = reports
         return byte_size

@@ -187,3 +187,61 @@ def test_predict_refuses_a_target_named_like_an_output_column(
     code, err = _run(_predict(checkpoint, tmp_path, target, *extra), capsys)
     _refused(code, err, repr(target), "output column")
     assert not (tmp_path / "pred.csv").exists()
+
+
+# --- saved directories ------------------------------------------------------------------
+
+
+@pytest.fixture
+def saved_dir(checkpoint, tmp_path, capsys) -> Path:
+    out = tmp_path / "saved"
+    assert cli.main(["patch", "--model", checkpoint, "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    return out
+
+
+def _predict_with(saved_dir: Path, tmp_path: Path) -> list:
+    _write_datasets(tmp_path)
+    return _predict(str(saved_dir), tmp_path, "y")
+
+
+def test_a_retrofit_json_naming_a_key_twice_is_refused(saved_dir, tmp_path, capsys):
+    manifest = saved_dir / "retrofit.json"
+    text = manifest.read_text()
+    # json would keep the last "tau" silently.
+    manifest.write_text(text.replace('"tau": ', '"tau": 5.0, "tau": ', 1))
+    code, err = _run(_predict_with(saved_dir, tmp_path), capsys)
+    _refused(code, err, str(manifest), "'tau' twice")
+
+
+def test_a_retrofit_json_whose_patch_digest_was_changed_is_refused(saved_dir, tmp_path, capsys):
+    manifest = saved_dir / "retrofit.json"
+    data = json.loads(manifest.read_text())
+    data["patch_digest"] = "0" * 16
+    manifest.write_text(json.dumps(data))
+    code, err = _run(_predict_with(saved_dir, tmp_path), capsys)
+    _refused(code, err, str(manifest), "patch_digest '0000000000000000'")
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        (("settings", "tau"), "abc", "settings.tau"),
+        (("settings", "mode"), 3, "settings.mode"),
+        (("weights", "file"), 5, "weights.file"),
+        (("weights", "sha256"), None, "weights.sha256"),
+        (("patch_digest",), 12, "patch_digest"),
+    ],
+)
+def test_a_retrofit_json_field_of_the_wrong_type_names_the_file_and_field(
+    saved_dir, tmp_path, capsys, path, value, field
+):
+    manifest = saved_dir / "retrofit.json"
+    data = json.loads(manifest.read_text())
+    parent = data
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    manifest.write_text(json.dumps(data))
+    code, err = _run(_predict_with(saved_dir, tmp_path), capsys)
+    _refused(code, err, str(manifest), field)
