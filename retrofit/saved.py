@@ -306,18 +306,25 @@ def _move_into_place(tmp: Path, out: Path, *, overwrite: bool) -> None:
     _remove(old)  # a directory, or the file (or link) --force replaced
 
 
-class _RepeatedKeyError(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
+def _parse_json_once_per_key(text: str, path: Path) -> Any:
+    """``text`` parsed as JSON, refusing an object that names a key twice.
 
+    Raises:
+        SavedModelError: Naming ``path`` and the repeated key (json would keep
+            the last value silently: which one was meant is unknown).
+        json.JSONDecodeError: ``text`` is not JSON.
+    """
+    repeated: list[str] = []
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [key for key, _ in pairs]
-    for key in keys:
-        if keys.count(key) > 1:
-            raise _RepeatedKeyError(key)
-    return dict(pairs)
+    def pairs_to_dict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in pairs]
+        repeated.extend(key for key in keys if keys.count(key) > 1)
+        return dict(pairs)
+
+    data = json.loads(text, object_pairs_hook=pairs_to_dict)
+    if repeated:
+        raise SavedModelError(f"{path} names the key {repeated[0]!r} twice")
+    return data
 
 
 def _check_field_types(manifest_path: Path, manifest: dict, settings: dict[str, Any]) -> None:
@@ -393,10 +400,7 @@ def load_saved(directory: str | os.PathLike[str]) -> SavedRetrofit:
     if not manifest_path.is_file():
         raise SavedModelError(f"{root} is not a saved retrofit: no {MANIFEST_NAME}")
     try:
-        manifest = json.loads(manifest_path.read_text(), object_pairs_hook=_unique_keys)
-    except _RepeatedKeyError as exc:
-        # json keeps the last of a repeated key silently: which one was meant is unknown.
-        raise SavedModelError(f"{manifest_path} names the key {exc.key!r} twice") from None
+        manifest = _parse_json_once_per_key(manifest_path.read_text(), manifest_path)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SavedModelError(f"cannot read {manifest_path}: {exc}") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
