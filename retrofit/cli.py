@@ -42,7 +42,7 @@ from retrofit.settings import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from retrofit.loading import ResolvedModel
 
 __all__ = [
     "add_subcommands",
@@ -271,11 +271,11 @@ def _requested_settings(args: argparse.Namespace) -> dict[str, Any]:
     return requested
 
 
-def _check_model_argument(model: str) -> None:
-    """Resolve ``--model`` to its checkpoint early (downloads a missing v2/v3 file)."""
-    from retrofit.loading import resolve_checkpoint
+def _check_model_argument(model: str) -> ResolvedModel:
+    """Resolve ``--model`` early: downloads a missing v2/v3 file, verifies a saved directory."""
+    from retrofit.loading import resolve_model
 
-    resolve_checkpoint(model)
+    return resolve_model(model)
 
 
 # --- predict ------------------------------------------------------------------------
@@ -468,11 +468,10 @@ def _check_patch_out(args: argparse.Namespace) -> Path:
 
 def _patch(args: argparse.Namespace) -> int:
     from retrofit import saving
-    from retrofit.loading import resolve_model
 
     requested = _requested_settings(args)
     out = _check_patch_out(args)
-    model = resolve_model(args.model)  # once: a saved directory is hashed here only
+    model = _check_model_argument(args.model)  # once: a saved directory is hashed here only
     status(args, f"patching {args.model}")
     # Re-patching a saved directory starts from its settings; any given here replace them.
     result = saving.save_patched(model, out, **requested, overwrite=args.force)
