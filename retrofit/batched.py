@@ -30,6 +30,7 @@ per-dataset ``predict`` exactly with an unquantized cache
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -53,7 +54,7 @@ from tabpfn.regressor import _USABLE_OUTPUT_TYPES
 from tabpfn.utils import get_autocast_context
 from tabpfn.validation import check_input_shape_matches, ensure_compatible_predict_input_sklearn
 
-from retrofit.errors import BatchInputError
+from retrofit.errors import BatchInputError, InvalidInputError
 from retrofit.icl_batch import (
     DEFAULT_MAX_ROWS_PER_FORWARD,
     PaddingStats,
@@ -64,6 +65,7 @@ from retrofit.icl_batch import (
     supports_padded_icl,
 )
 from retrofit.settings import check_max_padded_fraction, default_max_padded_fraction
+from retrofit.validation import check_numeric_target
 
 __all__ = ["BatchedPrediction", "check_batch_lists", "is_ragged", "predict_batched"]
 
@@ -134,6 +136,14 @@ def check_batch_lists(
             raise BatchInputError(f"dataset {i}: X_test has no rows")
 
 
+def _numeric_target(index: int, y: Any) -> Any:
+    """``y`` as ``OTabPFNRegressor.fit`` takes it (text numbers converted), naming the dataset."""
+    try:
+        return check_numeric_target(y)
+    except InvalidInputError as err:
+        raise BatchInputError(f"dataset {index}: {err}") from None
+
+
 def is_ragged(X_train_list: Sequence[Any], X_test_list: Sequence[Any]) -> bool:
     """Whether the raw arrays differ in shape (tabpfn's ``predict_batched`` refuses that)."""
     train_shapes = {_shape(X) for X in X_train_list}
@@ -197,15 +207,16 @@ class _Dataset:
     save_peak_mem: bool
 
 
-def _worker_for(regressor: TabPFNRegressor) -> TabPFNRegressor:
+def _worker_for(regressor: TabPFNRegressor, random_state: Any) -> TabPFNRegressor:
     """A plain tabpfn regressor with ``regressor``'s tabpfn parameters, sharing its model.
 
     Always ``TabPFNRegressor`` itself, so a subclass's ``fit`` (which may load
     and patch a host of its own) is not run per dataset; ``sklearn.clone``
-    would deep-copy the in-memory model of ``model_path``.
+    would deep-copy the in-memory model of ``model_path``. ``random_state`` is
+    the batch's copy of the caller's (see :func:`predict_batched`).
     """
     names = TabPFNRegressor._get_param_names()
-    params = regressor.get_params(deep=False)
+    params = {**regressor.get_params(deep=False), "random_state": random_state}
     worker = TabPFNRegressor(**{k: v for k, v in params.items() if k in names})
     worker.fit_mode = "fit_preprocessors"
     return worker
@@ -218,6 +229,7 @@ def _embed_dataset(
     y: Any,
     X_test: Any,
     cast: dict[tuple[int, torch.dtype], torch.nn.Module],
+    random_state: Any,
 ) -> tuple[_Dataset | None, TabPFNRegressor]:
     """Fits one dataset and runs its members' stages before ICL, as ``predict`` does.
 
@@ -228,7 +240,7 @@ def _embed_dataset(
     use the same model objects). Returns ``(None, worker)`` for a constant
     target (answered analytically).
     """
-    worker = _worker_for(regressor)
+    worker = _worker_for(regressor, random_state)
     worker.fit(X, y)
     if worker.is_constant_target_:
         return None, worker
@@ -236,17 +248,7 @@ def _embed_dataset(
         raise NotImplementedError(
             "predict_batched does not support SAMPLE_SUBSAMPLING_METHOD='majority_downsample'"
         )
-    # The cleaning predict applies before its executor.
-    check_input_shape_matches(X_test, estimator=worker)
-    X_test = worker.date_transformer_.transform(X_test)
-    X_test = worker.text_transformer_.transform(X_test)
-    X_test = ensure_compatible_predict_input_sklearn(X_test, worker)
-    X_test = clean_data_transform(
-        X_test,
-        cat_indices=worker.inferred_feature_schema_.indices_for(FeatureModality.CATEGORICAL),
-        ord_encoder=getattr(worker, "ordinal_encoder_", None),
-        passthrough_inf=worker.get_inference_config().PASSTHROUGH_INF,
-    )
+    X_test = _clean_test(worker, X_test)
     executor = worker.executor_
     device = worker.devices_[0]
     dtype = executor.force_inference_dtype
@@ -298,6 +300,50 @@ def _embed_dataset(
             unit = _Unit(index, [c[0] for c in chunk], model, carriers_BRD, num_keys)
             data.units.append(unit)
     return data, worker
+
+
+def _models_of(regressor: TabPFNRegressor) -> list[Any]:
+    """The models in ``regressor``'s ``model_path``: one, or each of a list."""
+    model_path = regressor.get_params(deep=False)["model_path"]
+    entries = model_path if isinstance(model_path, list) else [model_path]
+    return [getattr(entry, "model", entry) for entry in entries]
+
+
+def _clean_test(worker: TabPFNRegressor, X_test: Any) -> Any:
+    """``X_test`` after the cleaning ``predict`` applies before its executor."""
+    check_input_shape_matches(X_test, estimator=worker)
+    X_test = worker.date_transformer_.transform(X_test)
+    X_test = worker.text_transformer_.transform(X_test)
+    X_test = ensure_compatible_predict_input_sklearn(X_test, worker)
+    return clean_data_transform(
+        X_test,
+        cat_indices=worker.inferred_feature_schema_.indices_for(FeatureModality.CATEGORICAL),
+        ord_encoder=getattr(worker, "ordinal_encoder_", None),
+        passthrough_inf=worker.get_inference_config().PASSTHROUGH_INF,
+    )
+
+
+def _failing_dataset(
+    regressor: TabPFNRegressor,
+    X_train_list: Sequence[Any],
+    y_train_list: Sequence[Any],
+    X_test_list: Sequence[Any],
+) -> int | None:
+    """The first dataset whose own fit or test cleaning fails, None if each passes alone.
+
+    tabpfn's ``predict_batched`` does not say which dataset its error is about;
+    run only after it failed, to name it.
+    """
+    random_state = copy.deepcopy(regressor.get_params(deep=False)["random_state"])
+    for i, (X, y, X_test) in enumerate(zip(X_train_list, y_train_list, X_test_list, strict=True)):
+        try:
+            worker = _worker_for(regressor, copy.deepcopy(random_state))
+            worker.fit(X, y)
+            if not worker.is_constant_target_:
+                _clean_test(worker, X_test)
+        except (ValueError, TypeError):
+            return i
+    return None
 
 
 def _options(model: torch.nn.Module, save_peak_mem: bool) -> Any:
@@ -357,26 +403,44 @@ def predict_batched(
         UnsupportedArchitectureError: ``padded=True`` on such a host.
     """
     check_batch_lists(X_train_list, y_train_list, X_test_list)
+    y_train_list = [_numeric_target(i, y) for i, y in enumerate(y_train_list)]
     if max_padded_fraction is not None:
         max_padded_fraction = check_max_padded_fraction(max_padded_fraction)
     quantiles = _check_output_request(output_type, quantiles)
-    model = regressor.get_params(deep=False)["model_path"]
-    model = getattr(model, "model", model)
+    models = _models_of(regressor)
     if padded is None:
-        padded = is_ragged(X_train_list, X_test_list) and supports_padded_icl(model)
-    if not padded:
-        # tabpfn's own method, also when ``regressor`` is a subclass overriding it.
-        results = TabPFNRegressor.predict_batched(
-            regressor,
-            list(X_train_list),
-            list(y_train_list),
-            list(X_test_list),
-            output_type=output_type,
-            quantiles=quantiles,
+        # tabpfn's fused forward refuses float64; the padded one runs it exactly.
+        needs_padding = (
+            is_ragged(X_train_list, X_test_list)
+            or regressor.get_params(deep=False)["inference_precision"] == torch.float64
         )
+        padded = needs_padding and all(supports_padded_icl(m) for m in models)
+    if not padded:
+        try:
+            # tabpfn's own method, also when ``regressor`` is a subclass overriding it.
+            results = TabPFNRegressor.predict_batched(
+                regressor,
+                list(X_train_list),
+                list(y_train_list),
+                list(X_test_list),
+                output_type=output_type,
+                quantiles=quantiles,
+            )
+        except (ValueError, TypeError) as err:
+            if is_ragged(X_train_list, X_test_list):
+                raise  # tabpfn's refusal of the whole batch
+            index = _failing_dataset(regressor, X_train_list, y_train_list, X_test_list)
+            if index is None:
+                raise
+            raise BatchInputError(f"dataset {index}: {err}") from err
         return BatchedPrediction(list(results), False, PaddingStats(), [])
     _refuse_per_dataset_state(regressor)
-    icl_stage_for(model)  # a host without a null-padded stage fails here, not per dataset
+    for model in models:  # a host without a null-padded stage fails here, not per dataset
+        icl_stage_for(model)
+    # One copy of a caller's RandomState or Generator for the whole batch, consumed
+    # dataset after dataset as tabpfn's predict_batched consumes its clone's: the
+    # caller's object is left as it was, and two identical calls agree.
+    random_state = copy.deepcopy(regressor.get_params(deep=False)["random_state"])
 
     n_data = len(X_train_list)
     results: list[Any] = [None] * n_data
@@ -384,7 +448,7 @@ def predict_batched(
     cast: dict[tuple[int, torch.dtype], torch.nn.Module] = {}
     for i, (X, y, X_test) in enumerate(zip(X_train_list, y_train_list, X_test_list, strict=True)):
         try:
-            data, worker = _embed_dataset(regressor, i, X, y, X_test, cast)
+            data, worker = _embed_dataset(regressor, i, X, y, X_test, cast, random_state)
         except (ValueError, TypeError) as err:
             raise BatchInputError(f"dataset {i}: {err}") from err
         if data is None:

@@ -35,16 +35,14 @@ from retrofit.outputs import check_output_dir, check_output_file, same_file
 from retrofit.settings import (
     DEFAULT_MAX_PADDED_FRACTION,
     DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE,
-    DEFAULT_SETTINGS,
     MODES,
     SETTING_NAMES,
     SUPPORTS,
     check_given,
-    resolve_settings,
 )
 
 if TYPE_CHECKING:
-    pass
+    from retrofit.loading import ResolvedModel
 
 __all__ = [
     "add_subcommands",
@@ -86,7 +84,10 @@ def _add_settings(parser: argparse.ArgumentParser, *, mode_default_note: str) ->
     parser.add_argument(
         "--tau",
         type=float,
-        help="presence scale tau > 0 in p = |h|^2 / (tau + |h|^2) (default 1.0)",
+        help=(
+            "presence scale tau > 0 in p = |h|^2 / (tau + |h|^2) (default: the host's "
+            "default, 0.1 for v2, v2.5 and v2.6, 1.0 for v3 and v3.5)"
+        ),
     )
     parser.add_argument(
         "--support",
@@ -167,7 +168,7 @@ def _add_predict(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--quantiles",
         metavar="Q,...",
-        help="comma-separated quantiles in [0, 1] (default 0.1,0.2,...,0.9)",
+        help="comma-separated quantiles strictly between 0 and 1 (default 0.1,0.2,...,0.9)",
     )
     parser.add_argument(
         "--categorical",
@@ -220,11 +221,16 @@ def _add_predict_batch(subparsers: Any) -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("manifest", metavar="MANIFEST", help="JSON or CSV listing train/test files")
-    p.add_argument("--out-dir", required=True, metavar="DIR", help="folder for <name>.csv files")
+    p.add_argument(
+        "--out-dir",
+        required=True,
+        metavar="DIR",
+        help="folder for <name>.csv files (created if missing)",
+    )
     p.add_argument("--target", metavar="COL", help="target column of entries that name none")
     p.add_argument("--model", default="embedded", help="host, as for 'predict' (embedded)")
     p.add_argument("--mode", choices=MODES, help="retrofit mode (default: full-o)")
-    p.add_argument("--tau", type=float, help="presence temperature")
+    p.add_argument("--tau", type=float, help="presence temperature (default: the host's default)")
     p.add_argument("--support", choices=SUPPORTS, help="n_eff of the length scaling")
     p.add_argument("--eps-den", type=float, dest="eps_den", help="OAttention floor")
     p.add_argument("--n-estimators", type=int, dest="n_estimators", metavar="N")
@@ -266,19 +272,11 @@ def _requested_settings(args: argparse.Namespace) -> dict[str, Any]:
     return requested
 
 
-def _resolve_settings(model: str, requested: dict[str, Any]) -> dict[str, Any]:
-    """The settings to fit with: a saved directory's (explicit ones must agree) or defaults."""
-    from retrofit import saved
+def _check_model_argument(model: str) -> ResolvedModel:
+    """Resolve ``--model`` early: downloads a missing v2/v3 file, verifies a saved directory."""
+    from retrofit.loading import resolve_model
 
-    saved_settings = saved.load_saved(model).settings if saved.is_saved_dir(model) else None
-    return resolve_settings(requested, saved_settings, where=f"saved model {model}").to_dict()
-
-
-def _check_model_argument(model: str) -> None:
-    """Resolve ``--model`` to its checkpoint early (downloads a missing v2/v3 file)."""
-    from retrofit.loading import resolve_checkpoint
-
-    resolve_checkpoint(model)
+    return resolve_model(model)
 
 
 # --- predict ------------------------------------------------------------------------
@@ -352,9 +350,30 @@ def _output_request(args: argparse.Namespace) -> tuple[str, list[float]]:
         quantiles = [float(q) for q in args.quantiles.split(",")]
     except ValueError as exc:
         raise CommandError(f"--quantiles must be numbers separated by commas: {exc}") from exc
-    if not all(0 <= q <= 1 for q in quantiles):
-        raise CommandError(f"--quantiles must lie in [0, 1], got {args.quantiles}")
+    if not all(0 < q < 1 for q in quantiles):
+        # tabpfn takes 0 and 1 and answers -inf and inf: the ends of its bar
+        # distribution's unbounded support, which no prediction file should hold.
+        raise CommandError(
+            f"--quantiles must lie strictly between 0 and 1 (0 and 1 are the infinite ends "
+            f"of the predictive distribution), got {args.quantiles}"
+        )
     return output_type, quantiles
+
+
+def _output_columns(output_type: str, quantiles: list[float]) -> list[str]:
+    """The columns of the predictions file besides the known target."""
+    if output_type == "quantiles":
+        return ["row", *(f"quantile_{q:g}" for q in quantiles)]
+    return ["row", "prediction"]
+
+
+def _check_target_name(target: str, columns: list[str]) -> None:
+    """A target named like an output column would overwrite it (or be overwritten)."""
+    if target in columns:
+        raise CommandError(
+            f"--target {target!r} has the name of an output column ({', '.join(columns)}); "
+            "rename the target column"
+        )
 
 
 def _categorical_indices(names: str | None, features: list[str]) -> list[int]:
@@ -382,14 +401,15 @@ def _predict(args: argparse.Namespace) -> int:
     if args.n_estimators is not None and args.n_estimators < 1:
         raise CommandError(f"--n-estimators must be >= 1, got {args.n_estimators}")
     output_type, quantiles = _output_request(args)
+    _check_target_name(args.target, _output_columns(output_type, quantiles))
     X_train, y_train, X_test, y_test, rows, features = _load_predict_data(args)
     categorical = _categorical_indices(args.categorical, features)
     _check_model_argument(args.model)  # after the cheap local checks: it may download
-    settings = _resolve_settings(args.model, requested)
 
     from retrofit import OTabPFNRegressor
 
-    params: dict[str, Any] = {**settings, "model_path": args.model, "random_state": args.seed}
+    # The estimator resolves the settings (a saved directory's, else the host's defaults).
+    params: dict[str, Any] = {**requested, "model_path": args.model, "random_state": args.seed}
     if args.n_estimators is not None:
         params["n_estimators"] = args.n_estimators
     if args.device is not None:
@@ -401,13 +421,14 @@ def _predict(args: argparse.Namespace) -> int:
     if args.ignore_pretraining_limits:
         params["ignore_pretraining_limits"] = True
     estimator = OTabPFNRegressor(**params)
+    status(args, f"fitting on {len(y_train)} rows x {len(features)} features (model {args.model})")
+    estimator.fit(X_train, y_train)
+    settings = estimator.settings_
     status(
         args,
-        f"fitting on {len(y_train)} rows x {len(features)} features "
-        f"(model {args.model}, mode {settings['mode']}, tau {settings['tau']}, "
-        f"support {settings['support']}, eps_den {settings['eps_den']})",
+        f"fitted with mode {settings['mode']}, tau {settings['tau']}, "
+        f"support {settings['support']}, eps_den {settings['eps_den']}",
     )
-    estimator.fit(X_train, y_train)
     status(args, f"predicting {len(X_test)} rows ({output_type})")
     out = pd.DataFrame({"row": rows})
     if y_test is not None:
@@ -447,21 +468,20 @@ def _check_patch_out(args: argparse.Namespace) -> Path:
 
 
 def _patch(args: argparse.Namespace) -> int:
-    from retrofit import saved, saving
+    from retrofit import saving
 
     requested = _requested_settings(args)
     out = _check_patch_out(args)
-    _check_model_argument(args.model)
+    model = _check_model_argument(args.model)  # once: a saved directory is hashed here only
+    status(args, f"patching {args.model}")
     # Re-patching a saved directory starts from its settings; any given here replace them.
-    defaults = (
-        saved.load_saved(args.model).settings
-        if saved.is_saved_dir(args.model)
-        else DEFAULT_SETTINGS
+    result = saving.save_patched(model, out, **requested, overwrite=args.force)
+    settings = result.settings
+    status(
+        args,
+        f"saved {result.checkpoint.name} and retrofit.json (mode {settings['mode']}, "
+        f"tau {settings['tau']}, support {settings['support']}, eps_den {settings['eps_den']})",
     )
-    settings = {k: (v if v is not None else defaults[k]) for k, v in requested.items()}
-    status(args, f"patching {args.model} with mode {settings['mode']}")
-    result = saving.save_patched(args.model, out, **settings, overwrite=args.force)
-    status(args, f"saved {result.checkpoint.name} and retrofit.json")
     print(f"saved retrofitted model to {result.directory}")
     return 0
 

@@ -9,7 +9,9 @@ manifest's folder), and optionally ``name`` (default: its position) and
 ICL forwards on a patched host. One file per dataset, ``OUT_DIR/<name>.csv``
 with the columns ``row``, the target (when the test file has it) and
 ``prediction``, is written atomically after every prediction is made, so a
-failure leaves no file half-written. Errors name the dataset.
+failure leaves no file half-written; ``OUT_DIR`` is created then if it is
+missing. No prediction file may replace the manifest or an input file, even
+with ``--force``. Errors name the dataset, tabpfn's included.
 
 :func:`add_parser` registers the command on the console script's parser,
 :func:`run` runs it.
@@ -38,11 +40,15 @@ from retrofit.csv_tables import (
 )
 from retrofit.errors import BatchInputError, CommandError, ManifestError
 from retrofit.estimator import OTabPFNRegressor
+from retrofit.outputs import check_output_dir, missing_dirs, remove_empty_dirs, same_file
 from retrofit.settings import check_max_padded_fraction
 
 __all__ = ["ManifestError", "read_manifest", "run"]
 
 PROG = "tabpfn-retrofit predict-batch"
+#: The columns of a prediction file besides the known target; a target of one of
+#: these names would overwrite it (or be overwritten).
+OUTPUT_COLUMNS = ("row", "prediction")
 
 
 def read_manifest(path: str | Path, default_target: str | None = None) -> list[dict[str, Any]]:
@@ -50,7 +56,9 @@ def read_manifest(path: str | Path, default_target: str | None = None) -> list[d
 
     Raises:
         ManifestError: A missing or unreadable manifest, an entry without
-            ``train``/``test``/target, or two entries with one name.
+            ``train``/``test``/target, a field that is not text, a target named
+            like an output column (:data:`OUTPUT_COLUMNS`), or two entries with
+            one name.
     """
     path = Path(path).expanduser()
     if not path.is_file():
@@ -70,9 +78,24 @@ def read_manifest(path: str | Path, default_target: str | None = None) -> list[d
         raise ManifestError(f"cannot read manifest {path}: {err}") from None
     if not raw:
         raise ManifestError(f"manifest {path} lists no datasets")
+    if not isinstance(default_target, (str, type(None))):
+        raise ManifestError(
+            f"{path}: 'target' must be a column name (text), got {type(default_target).__name__}"
+        )
     entries = []
     for i, entry in enumerate(raw):
-        name = str(entry.get("name") or i)
+        name = entry.get("name")
+        if name is None or name == "":
+            name = str(i)
+        elif isinstance(name, int) and not isinstance(name, bool):
+            name = str(name)  # a JSON number names a dataset as its digits do
+        for key in ("name", "train", "test", "target"):
+            value = name if key == "name" else entry.get(key)
+            if value is not None and not isinstance(value, str):
+                raise ManifestError(
+                    f"{path}: dataset {i}: {key!r} must be text, got {type(value).__name__} "
+                    f"{value!r}"
+                )
         where = f"dataset {i} ({name})"
         for key in ("train", "test"):
             if not entry.get(key):
@@ -82,6 +105,11 @@ def read_manifest(path: str | Path, default_target: str | None = None) -> list[d
             raise ManifestError(f"{where}: no target column (give one or use --target)")
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
             raise ManifestError(f"{where}: the name must be letters, digits, '_', '.', '-'")
+        if target in OUTPUT_COLUMNS:
+            raise ManifestError(
+                f"{where}: the target column {target!r} has the name of an output column "
+                f"({', '.join(OUTPUT_COLUMNS)}); rename it"
+            )
         entries.append(
             {
                 "name": name,
@@ -129,6 +157,27 @@ def _load(entry: dict[str, Any], i: int) -> tuple[Any, np.ndarray, Any, np.ndarr
     return X_train, y_train, X_test, y_test
 
 
+def _refuse_overwriting_inputs(
+    manifest: str | Path, entries: list[dict[str, Any]], targets: list[Path]
+) -> None:
+    """No prediction file may be the manifest or a dataset's train or test file, even with --force.
+
+    Raises:
+        ManifestError: Naming the prediction file and the input it would replace.
+    """
+    inputs = [("the manifest", Path(manifest).expanduser())]
+    for i, entry in enumerate(entries):
+        for role in ("train", "test"):
+            inputs.append((f"the {role} file of dataset {i} ({entry['name']})", entry[role]))
+    for target in targets:
+        for role, source in inputs:
+            if same_file(target, source):
+                raise ManifestError(
+                    f"--out-dir: the prediction file {target} would replace {role} {source}; "
+                    "give another --out-dir"
+                )
+
+
 def _named(err: Exception, names: list[str]) -> str:
     """The message with ``dataset i`` followed by the dataset's name."""
     text = " ".join(str(err).split())
@@ -144,10 +193,9 @@ def _predict_batch(args: argparse.Namespace) -> int:
         check_max_padded_fraction(args.max_padded_fraction)  # before any dataset is loaded
     entries = read_manifest(args.manifest, args.target)
     names = [e["name"] for e in entries]
-    out_dir = Path(args.out_dir).expanduser()
-    if not out_dir.is_dir():
-        raise ManifestError(f"--out-dir {out_dir} is not an existing folder")
+    out_dir = check_output_dir(args.out_dir, option="--out-dir")  # created once all succeed
     targets = [out_dir / f"{name}.csv" for name in names]
+    _refuse_overwriting_inputs(args.manifest, entries, targets)
     existing = [str(t) for t in targets if t.exists()]
     if existing and not args.force:
         raise ManifestError(f"prediction file(s) exist (use --force): {', '.join(existing)}")
@@ -167,7 +215,8 @@ def _predict_batch(args: argparse.Namespace) -> int:
     }
     if args.n_estimators is not None:
         params["n_estimators"] = args.n_estimators
-    estimator = OTabPFNRegressor(**params).fit(X_train[0], y_train[0])
+    # Not fitted: batched_host loads and patches the model once, from these parameters.
+    estimator = OTabPFNRegressor(**params)
     bars: dict[str, Any] = {}
 
     def progress(phase: str, done: int, total: int) -> None:
@@ -191,14 +240,20 @@ def _predict_batch(args: argparse.Namespace) -> int:
     finally:
         for bar in bars.values():
             bar.close()
-    for entry, (_, _, _, y_test), prediction, path in zip(
-        entries, data, batch.results, targets, strict=True
-    ):
-        frame = pd.DataFrame({"row": np.arange(len(prediction))})
-        if y_test is not None:
-            frame[entry["target"]] = y_test
-        frame["prediction"] = np.asarray(prediction, dtype=np.float64)
-        write_csv_atomic(frame, path)
+    created = missing_dirs(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        for entry, (_, _, _, y_test), prediction, path in zip(
+            entries, data, batch.results, targets, strict=True
+        ):
+            frame = pd.DataFrame({"row": np.arange(len(prediction))})
+            if y_test is not None:
+                frame[entry["target"]] = y_test
+            frame["prediction"] = np.asarray(prediction, dtype=np.float64)
+            write_csv_atomic(frame, path)
+    except BaseException:
+        remove_empty_dirs(created)  # a folder this run made, if it holds nothing
+        raise
     if not args.quiet:
         how = (
             f"{len(batch.buckets)} length buckets, padded rows "

@@ -22,7 +22,6 @@ Two private tabpfn methods are overridden, both here and nowhere else
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Sequence
 from os import PathLike
 from typing import TYPE_CHECKING, Any, Literal
@@ -35,8 +34,9 @@ from tabpfn import ModelSpecs, TabPFNRegressor, model_loading
 from retrofit.batched import check_batch_lists, is_ragged, predict_batched
 from retrofit.errors import SettingsConflictError
 from retrofit.loading import resolve_for_tabpfn
-from retrofit.patcher import PatchReport, patch
-from retrofit.settings import SETTING_NAMES, RetrofitSettings, resolve_settings
+from retrofit.patcher import PatchReport, patch, resolve_for_model
+from retrofit.saved import check_patch_digest
+from retrofit.settings import SETTING_NAMES, check_given
 from retrofit.validation import check_numeric_target
 
 if TYPE_CHECKING:
@@ -96,7 +96,8 @@ class OTabPFNRegressor(TabPFNRegressor):
         show_progress_bar: See ``tabpfn.TabPFNRegressor``.
 
     Attributes:
-        settings_: The resolved ``mode``, ``tau``, ``support``, ``eps_den``.
+        settings_: The resolved ``mode``, ``tau``, ``support``, ``eps_den`` (of
+            the first model; with several, each model's tau is in ``patch_reports_``).
         patch_reports_: One :class:`~retrofit.PatchReport` per model in
             ``models_``; empty for ``mode="none"``.
         patch_report_: The report of the single model (None for ``"none"``).
@@ -181,50 +182,59 @@ class OTabPFNRegressor(TabPFNRegressor):
             raise ValueError("several models are in use; read patch_reports_ instead")
         return reports[0] if reports else None
 
-    def _retrofit_settings(self, saved_settings: list[dict]) -> RetrofitSettings:
-        requested = {name: getattr(self, name) for name in SETTING_NAMES}
+    def _saved_settings(self, saved_settings: list[dict]) -> dict | None:
+        """The one set of settings the saved directories in ``model_path`` carry, if any."""
         distinct = {tuple(sorted(s.items())) for s in saved_settings}
         if len(distinct) > 1:
             raise SettingsConflictError(
                 "the saved directories in model_path were retrofitted with different "
                 f"settings: {'; '.join(str(dict(s)) for s in sorted(distinct))}"
             )
-        saved = saved_settings[0] if saved_settings else None
-        return resolve_settings(requested, saved, where=f"saved model {self.model_path}")
+        return saved_settings[0] if saved_settings else None
 
     def fit(self, X: Any, y: Any) -> OTabPFNRegressor:
         """``TabPFNRegressor.fit``, refusing a target that is not numbers first.
 
+        Numbers written as text are numbers, in a list or numpy string array too
+        (:func:`retrofit.validation.check_numeric_target`).
+
         Raises:
             InvalidInputError: On a target that is not numbers ("y must be numeric").
         """
-        check_numeric_target(y)
-        return super().fit(X, y)
+        return super().fit(X, check_numeric_target(y))
 
     def _initialize_model_variables(self) -> int:
         """Loads the models as tabpfn does, from the translated ``model_path``, and patches them."""
+        requested = {name: getattr(self, name) for name in SETTING_NAMES}
+        check_given(requested)  # a bad setting fails before anything is loaded
         resolved = resolve_for_tabpfn(self.model_path)
-        settings = self._retrofit_settings([dict(s.settings) for s in resolved.saved])
+        saved = self._saved_settings([dict(s.settings) for s in resolved.saved])
         requested_path = self.model_path
         self.model_path = resolved.value
         try:
             byte_size = super()._initialize_model_variables()
         finally:
             self.model_path = requested_path
+        # One resolution per model: an unset tau is each host class's default.
+        where = f"saved model {self.model_path}"
+        settings = [
+            resolve_for_model(model, requested, saved, where=where) for model in self.models_
+        ]
         reports: list[PatchReport] = []
-        config = settings.patch_config()
-        if config is not None:
+        if settings[0].mode != "none":
             # Built models are shared when tabpfn's model cache is on, and ModelSpecs
             # models are the caller's: the patch goes to a copy then.
             shared = resolved.by_reference or model_loading._get_built_model_cache_size() > 0
             if shared:
                 self.models_ = [copy.deepcopy(model) for model in self.models_]
-            patch_settings = config.to_dict()
-            if self.tau is None and not resolved.saved:
-                patch_settings["tau"] = None  # each host class's default tau
-            reports = [patch(model, **patch_settings) for model in self.models_]
-            settings = dataclasses.replace(settings, tau=reports[0].tau)
-        self.settings_ = settings.to_dict()
+            reports = [
+                patch(model, **config.to_dict())
+                for model, config in zip(self.models_, settings, strict=True)
+            ]
+        digests = [report.digest() for report in reports] or [None]
+        for found in resolved.saved:
+            check_patch_digest(found, digests)
+        self.settings_ = settings[0].to_dict()
         self.patch_reports_ = reports
         return byte_size
 
@@ -244,7 +254,11 @@ class OTabPFNRegressor(TabPFNRegressor):
         ``predict`` does and its ICL stage in zero-padded, length-bucketed forwards,
         which the retrofit makes exact (:func:`retrofit.batched.predict_batched`,
         which also reports the padding); with ``mode="none"`` it keeps tabpfn's
-        error. ``self`` is left unchanged.
+        error. Same-shape input in ``inference_precision=torch.float64``, which
+        tabpfn's fused forward refuses, takes the padded path too on a patched
+        host. Like tabpfn's, every call loads the model from the current
+        parameters (``set_params`` after ``fit`` counts), and ``self`` is left
+        unchanged.
 
         Raises:
             BatchInputError: Malformed lists or datasets (the message names the index).
@@ -253,7 +267,7 @@ class OTabPFNRegressor(TabPFNRegressor):
         if lengths == {0} or len(lengths) > 1:
             # A BatchInputError (a ValueError) in tabpfn's wording, with the lengths.
             check_batch_lists(X_train_list, y_train_list, X_test_list)
-        if not is_ragged(X_train_list, X_test_list):
+        if not is_ragged(X_train_list, X_test_list) and self.inference_precision != torch.float64:
             # tabpfn's own method, its checks and errors included.
             return super().predict_batched(
                 X_train_list,
@@ -273,14 +287,14 @@ class OTabPFNRegressor(TabPFNRegressor):
         ).results
 
     def batched_host(self) -> TabPFNRegressor:
-        """A plain ``TabPFNRegressor`` over this estimator's (patched) model, by reference.
+        """A plain ``TabPFNRegressor`` over a model loaded and patched from the current parameters.
 
-        Loads and patches the model first on a clone when this estimator is not
-        fitted, so ``self`` is left unchanged either way.
+        The model is loaded on a clone, as tabpfn's own ``predict_batched`` fits
+        a clone: parameters changed with ``set_params`` after ``fit`` apply, and
+        ``self`` is left unchanged.
         """
-        source = self if hasattr(self, "models_") else clone(self)
-        if source is not self:
-            source._initialize_model_variables()
+        source = clone(self)
+        source._initialize_model_variables()
         names = TabPFNRegressor._get_param_names()
         params = {k: v for k, v in self.get_params(deep=False).items() if k in names}
         specs = [

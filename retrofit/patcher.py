@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from torch import nn
@@ -25,7 +25,15 @@ from retrofit.errors import (
     NotPatchedError,
     UnsupportedArchitectureError,
 )
-from retrofit.settings import Mode, PatchConfig, Support
+from retrofit.settings import (
+    PATCH_MODES,
+    Mode,
+    PatchConfig,
+    RetrofitSettings,
+    Support,
+    check_given,
+    resolve_settings,
+)
 from retrofit.tables import (
     STATE_ATTR,
     PatchState,
@@ -36,7 +44,7 @@ from retrofit.tables import (
     registered_host_patchers,
 )
 
-__all__ = ["PatchReport", "is_patched", "patch", "unpatch"]
+__all__ = ["PatchReport", "is_patched", "patch", "resolve_for_model", "unpatch"]
 
 _REPORT_ATTR = "retrofit_report"
 
@@ -84,13 +92,51 @@ def _set_submodule(model: nn.Module, path: str, module: nn.Module) -> None:
     setattr(parent, name, module)
 
 
+def resolve_for_model(
+    model: nn.Module,
+    requested: Mapping[str, Any],
+    saved: Mapping[str, Any] | None = None,
+    *,
+    where: str = "the saved model",
+    replace_saved: bool = False,
+) -> RetrofitSettings:
+    """The complete settings for ``model``, with the host facts read off the model.
+
+    :func:`retrofit.settings.resolve_settings` with the host's class name and
+    carrier scale (its patch table reads it off the weights). The one way from
+    given settings to the settings a model is patched with: the estimator,
+    :func:`patch`, ``predict``, ``predict-batch`` and ``patch`` use it.
+
+    Args:
+        model: The host model the settings are for.
+        requested: Settings given by the caller (None: not given).
+        saved: A saved directory's settings, or None.
+        where: How to name the saved directory in an error message.
+        replace_saved: Whether given settings may replace saved ones (``patch``).
+
+    Raises:
+        UnsupportedArchitectureError: ``model``'s class has no patch table.
+        SettingsConflictError: A given setting differs from the saved one.
+        InvalidPatchConfigError: A setting is out of range.
+    """
+    patcher = host_patcher_for(model)
+    return resolve_settings(
+        requested,
+        saved,
+        host=type(model).__name__,
+        carrier_scale_ratio=patcher.carrier_scale_ratio(model),
+        where=where,
+        replace_saved=replace_saved,
+    )
+
+
 def patch(
     model: nn.Module,
     mode: Mode,
     *,
     tau: float | None = None,
-    support: Support = "count",
-    eps_den: float = 1e-6,
+    support: Support | None = None,
+    eps_den: float | None = None,
 ) -> PatchReport:
     """Retrofits ``model`` in place with O-closed blocks.
 
@@ -102,8 +148,9 @@ def patch(
         mode: ``"oattention"`` or ``"full-o"``.
         tau: Presence temperature, ``> 0``; None: the host class's default
             (:data:`retrofit.settings.DEFAULT_TAU_BY_HOST`).
-        support: ``"count"`` or ``"mass"``: the ``n_eff`` of the length scaling.
-        eps_den: OAttention denominator floor, ``>= 0``.
+        support: ``"count"`` or ``"mass"``: the ``n_eff`` of the length
+            scaling; None: ``"count"``.
+        eps_den: OAttention denominator floor, ``>= 0``; None: 1e-6.
 
     Returns:
         The :class:`PatchReport`, also stored as ``model.retrofit_report``.
@@ -117,8 +164,8 @@ def patch(
     """
     import tabpfn
 
-    if tau is not None:  # validate before anything else, as for every other setting
-        PatchConfig(mode=mode, tau=tau, support=support, eps_den=eps_den)
+    given = {"mode": mode, "tau": tau, "support": support, "eps_den": eps_den}
+    check_given(given, modes=PATCH_MODES)  # before anything else
     if not isinstance(model, nn.Module):
         raise UnsupportedArchitectureError(
             f"patch needs a torch.nn.Module (a TabPFN architecture), got {type(model).__name__}"
@@ -129,9 +176,7 @@ def patch(
             f"{type(model).__name__} is already patched (report {digest}); call unpatch first"
         )
     patcher = host_patcher_for(model)
-    if tau is None:
-        tau = patcher.default_tau(model)
-    config = PatchConfig(mode=mode, tau=tau, support=support, eps_den=eps_den)
+    config = PatchConfig(**resolve_for_model(model, given).to_dict())
     swaps = patcher.plan(model, config)
     if not swaps:
         raise NothingMatchedError(f"the {type(model).__name__} patch table matched no module")

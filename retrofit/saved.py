@@ -37,7 +37,7 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -47,6 +47,7 @@ from tabpfn.checkpoint import save_as_safetensors
 
 from retrofit.checkpoints import load_checkpoint
 from retrofit.errors import (
+    InvalidPatchConfigError,
     OutputExistsError,
     SavedModelError,
     SettingsConflictError,
@@ -54,7 +55,7 @@ from retrofit.errors import (
 from retrofit.files import default_dir_mode, default_file_mode, process_alive
 from retrofit.hashing import sha256_file
 from retrofit.outputs import missing_dirs, remove_empty_dirs
-from retrofit.settings import SETTING_NAMES
+from retrofit.settings import SETTING_NAMES, check_given
 from retrofit.versions import package_versions
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "SavedModelError",
     "SavedRetrofit",
     "SettingsConflictError",
+    "check_patch_digest",
     "check_replaceable",
     "is_saved_dir",
     "load_saved",
@@ -304,6 +306,78 @@ def _move_into_place(tmp: Path, out: Path, *, overwrite: bool) -> None:
     _remove(old)  # a directory, or the file (or link) --force replaced
 
 
+def _parse_json_once_per_key(text: str, path: Path) -> Any:
+    """``text`` parsed as JSON, refusing an object that names a key twice.
+
+    Raises:
+        SavedModelError: Naming ``path`` and the repeated key (json would keep
+            the last value silently: which one was meant is unknown).
+        json.JSONDecodeError: ``text`` is not JSON.
+    """
+    repeated: list[str] = []
+
+    def pairs_to_dict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in pairs]
+        repeated.extend(key for key in keys if keys.count(key) > 1)
+        return dict(pairs)
+
+    data = json.loads(text, object_pairs_hook=pairs_to_dict)
+    if repeated:
+        raise SavedModelError(f"{path} names the key {repeated[0]!r} twice")
+    return data
+
+
+def _check_field_types(manifest_path: Path, manifest: dict, settings: dict[str, Any]) -> None:
+    """Refuses a field of the wrong type, naming the file and the field.
+
+    Raises:
+        SavedModelError: A setting out of range or of the wrong type, or a
+            weights file name, SHA-256 or patch digest that is not text.
+    """
+    for name, value in settings.items():
+        try:
+            if value is None:
+                raise InvalidPatchConfigError("no value")
+            check_given({name: value})
+        except InvalidPatchConfigError as exc:
+            raise SavedModelError(f"{manifest_path}: field settings.{name}: {exc}") from None
+    texts = {
+        "weights.file": manifest["weights"]["file"],
+        "weights.sha256": manifest["weights"]["sha256"],
+    }
+    if manifest.get("patch_digest") is not None:
+        texts["patch_digest"] = manifest["patch_digest"]
+    for field, value in texts.items():
+        if not isinstance(value, str):
+            raise SavedModelError(
+                f"{manifest_path}: field {field} must be text, got {type(value).__name__} {value!r}"
+            )
+
+
+def check_patch_digest(saved: SavedRetrofit, digests: Collection[str | None]) -> None:
+    """Refuses a saved directory whose recorded patch is not the one just applied.
+
+    ``retrofit.json`` records ``PatchReport.digest()`` of the patch its settings
+    make (None for mode ``"none"``); a model loaded from it is patched with those
+    settings, so its digest must be among ``digests``.
+
+    Args:
+        saved: The loaded directory.
+        digests: The digests of the patches made from it (None: no patch).
+
+    Raises:
+        SavedModelError: Naming ``retrofit.json`` and both digests.
+    """
+    recorded = saved.manifest.get("patch_digest")
+    if recorded not in digests:
+        found = ", ".join(sorted(str(d) for d in set(digests)))
+        raise SavedModelError(
+            f"{saved.directory / MANIFEST_NAME} records patch_digest {recorded!r}, but its "
+            f"settings patch the model to {found} (the file was modified, or saved by another "
+            "version of tabpfn or the retrofit): patch the source again"
+        )
+
+
 def load_saved(directory: str | os.PathLike[str]) -> SavedRetrofit:
     """Read and verify a saved retrofit directory.
 
@@ -314,7 +388,8 @@ def load_saved(directory: str | os.PathLike[str]) -> SavedRetrofit:
         The directory, its verified weights file and its settings.
 
     Raises:
-        SavedModelError: No or unreadable ``retrofit.json``, an unknown format,
+        SavedModelError: No or unreadable ``retrofit.json``, one naming a key
+            twice, a field of the wrong type or out of range, an unknown format,
             a weights file that is not ``.safetensors``, a missing weights file,
             or a SHA-256 mismatch (a modified file). The SHA-256 guards the
             files' integrity, not their origin: whoever can edit the directory
@@ -325,7 +400,7 @@ def load_saved(directory: str | os.PathLike[str]) -> SavedRetrofit:
     if not manifest_path.is_file():
         raise SavedModelError(f"{root} is not a saved retrofit: no {MANIFEST_NAME}")
     try:
-        manifest = json.loads(manifest_path.read_text())
+        manifest = _parse_json_once_per_key(manifest_path.read_text(), manifest_path)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SavedModelError(f"cannot read {manifest_path}: {exc}") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
@@ -335,10 +410,15 @@ def load_saved(directory: str | os.PathLike[str]) -> SavedRetrofit:
         settings = {name: manifest["settings"][name] for name in SETTING_NAMES}
         weights_name = manifest["weights"]["file"]
         expected_sha = manifest["weights"]["sha256"]
-    except (KeyError, TypeError) as exc:
+    except KeyError as exc:
         raise SavedModelError(f"{manifest_path} lacks the field {exc}") from exc
+    except TypeError:
+        raise SavedModelError(
+            f"{manifest_path}: fields settings and weights must be objects (name: value)"
+        ) from None
+    _check_field_types(manifest_path, manifest, settings)
     weights = root / weights_name
-    if not isinstance(weights_name, str) or not weights_name.endswith(WEIGHTS_SUFFIX):
+    if not weights_name.endswith(WEIGHTS_SUFFIX):
         # tabpfn unpickles any other file; a matching SHA-256 proves no origin.
         raise SavedModelError(
             f"{manifest_path} names the weights file {weights_name!r}; a saved retrofit "

@@ -9,38 +9,41 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from retrofit.loading import load_host, resolve_checkpoint
-from retrofit.patcher import patch
+from retrofit.loading import ModelPathLike, ResolvedModel, load_host, resolve_model
+from retrofit.patcher import patch, resolve_for_model
 from retrofit.saved import SavedRetrofit, check_replaceable, write_saved
-from retrofit.settings import RetrofitSettings
 
 __all__ = ["save_patched"]
 
 
 def save_patched(
-    model_path: str | os.PathLike[str],
+    model_path: ModelPathLike | ResolvedModel,
     out_dir: str | os.PathLike[str],
     *,
-    mode: str,
-    tau: float = 1.0,
-    support: str = "count",
-    eps_den: float = 1e-6,
+    mode: str | None = None,
+    tau: float | None = None,
+    support: str | None = None,
+    eps_den: float | None = None,
     overwrite: bool = False,
 ) -> SavedRetrofit:
     """Patch the host at ``model_path`` with these settings and save it to ``out_dir``.
 
     The host is loaded and patched first, so an unsupported architecture or a
-    bad setting fails before anything is written; the report's digest is
-    recorded in ``retrofit.json``.
+    bad setting fails before anything is written. The settings are resolved
+    once, as every entry point resolves them
+    (:func:`retrofit.patcher.resolve_for_model`), and ``retrofit.json`` records
+    the resolved ones (an unset ``tau`` as the host's default) and the patch
+    report's digest.
 
     Args:
-        model_path: ``"embedded"``, ``"v3"``, ``"v2"``, a checkpoint file or a saved
-            directory (its weights are re-saved with the new settings).
+        model_path: ``"embedded"``, ``"v3"``, ``"v2"``, a checkpoint file, a saved
+            directory (its weights are re-saved; its settings are the defaults
+            here, and those given replace them), or one of these resolved.
         out_dir: The directory to create.
-        mode: ``"none"``, ``"oattention"`` or ``"full-o"``.
-        tau: Presence scale.
-        support: ``"count"`` or ``"mass"``.
-        eps_den: OAttention denominator floor.
+        mode: ``"none"``, ``"oattention"`` or ``"full-o"``; None: saved, else ``"full-o"``.
+        tau: Presence scale; None: saved, else the host class's default.
+        support: ``"count"`` or ``"mass"``; None: saved, else ``"count"``.
+        eps_den: OAttention denominator floor; None: saved, else 1e-6.
         overwrite: Replace an existing ``out_dir`` (a saved retrofit directory or a file).
 
     Returns:
@@ -54,17 +57,18 @@ def save_patched(
     """
     out = Path(out_dir).expanduser()
     check_replaceable(out, overwrite=overwrite)
-    source = resolve_checkpoint(model_path)
-    specs = load_host(model_path)
-    settings = RetrofitSettings(mode=mode, tau=tau, support=support, eps_den=eps_den)
+    source = resolve_model(model_path)  # a saved directory is hashed once, here
+    specs = load_host(source)
+    requested = {"mode": mode, "tau": tau, "support": support, "eps_den": eps_den}
+    settings = resolve_for_model(specs.model, requested, source.saved_settings, replace_saved=True)
     digest = None
     if settings.mode != "none":  # "none" keeps the host as it is; it is still loaded as a check
         digest = patch(specs.model, **settings.to_dict()).digest()
     return write_saved(
-        source,
+        source.checkpoint,
         out,
         settings=settings.to_dict(),
         patch_digest=digest,
-        source_label=str(model_path),
+        source_label=source.label,
         overwrite=overwrite,
     )

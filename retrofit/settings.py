@@ -9,11 +9,12 @@ line and the evaluation runner:
 * :class:`RetrofitSettings` validates one complete set (every mode, ``"none"``
   included, so a bad ``tau`` is refused before anything is fitted);
   :class:`PatchConfig` is the same set restricted to a patching mode.
-* :func:`resolve_settings` applies the precedence rule: explicit settings, else
-  a saved directory's, else :data:`DEFAULT_SETTINGS`; an explicit setting that
-  contradicts a saved one is an error.
-* :data:`DEFAULT_TAU_BY_HOST` is the presence temperature :func:`retrofit.patch`
-  uses when ``tau`` is None, per host class (:func:`default_tau`).
+* :func:`resolve_settings` applies the precedence rule, for every entry point:
+  explicit settings, else a saved directory's, else the host class's default
+  tau (:func:`default_tau`) and :data:`DEFAULT_SETTINGS`; an explicit setting
+  that contradicts a saved one is an error.
+* :data:`DEFAULT_TAU_BY_HOST` is the presence temperature an unset ``tau``
+  means, per host class (:func:`default_tau`).
 """
 
 from __future__ import annotations
@@ -71,7 +72,9 @@ DEFAULT_MAX_PADDED_FRACTION: float = 0.25
 #: embedded host) has ragged batches at 0.98-1.01x a loop of fit/predict at this
 #: bound and 1.14-1.19x at 25 %.
 DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE: Mapping[str, float] = {"cpu": 0.05}
-#: What an unset setting means, unless a saved directory says otherwise.
+#: What an unset setting means, unless a saved directory says otherwise; an unset
+#: ``tau`` means the host class's default (:func:`default_tau`), and this ``tau`` is
+#: that default only for a class without a calibrated one (and the paper's, for v3).
 DEFAULT_SETTINGS: Mapping[str, Any] = {
     "mode": "full-o",
     "tau": 1.0,
@@ -190,14 +193,18 @@ def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
         )
 
 
-def check_given(requested: Mapping[str, Any]) -> None:
+def check_given(requested: Mapping[str, Any], *, modes: tuple[str, ...] = MODES) -> None:
     """Validates the settings a caller gave (``None`` means not given), before any work.
+
+    Args:
+        requested: The settings by name.
+        modes: The modes allowed (:data:`PATCH_MODES` where a patch is applied).
 
     Raises:
         InvalidPatchConfigError: A given setting is out of range.
     """
     checks = {
-        "mode": lambda v: _check_choice("mode", v, MODES),
+        "mode": lambda v: _check_choice("mode", v, modes),
         "tau": _checked_tau,
         "support": lambda v: _check_choice("support", v, SUPPORTS),
         "eps_den": _checked_eps_den,
@@ -271,33 +278,53 @@ def resolve_settings(
     requested: Mapping[str, Any],
     saved: Mapping[str, Any] | None = None,
     *,
+    host: str | None = None,
+    carrier_scale_ratio: float = 1.0,
     where: str = "the saved model",
+    replace_saved: bool = False,
 ) -> RetrofitSettings:
-    """Apply the precedence rule and validate the result.
+    """The complete settings of one patch: the one resolution every entry point uses.
+
+    The precedence rule: a setting given by the caller, else the saved
+    directory's, else the default: :func:`default_tau` of the host class for
+    ``tau``, :data:`DEFAULT_SETTINGS` for the others. The estimator,
+    :func:`retrofit.patch`, ``predict``, ``predict-batch`` and ``patch`` all
+    reach it through :func:`retrofit.patcher.resolve_for_model`, which reads
+    the host facts off the model, so an unset ``tau`` means the same on every
+    path.
 
     Args:
         requested: Settings given by the caller; a missing name or ``None`` means
             "not given".
         saved: A saved directory's settings, which then are the defaults; None
             when the model is not a saved directory.
+        host: The host's class name (``"TabPFNV2"``, ...), whose default tau
+            applies when neither ``requested`` nor ``saved`` gives one.
+        carrier_scale_ratio: For :data:`NORM_WEIGHTED_TAU_HOSTS`, the host's
+            carrier-scale ratio (see :func:`default_tau`).
         where: How to name the saved directory in an error message.
+        replace_saved: Whether a given setting may differ from the saved one
+            (``patch`` writes a new directory); otherwise that is an error.
 
     Returns:
-        The settings to use.
+        The settings to use, every one of them set and validated.
 
     Raises:
-        SettingsConflictError: An explicit setting differs from the saved one.
+        SettingsConflictError: An explicit setting differs from the saved one
+            and ``replace_saved`` is false.
         InvalidPatchConfigError: A setting is out of range.
+        InvalidPatchConfigError: ``tau`` is set nowhere and no ``host`` is given.
     """
+    check_given(requested)
     if saved is None:
-        base: Mapping[str, Any] = DEFAULT_SETTINGS
+        base: Mapping[str, Any] = {**DEFAULT_SETTINGS, "tau": None}
     else:
         conflicts = [
             f"{name}={requested[name]!r} (saved: {saved[name]!r})"
             for name in SETTING_NAMES
             if requested.get(name) is not None and not _same(requested[name], saved[name])
         ]
-        if conflicts:
+        if conflicts and not replace_saved:
             raise SettingsConflictError(
                 f"{where} was retrofitted with other settings: {'; '.join(conflicts)}; "
                 "leave them unset to use the saved ones, or patch the source again"
@@ -307,4 +334,8 @@ def resolve_settings(
         name: base[name] if requested.get(name) is None else requested[name]
         for name in SETTING_NAMES
     }
+    if values["tau"] is None:
+        if host is None:
+            raise InvalidPatchConfigError("tau is unset and no host class names its default")
+        values["tau"] = default_tau(host, carrier_scale_ratio)
     return RetrofitSettings(**values)

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 from torch import nn
 
 from retrofit.errors import NotPatchedError, UnsupportedArchitectureError
-from retrofit.settings import PatchConfig, default_tau
+from retrofit.settings import PatchConfig
 
 __all__ = [
     "STATE_ATTR",
@@ -80,9 +80,13 @@ class HostPatcher:
         """Builds every replacement for ``model``; must not modify it."""
         raise NotImplementedError
 
-    def default_tau(self, model: nn.Module) -> float:
-        """The presence temperature used when ``tau`` is None (see ``settings.default_tau``)."""
-        return default_tau(type(model).__name__)
+    def carrier_scale_ratio(self, model: nn.Module) -> float:
+        """``model``'s carrier scale over the calibrated one (see ``settings.default_tau``).
+
+        1 except for hosts whose carrier norm follows learned weights
+        (:data:`retrofit.settings.NORM_WEIGHTED_TAU_HOSTS`).
+        """
+        return 1.0
 
     def overrides(self, model: nn.Module, config: PatchConfig) -> list[ReplacedModule]:
         """Report entries for the model-level overrides :meth:`attach` installs."""

@@ -281,7 +281,7 @@ PREDICT_ERRORS = {
         lambda d: {"--output-type": "mean", "--quantiles": "0.5"},
         "--quantiles needs --output-type quantiles",
     ),
-    "quantile out of range": (lambda d: {"--quantiles": "0.1,1.5"}, "must lie in [0, 1]"),
+    "quantile out of range": (lambda d: {"--quantiles": "0.1,1.5"}, "strictly between 0 and 1"),
     "quantile not a number": (lambda d: {"--quantiles": "0.1,half"}, "numbers separated"),
     "unknown categorical column": (
         lambda d: {"--categorical": "a,zz"},

@@ -65,7 +65,7 @@ from retrofit.errors import (
     UnsupportedArchitectureError,
 )
 from retrofit.hosts.v3_cache import PresenceKVCacheEntry
-from retrofit.settings import PatchConfig, default_tau
+from retrofit.settings import PatchConfig
 from retrofit.tables import (
     HostPatcher,
     Swap,
@@ -418,13 +418,13 @@ class V2p6Patcher(V2p5Patcher):
 
     host_class = TabPFNV2p6
 
-    def default_tau(self, model: nn.Module) -> float:
-        """``DEFAULT_TAU_BY_HOST["TabPFNV2p6"] * min over blocks ||gamma||^2 / E``."""
+    def carrier_scale_ratio(self, model: nn.Module) -> float:
+        """``min over blocks ||gamma||^2 / E``: the default tau is the calibrated one times it."""
         ratios = [
             float(block.layernorm_mha1.weight.detach().double().square().mean())
             for block in model.blocks
         ]
-        return default_tau(type(model).__name__, min(ratios) if ratios else 1.0)
+        return min(ratios) if ratios else 1.0
 
 
 register_host_patcher(V2Patcher())
