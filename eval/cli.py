@@ -21,7 +21,6 @@ from eval.paper.protocol import (
     DEFAULT_EPS_DEN,
     DEFAULT_MODES,
     DEFAULT_SUPPORT,
-    DEFAULT_TAU,
     SUITE_SOURCE,
     SWEEP_TAUS,
 )
@@ -102,7 +101,14 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         help="'embedded' (the shipped host), 'v3' / 'v2' (tabpfn's real weights) or a path",
     )
     p.add_argument("--modes", nargs="+", default=list(DEFAULT_MODES), choices=MODES)
-    p.add_argument("--tau", nargs="+", type=float, default=[DEFAULT_TAU], help="presence scale(s)")
+    p.add_argument(
+        "--tau",
+        nargs="+",
+        type=float,
+        default=None,
+        help="presence scale(s) (default: the host's default, as in the library: "
+        "1.0 for v3 and v3.5, 0.1 for v2 and v2.5)",
+    )
     p.add_argument(
         "--sweep",
         action="store_true",
@@ -152,7 +158,12 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--store", default=None, help=_STORE_HELP)
     p.add_argument("--out", default=None, help="where to write (default: the store)")
     p.add_argument("--committed", default=None, help=_COMMITTED_HELP)
-    p.add_argument("--tau", type=float, default=DEFAULT_TAU, help="tau of the main table")
+    p.add_argument(
+        "--tau",
+        type=float,
+        default=None,
+        help="tau of the main table (default: the host's default, recorded by eval)",
+    )
     p.add_argument("--checkpoint", default=None, help="SHA-256 prefix to report")
     p.set_defaults(handler=_run_report)
 

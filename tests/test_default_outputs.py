@@ -47,7 +47,7 @@ def committed_runs(ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
                        datasets=["qsar_fish"], seeds=[0, 1], n_estimators=1, threads=1,
                        **ROWS)  # fmt: skip
     assert run_suite(tasks, store, progress=False).computed == 6
-    assert main(["report", "--store", str(store), "--committed", "none"]) == 0
+    assert main(["report", "--store", str(store), "--committed", "none", "--tau", "1"]) == 0
     return results
 
 

@@ -102,7 +102,10 @@ def test_one_failed_eval_on_another_device_neither_succeeds_nor_replaces_the_tab
     from eval.cli import main
 
     store = _copy_store(stored, tmp_path)
-    assert main(["report", "--store", str(store), "--out", str(tmp_path / "before")]) == 0
+    assert (
+        main(["report", "--store", str(store), "--tau", "1", "--out", str(tmp_path / "before")])
+        == 0
+    )
     argv = ["eval", "--model", str(ckpt), *EVAL_ARGS, "--store", str(store)]
     assert main([*argv, "--device", "no-such-device"]) == 1
     err = capsys.readouterr().err
@@ -111,7 +114,7 @@ def test_one_failed_eval_on_another_device_neither_succeeds_nor_replaces_the_tab
     assert main(argv) == 0  # the cpu runs are all stored: nothing fails, nothing to compute
 
     capsys.readouterr()
-    assert main(["report", "--store", str(store)]) == 0
+    assert main(["report", "--store", str(store), "--tau", "1"]) == 0
     assert "note: left out 6 stored runs of another context" in capsys.readouterr().out
     summary = (store / "summary.md").read_text()
     assert "runs in this report: 6 (ok 6, failed 0" in summary

@@ -222,7 +222,7 @@ def test_failures_and_nonfinite_are_recorded_not_dropped(
     retry = run_suite(tasks, tmp_path, progress=False, retry_failed=True)
     assert (retry.computed, retry.failed) == (2, 0)
     # The report lists them as failures with no delta.
-    build_report(tmp_path, "offline18")
+    build_report(tmp_path, "offline18", tau=1.0)
 
 
 def test_state_dict_hash_check_fires_when_the_checkpoint_changes(
@@ -408,11 +408,11 @@ def test_report_keeps_one_context_and_says_what_it_left_out() -> None:
                 "finished_at": finished, "key": ckpt + finished}  # fmt: skip
 
     rows = [row("aa", "2026-01-01"), row("bb", "2026-01-02"), row("aa", "2026-01-03")]
-    kept, notes = select_context(rows, "offline18")
+    kept, notes = select_context(rows, "offline18", tau=1.0)
     assert [r["finished_at"] for r in kept] == ["2026-01-01", "2026-01-03"]
     assert notes and "left out 1 stored runs of another context" in notes[0]
     assert "checkpoint_sha256 bb (reported: aa)" in notes[0]
-    kept, _ = select_context(rows, "offline18", checkpoint="b")
+    kept, _ = select_context(rows, "offline18", checkpoint="b", tau=1.0)
     assert [r["checkpoint_sha256"] for r in kept] == ["bb"]
 
 

@@ -133,3 +133,20 @@ def test_help_says_an_unset_tau_is_the_hosts_default(command, capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "the host's default" in text
     assert "default 1.0)" not in text
+
+
+def test_eval_and_report_without_tau_use_the_v2_hosts_default(v2_checkpoint, tmp_path, capsys):
+    store = tmp_path / "store"
+    argv = ["eval", "--model", v2_checkpoint, "--datasets", "qsar_fish", "--seeds", "0",
+            "--n-estimators", "1", "--max-train-rows", "40", "--max-test-rows", "12",
+            "--store", str(store), "--committed", "none", "--no-progress"]  # fmt: skip
+    assert cli.main(argv) == 0
+    rows = [json.loads(p.read_text()) for p in (store / "runs").glob("*.json")]
+    assert sorted(r["tau"] for r in rows if r["mode"] != "none") == [V2_TAU, V2_TAU]
+    session = json.loads(next((store / "sessions").glob("*.json")).read_text())
+    assert session["host_default_tau"] == V2_TAU
+    out = tmp_path / "report"
+    report = ["report", "--store", str(store), "--out", str(out), "--committed", "none"]
+    assert cli.main(report) == 0
+    table = (out / "cases.csv").read_text()
+    assert f",{V2_TAU}," in table and ",1.0," not in table

@@ -14,7 +14,7 @@ from eval.paper.execution import run_suite
 from eval.paper.executors import make_executor
 from eval.paper.protocol import SWEEP_TAUS
 from eval.paper.reference import committed_store, reuse_committed, why_recomputed
-from eval.paper.spec import make_tasks
+from eval.paper.spec import host_default_tau, make_tasks
 from eval.paper.store import carrier_path, utc_now, write_carriers, write_session
 from eval.provenance import provenance_dict
 from retrofit.console import PROG
@@ -78,7 +78,9 @@ def _eval(args: Any, argv: Sequence[str] | None, store: Path) -> int:
         connect_timeout_s=args.connect_timeout,
     )
     threads = args.threads if args.threads is not None else executor.default_threads()
-    taus = list(dict.fromkeys([*args.tau, *(SWEEP_TAUS if args.sweep else ())]))
+    default_tau = host_default_tau(model_path)
+    main_taus = args.tau if args.tau is not None else [default_tau]
+    taus = list(dict.fromkeys([*main_taus, *(SWEEP_TAUS if args.sweep else ())]))
     tasks = make_tasks(
         suite=args.suite,
         model_path=model_path,
@@ -142,6 +144,8 @@ def _eval(args: Any, argv: Sequence[str] | None, store: Path) -> int:
         "model": args.model,
         "checkpoint_sha256": ckpt,
         "n_estimators": tasks[0].spec.n_estimators,
+        # What an unset --tau means for this checkpoint; report's default table.
+        "host_default_tau": default_tau,
         "executor": executor.describe(),
         "threads": threads,
         "planned": summary.planned,

@@ -12,7 +12,6 @@ __all__ = [
     "DEFAULT_EPS_DEN",
     "DEFAULT_MODES",
     "DEFAULT_SUPPORT",
-    "DEFAULT_TAU",
     "PAPER_MEAN_DELTA_PCT",
     "SUITE_SOURCE",
     "SWEEP_TAUS",
@@ -20,8 +19,9 @@ __all__ = [
 
 #: Variants: unpatched host, hidden-carrier OAttention retrofit, Full-O retrofit.
 DEFAULT_MODES: tuple[str, ...] = MODES
-#: Default presence scale, support rule and denominator floor: the library's.
-DEFAULT_TAU: float = DEFAULT_SETTINGS["tau"]
+#: Default support rule and denominator floor: the library's. The default tau is
+#: the host's (``retrofit.settings.default_tau``), resolved per checkpoint by
+#: :func:`eval.paper.spec.host_default_tau`, as every other entry point does.
 DEFAULT_SUPPORT: str = DEFAULT_SETTINGS["support"]
 DEFAULT_EPS_DEN: float = DEFAULT_SETTINGS["eps_den"]
 

@@ -34,7 +34,7 @@ from eval.errors import ReportError
 from eval.locations import default_output
 from eval.markdown import markdown_table
 from eval.paper.datasets import OFFLINE18_DATASETS
-from eval.paper.protocol import DEFAULT_TAU, PAPER_MEAN_DELTA_PCT
+from eval.paper.protocol import PAPER_MEAN_DELTA_PCT
 from eval.paper.reference import committed_store
 from eval.paper.spec import RunSpec, canonical_json
 from eval.paper.store import iter_sessions, load_carriers, load_rows
@@ -154,11 +154,45 @@ def _context_difference(chosen: tuple[Any, ...], other: tuple[Any, ...]) -> str:
     )
 
 
+def main_tau(
+    store: str | Path, suite: str, checkpoint: str | None = None, tau: float | None = None
+) -> float:
+    """The tau of the main table: the one given, else the host's default.
+
+    ``eval`` records the host's default tau of its checkpoint in each session
+    record (``host_default_tau``, resolved as the library resolves an unset
+    ``tau``), so the report's default is the library's default on every host.
+
+    Raises:
+        ReportError: If no tau is given and the store's sessions of ``suite``
+            (and ``checkpoint``) record none, or more than one.
+    """
+    if tau is not None:
+        return float(tau)
+    sessions = [
+        s
+        for s in iter_sessions(store)
+        if s.get("suite") == suite
+        and str(s.get("checkpoint_sha256", "")).startswith(checkpoint or "")
+    ]
+    if not sessions:
+        raise ReportError(f"no stored runs of {suite} in {store} (no eval session there)")
+    recorded = {float(s["host_default_tau"]) for s in sessions if "host_default_tau" in s}
+    if len(recorded) != 1:
+        found = ", ".join(f"{t:g}" for t in sorted(recorded)) or "none"
+        raise ReportError(
+            f"{store}: the eval sessions of {suite} record {found} as the host's default "
+            "tau; pass --tau (and --checkpoint when the store holds several checkpoints)"
+        )
+    return recorded.pop()
+
+
 def select_context(
     rows: Sequence[dict[str, Any]],
     suite: str,
     checkpoint: str | None = None,
-    tau: float = DEFAULT_TAU,
+    *,
+    tau: float,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Rows of one comparable run context (checkpoint, ensemble, dtype, CPU, versions...).
 
@@ -174,7 +208,7 @@ def select_context(
         rows: Every stored row.
         suite: Suite name.
         checkpoint: A prefix of the checkpoint SHA-256 to report.
-        tau: The tau of the main table.
+        tau: The tau of the main table (:func:`main_tau`).
 
     Returns:
         The rows of the chosen context and notes on what was left out.
@@ -542,7 +576,7 @@ def _sessions_section(store: Path, checkpoint: str) -> list[str]:
 
 
 def main_table(
-    store: str | Path, suite: str, *, tau: float = DEFAULT_TAU, checkpoint: str | None = None
+    store: str | Path, suite: str, *, tau: float | None = None, checkpoint: str | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The rows a report of ``store`` uses and its summary records at ``tau``.
 
@@ -553,7 +587,8 @@ def main_table(
     Raises:
         ReportError: If the store has no matching rows, or holds a case twice.
     """
-    rows, _ = select_context(load_rows(store), suite, checkpoint, tau)
+    tau = main_tau(store, suite, checkpoint, tau)
+    rows, _ = select_context(load_rows(store), suite, checkpoint, tau=tau)
     one_run_per_case(rows)
     return rows, [a for a in aggregate(case_table(rows)) if a["tau"] == tau]
 
@@ -620,7 +655,7 @@ def build_report(
     suite: str,
     *,
     out_dir: str | Path | None = None,
-    tau: float = DEFAULT_TAU,
+    tau: float | None = None,
     checkpoint: str | None = None,
 ) -> dict[str, Path]:
     """Build every report file of a suite from its stored results.
@@ -629,7 +664,7 @@ def build_report(
         store: The suite's results directory (holds ``runs/``).
         suite: Suite name.
         out_dir: Where to write (default: ``store``).
-        tau: The default tau of the main table and figure.
+        tau: The tau of the main table and figure (None: :func:`main_tau`).
         checkpoint: SHA-256 prefix to report (default: the latest context).
 
     Returns:
@@ -640,7 +675,8 @@ def build_report(
     """
     store = Path(store)
     out = Path(out_dir) if out_dir is not None else store
-    rows, notes = select_context(load_rows(store), suite, checkpoint, tau)
+    tau = main_tau(store, suite, checkpoint, tau)
+    rows, notes = select_context(load_rows(store), suite, checkpoint, tau=tau)
     one_run_per_case(rows)
     table = case_table(rows)
     agg = aggregate(table)
@@ -867,15 +903,14 @@ def report_command(args: Any) -> int:
         StoreError: A run file is unreadable.
     """
     store = Path(args.store) if args.store else default_output(args.suite)
-    written = build_report(
-        store, args.suite, out_dir=args.out, tau=args.tau, checkpoint=args.checkpoint
-    )
+    tau = main_tau(store, args.suite, args.checkpoint, args.tau)
+    written = build_report(store, args.suite, out_dir=args.out, tau=tau, checkpoint=args.checkpoint)
     for path in written.values():
         print(f"wrote {path}")
-    _, notes = select_context(load_rows(store), args.suite, args.checkpoint, args.tau)
+    _, notes = select_context(load_rows(store), args.suite, args.checkpoint, tau=tau)
     for note in notes:  # also in summary.md; said here so that nothing is left out unseen
         print(f"note: {note}")
     committed = committed_store(getattr(args, "committed", None), args.suite, store)
     if not args.checkpoint:  # a chosen checkpoint has no committed counterpart to expect
-        print("\n".join(["", *comparison_lines(store, committed, args.suite, args.tau)]))
+        print("\n".join(["", *comparison_lines(store, committed, args.suite, tau)]))
     return 0

@@ -35,13 +35,13 @@ from eval.paper.protocol import (
     DEFAULT_EPS_DEN,
     DEFAULT_MODES,
     DEFAULT_SUPPORT,
-    DEFAULT_TAU,
     SUITE_SOURCE,
 )
 from eval.provenance import cpu_identity
 from retrofit.checkpoints import load_checkpoint
 from retrofit.hashing import sha256_file
 from retrofit.loading import load_host
+from retrofit.patcher import resolve_for_model
 from retrofit.settings import MODES, RetrofitSettings
 from retrofit.versions import package_versions
 
@@ -51,6 +51,7 @@ __all__ = [
     "baseline_key",
     "canonical_json",
     "code_sha256",
+    "host_default_tau",
     "make_tasks",
     "model_label",
     "resolve_n_estimators",
@@ -231,12 +232,25 @@ def model_label(model: str | Path) -> str:
         return path.name
 
 
+def host_default_tau(model_path: str | Path) -> float:
+    """The tau an unset ``--tau`` means for this checkpoint: the host's default.
+
+    The same resolution as the estimator, ``predict``, ``predict-batch`` and
+    ``patch`` (:func:`retrofit.patcher.resolve_for_model`): 1.0 for v3 and
+    v3.5, 0.1 for v2 and v2.5, scaled by the norm weights for v2.6.
+
+    Args:
+        model_path: A resolved checkpoint file.
+    """
+    return resolve_for_model(load_host(model_path).model, {}).tau
+
+
 def make_tasks(
     *,
     suite: str,
     model_path: str | Path,
     modes: Sequence[str] = DEFAULT_MODES,
-    taus: Sequence[float] = (DEFAULT_TAU,),
+    taus: Sequence[float] | None = None,
     support: str = DEFAULT_SUPPORT,
     eps_den: float = DEFAULT_EPS_DEN,
     n_estimators: int | None = None,
@@ -257,7 +271,8 @@ def make_tasks(
         suite: Suite name.
         model_path: A resolved checkpoint file.
         modes: Variants; ``"none"`` runs once per case whatever ``taus``.
-        taus: Presence scales of the retrofit variants.
+        taus: Presence scales of the retrofit variants (None: the host's
+            default, :func:`host_default_tau`).
         support: ``n_eff`` rule of the retrofits.
         eps_den: Denominator epsilon of the retrofits.
         n_estimators: Ensemble size; ``None`` reads the checkpoint's.
@@ -288,6 +303,8 @@ def make_tasks(
     if n_estimators is not None and (isinstance(n_estimators, bool) or n_estimators < 1):
         # Issue 15 item 8: would store every case as failed and be skipped later.
         raise ValueError(f"n_estimators must be an integer >= 1, got {n_estimators!r}")
+    if taus is None:
+        taus = [host_default_tau(model_path)]
     for tau in taus if any(m != "none" for m in modes) else ():
         # Fail before any fit on a typo, instead of storing every case as failed.
         RetrofitSettings(mode="none", tau=float(tau), support=support, eps_den=eps_den)
