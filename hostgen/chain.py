@@ -263,6 +263,7 @@ def run_link(
     folder: str | Path,
     *,
     minutes: float,
+    cpu_minutes: float | None = None,
     cfg: ChainConfig | None = None,
     max_steps: int | None = None,
     threads: int = 1,
@@ -276,6 +277,9 @@ def run_link(
     Args:
         folder: The chain's folder (holds ``state.pt``, ``log.jsonl``).
         minutes: Wall-clock length of this link.
+        cpu_minutes: Also stop once this process has used this many CPU
+            minutes (a link is planned in one-thread CPU time, which a busy
+            shared machine stretches in wall time).
         cfg: The plan of a new chain; ``None`` resumes the one in ``folder``.
         max_steps: Stop after this many steps in this call (tests).
         threads: ``torch.set_num_threads``; bit-exact resumes need the same count.
@@ -318,10 +322,15 @@ def run_link(
     link = {"start_step": step, "threads": threads, "started": time.time()}
     links = [*state["links"], link]
     start, prior_wall = time.monotonic(), state["wall_s"]
+    cpu_start, prior_cpu = time.process_time(), state.get("cpu_s", 0.0)
+    cpu_limit = math.inf if cpu_minutes is None else cpu_minutes * 60
     last_ckpt = start
 
     def wall() -> float:
         return prior_wall + time.monotonic() - start
+
+    def cpu() -> float:
+        return prior_cpu + time.process_time() - cpu_start
 
     def save() -> None:
         link["end_step"] = step
@@ -335,6 +344,7 @@ def run_link(
                 "step": step,
                 "tasks_seen": tasks_seen,
                 "wall_s": wall(),
+                "cpu_s": cpu(),
                 "loss_ema": loss_ema,
                 "links": links,
                 "prior_rng": prior_rng.bit_generator.state,
@@ -349,7 +359,11 @@ def run_link(
     )
     this_call = 0
     with (folder / LOG_FILE).open("a") as log_fh:
-        while step < cfg.total_steps and time.monotonic() - start < minutes * 60:
+        while (
+            step < cfg.total_steps
+            and time.monotonic() - start < minutes * 60
+            and time.process_time() - cpu_start < cpu_limit
+        ):
             if max_steps is not None and this_call >= max_steps:
                 break
             batch = sample_batch(prior_rng, prior)
@@ -379,8 +393,10 @@ def run_link(
                     "loss": round(value, 5),
                     "loss_ema": round(loss_ema, 5),
                     "lr_factor": round(factor, 6),
+                    "lr": [opt.param_groups[0]["lr"] for opt in optims],
                     "tasks_seen": tasks_seen,
                     "wall_s": round(wall(), 1),
+                    "cpu_s": round(cpu(), 1),
                     "link": len(links),
                 }
                 log_fh.write(json.dumps(record) + "\n")
@@ -396,6 +412,7 @@ def run_link(
         "end_step": step,
         "total_steps": cfg.total_steps,
         "wall_s": round(wall(), 1),
+        "cpu_s": round(cpu(), 1),
         "loss_ema": loss_ema,
     }
     if evaluate_at_end:
@@ -479,7 +496,9 @@ def _parser() -> argparse.ArgumentParser:
     arm = sub.add_parser("_arm", help=argparse.SUPPRESS)
     for sp in (start, resume, pilot, arm):
         sp.add_argument("--dir", type=Path, required=True, help="chain folder")
-        sp.add_argument("--minutes", type=float, required=True, help="length of this run")
+        sp.add_argument(
+            "--minutes", type=float, required=True, help="wall-clock length of this run"
+        )
         sp.add_argument("--threads", type=int, default=1)
     start.add_argument("--total-steps", type=int, required=True, help="steps of the whole chain")
     start.add_argument("--optimizer", choices=["muon", "adamw"], default="muon")
@@ -490,6 +509,9 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--seed", type=int, default=0)
     for sp in (start, resume):
         sp.add_argument("--checkpoint-minutes", type=float, default=10.0)
+        sp.add_argument(
+            "--cpu-minutes", type=float, default=None, help="also stop after this much CPU time"
+        )
     pilot.add_argument("--seed", type=int, default=0)
     arm.add_argument("--seed", type=int, default=0)
     arm.add_argument("--arm", required=True)
@@ -521,6 +543,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         summary = run_link(
             args.dir,
             minutes=args.minutes,
+            cpu_minutes=args.cpu_minutes,
             cfg=cfg,
             threads=args.threads,
             checkpoint_minutes=args.checkpoint_minutes,
@@ -532,6 +555,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         summary = run_link(
             args.dir,
             minutes=args.minutes,
+            cpu_minutes=args.cpu_minutes,
             threads=args.threads,
             checkpoint_minutes=args.checkpoint_minutes,
             log=err,

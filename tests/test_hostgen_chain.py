@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from hostgen import chain, in_prior
+from hostgen import chain, diagnose, in_prior
 from hostgen.chain import ChainConfig, lr_factor, muon_parameter_names, run_link
 from hostgen.prior import (
     _LOSSY_KINDS,
@@ -162,3 +162,22 @@ def test_a_resumed_chain_ends_bit_identical_to_an_uninterrupted_one(tmp_path):
     assert json.loads(lines[-1])["step"] == 6
     with pytest.raises(FileExistsError):
         run_link(tmp_path / "once", cfg=cfg, **kwargs)
+
+
+def test_a_link_stops_on_its_cpu_budget(tmp_path):
+    cfg = ChainConfig(total_steps=50, model="tiny", cells_per_batch=2000, max_tasks_per_batch=4)
+    summary = run_link(
+        tmp_path, cfg=cfg, minutes=5.0, cpu_minutes=0.0, evaluate_at_end=False, log=lambda s: None
+    )
+    assert summary["end_step"] == 0 and (tmp_path / chain.STATE_FILE).exists()
+
+
+# ------------------------------------------------------------------ diagnosis
+
+
+def test_diagnosis_v1_targets_hide_behind_lossy_features_v2_do_not():
+    x_ND = np.array([[0.0], [0.0], [1.0], [1.0]] * 10)
+    assert diagnose.unexplainable_share(x_ND, np.arange(40.0) % 2, min_groups=2) > 0.9
+    v1, v2 = diagnose._shares(1, 150), diagnose._shares(2, 150)
+    assert len(v2) > len(v1) > 3  # version 2 repeats settings more often (designs)
+    assert np.mean(v1) > 0.15 and np.mean(v2) < 0.05
