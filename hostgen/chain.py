@@ -523,6 +523,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_main(_parser, lambda args: _run(args, argv), argv)
 
 
+def _write_pid(folder: Path) -> None:
+    # The running chain names itself: a shell's $! may be a wrapper's id.
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "PID").write_text(f"{os.getpid()}\n")
+
+
 def _run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     def err(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -540,6 +546,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         )
         if (args.dir / STATE_FILE).exists():
             raise CommandError(f"{args.dir / STATE_FILE} exists; use 'resume'")
+        _write_pid(args.dir)
         summary = run_link(
             args.dir,
             minutes=args.minutes,
@@ -552,6 +559,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     elif args.cmd == "resume":
         if not (args.dir / STATE_FILE).exists():
             raise CommandError(f"no chain state at {args.dir / STATE_FILE}")
+        _write_pid(args.dir)
         summary = run_link(
             args.dir,
             minutes=args.minutes,

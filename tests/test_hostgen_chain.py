@@ -181,3 +181,12 @@ def test_diagnosis_v1_targets_hide_behind_lossy_features_v2_do_not():
     v1, v2 = diagnose._shares(1, 150), diagnose._shares(2, 150)
     assert len(v2) > len(v1) > 3  # version 2 repeats settings more often (designs)
     assert np.mean(v1) > 0.15 and np.mean(v2) < 0.05
+
+
+def test_cli_refuses_to_resume_nothing_or_restart_a_chain(tmp_path, capsys):
+    assert chain.main(["resume", "--dir", str(tmp_path), "--minutes", "1"]) == 2
+    assert not (tmp_path / "PID").exists()
+    (tmp_path / chain.STATE_FILE).write_bytes(b"")
+    start = ["start", "--dir", str(tmp_path), "--minutes", "1", "--total-steps", "5"]
+    assert chain.main(start) == 2
+    assert "use 'resume'" in capsys.readouterr().err
