@@ -216,11 +216,16 @@ def _ema_update(ema: dict[str, torch.Tensor], model: torch.nn.Module, decay: flo
     # random initialisation (as in common EMA implementations).
     d = min(decay, (1.0 + step) / (10.0 + step))
     with torch.no_grad():
-        for name, p in model.state_dict().items():
-            if p.dtype.is_floating_point:
-                ema[name].mul_(d).add_(p, alpha=1.0 - d)
+        for name, p in model.named_parameters():
+            if p.requires_grad:
+                ema[name].mul_(d).add_(p.detach(), alpha=1.0 - d)
             else:
                 ema[name].copy_(p)
+        # Constants (the regression borders, RoPE frequencies) are copied, never
+        # averaged: d*x + (1-d)*x need not round back to x.
+        for name, b in model.named_buffers():
+            if name in ema:
+                ema[name].copy_(b)
 
 
 def _save_atomically(obj: dict[str, Any], path: Path) -> None:
@@ -254,8 +259,13 @@ def model_from_state(path: str | Path, *, averaged: bool = True) -> tabpfn_v3.Ta
     """The chain's model with its averaged (or raw) weights, in eval mode."""
     state = torch.load(path, weights_only=False)
     model = build_model(state["model_config"], seed=0)
-    use_ema = averaged and ChainConfig(**state["config"]).ema_decay > 0
-    model.load_state_dict(state["ema"] if use_ema else state["model"])
+    weights = dict(state["model"])
+    if averaged and ChainConfig(**state["config"]).ema_decay > 0:
+        # Parameters from the average, buffers from the raw model (link 1 of
+        # the first chain averaged its buffers too; this ignores that).
+        trained = [name for name, p in model.named_parameters() if p.requires_grad]
+        weights.update({name: state["ema"][name] for name in trained})
+    model.load_state_dict(weights)
     return model.eval()
 
 
