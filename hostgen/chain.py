@@ -65,6 +65,7 @@ __all__ = [
     "main",
     "model_from_state",
     "muon_parameter_names",
+    "replan",
     "run_link",
 ]
 
@@ -163,6 +164,33 @@ def lr_factor(cfg: ChainConfig, step: int, wall_s: float = 0.0) -> float:
     if progress <= start:
         return 1.0
     return max(0.0, 1.0 - math.sqrt((progress - start) / cfg.decay_fraction))
+
+
+def replan(cfg: ChainConfig, step: int, total_steps: int) -> ChainConfig:
+    """The plan with a new total length, allowed only while nothing changes so far.
+
+    In WSD the learning rate is flat between the warm-up and the decay, so the
+    total length can change at any step past the warm-up and before either
+    plan's decay starts: every step taken had the same learning rate under both
+    plans, and the chain ends with the weights of one planned with the new
+    length from the start (tested). The chain's length is set from a measured
+    step rate; this lets a later link correct it so that the decay falls in the
+    last link.
+
+    Raises:
+        ValueError: For a cosine schedule, a time-based one, or a step inside
+            the warm-up or either decay.
+    """
+    new = dataclasses.replace(cfg, total_steps=total_steps)
+    if cfg.schedule != "wsd" or cfg.time_progress_minutes > 0:
+        raise ValueError("only a step-based WSD chain can be replanned")
+    decay_start = (1.0 - cfg.decay_fraction) * min(cfg.total_steps, total_steps)
+    if not cfg.warmup_steps <= step <= decay_start:
+        raise ValueError(
+            f"step {step} is not in the stable phase of both plans "
+            f"({cfg.warmup_steps}..{int(decay_start)}): replanning would change the past"
+        )
+    return new
 
 
 def muon_parameter_names(model: torch.nn.Module) -> list[str]:
@@ -275,6 +303,7 @@ def run_link(
     minutes: float,
     cpu_minutes: float | None = None,
     cfg: ChainConfig | None = None,
+    replan_total_steps: int | None = None,
     max_steps: int | None = None,
     threads: int = 1,
     checkpoint_minutes: float = 10.0,
@@ -291,6 +320,8 @@ def run_link(
             minutes (a link is planned in one-thread CPU time, which a busy
             shared machine stretches in wall time).
         cfg: The plan of a new chain; ``None`` resumes the one in ``folder``.
+        replan_total_steps: On a resume, a new length of the whole chain (see
+            :func:`replan`).
         max_steps: Stop after this many steps in this call (tests).
         threads: ``torch.set_num_threads``; bit-exact resumes need the same count.
         checkpoint_minutes: Minutes between atomic state writes.
@@ -314,6 +345,12 @@ def run_link(
             raise FileNotFoundError(f"no chain state at {state_path}")
         state = torch.load(state_path, weights_only=False)
         cfg = ChainConfig(**state["config"])
+        if replan_total_steps is not None and replan_total_steps != cfg.total_steps:
+            cfg = replan(cfg, state["step"], replan_total_steps)
+            state["replans"] = [
+                *state.get("replans", []),
+                {"at_step": state["step"], "total_steps": replan_total_steps},
+            ]
     torch.set_num_threads(threads)
     model = build_model(state["model_config"], seed=cfg.seed)
     model.load_state_dict(state["model"])
@@ -357,6 +394,7 @@ def run_link(
                 "cpu_s": cpu(),
                 "loss_ema": loss_ema,
                 "links": links,
+                "replans": state.get("replans", []),
                 "prior_rng": prior_rng.bit_generator.state,
                 "torch_rng": torch.get_rng_state(),
                 "python_rng": random.getstate(),
@@ -517,6 +555,12 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--decay-fraction", type=float, default=0.25)
     start.add_argument("--ema-decay", type=float, default=0.998)
     start.add_argument("--seed", type=int, default=0)
+    resume.add_argument(
+        "--total-steps",
+        type=int,
+        default=None,
+        help="replan the chain's length (only in WSD's stable phase; see replan())",
+    )
     for sp in (start, resume):
         sp.add_argument("--checkpoint-minutes", type=float, default=10.0)
         sp.add_argument(
@@ -569,11 +613,18 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     elif args.cmd == "resume":
         if not (args.dir / STATE_FILE).exists():
             raise CommandError(f"no chain state at {args.dir / STATE_FILE}")
+        if args.total_steps is not None:
+            state = torch.load(args.dir / STATE_FILE, weights_only=False)
+            try:
+                replan(ChainConfig(**state["config"]), state["step"], args.total_steps)
+            except ValueError as exc:
+                raise CommandError(str(exc)) from exc
         _write_pid(args.dir)
         summary = run_link(
             args.dir,
             minutes=args.minutes,
             cpu_minutes=args.cpu_minutes,
+            replan_total_steps=args.total_steps,
             threads=args.threads,
             checkpoint_minutes=args.checkpoint_minutes,
             log=err,

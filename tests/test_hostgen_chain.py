@@ -195,3 +195,32 @@ def test_cli_refuses_to_resume_nothing_or_restart_a_chain(tmp_path, capsys):
     start = ["start", "--dir", str(tmp_path), "--minutes", "1", "--total-steps", "5"]
     assert chain.main(start) == 2
     assert "use 'resume'" in capsys.readouterr().err
+
+
+def test_replanning_in_the_stable_phase_changes_nothing_done_so_far(tmp_path):
+    tiny = {
+        "warmup_steps": 2,
+        "decay_fraction": 0.25,
+        "model": "tiny",
+        "ema_decay": 0.9,
+        "cells_per_batch": 2000,
+        "max_tasks_per_batch": 4,
+    }
+    kwargs = {"minutes": 5.0, "threads": 1, "evaluate_at_end": False, "log": lambda s: None}
+    run_link(tmp_path / "planned", cfg=ChainConfig(total_steps=8, **tiny), **kwargs)
+    run_link(tmp_path / "replanned", cfg=ChainConfig(total_steps=40, **tiny), max_steps=4, **kwargs)
+    run_link(tmp_path / "replanned", replan_total_steps=8, **kwargs)
+    planned = torch.load(tmp_path / "planned" / chain.STATE_FILE, weights_only=False)
+    replanned = torch.load(tmp_path / "replanned" / chain.STATE_FILE, weights_only=False)
+    assert replanned["config"]["total_steps"] == 8 and replanned["step"] == 8
+    assert replanned["replans"] == [{"at_step": 4, "total_steps": 8}]
+    for name, value in planned["model"].items():
+        assert torch.equal(value, replanned["model"][name]), name
+    # Inside the warm-up or a decay the past would change: refused.
+    cfg = ChainConfig(total_steps=100, warmup_steps=10, decay_fraction=0.25)
+    for step, total in ((5, 200), (80, 200), (50, 60)):
+        with pytest.raises(ValueError, match="stable phase"):
+            chain.replan(cfg, step, total)
+    assert chain.replan(cfg, 50, 300).total_steps == 300
+    args = ["resume", "--dir", str(tmp_path / "planned"), "--minutes", "1", "--total-steps", "9"]
+    assert chain.main(args) == 2
