@@ -20,6 +20,13 @@ Gaussian or heavy-tailed noise; skewed and integer-valued targets. Features may
 also be passed through the same kinds of monotone maps ``tabpfn`` applies at
 inference (quantile-to-normal, robust squashing), so the host knows them.
 
+That is version 1, the prior of the shipped checkpoint (``PriorConfig()``).
+Version 2 (``PRIOR_V2``, the host chain's; see ``hostgen.diagnose`` for why)
+makes most lossy features lossy *before* the target is computed, adds
+design-of-experiments inputs (few, unevenly used settings per feature), products,
+ratios, power laws and saturating effects, draws 45 % nearly noise-free tasks,
+and favours tables of 200-4,000 rows.
+
 Shape suffixes: ``N`` rows of one task, ``D`` features, ``R`` rows of a batch,
 ``B`` tasks in a batch, ``C`` features of a batch, ``T`` test rows.
 """
