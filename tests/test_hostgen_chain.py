@@ -14,6 +14,7 @@ from hostgen.prior import (
     _LOSSY_KINDS,
     PRIOR_V2,
     _features_v2,
+    _noise_ratio_v2,
     _random_function_v2,
     sample_batch,
     sample_task,
@@ -80,7 +81,11 @@ def test_v2_batches_favour_200_to_4000_rows():
     assert np.mean([200 <= r <= 4000 for r in rows]) > 0.6
 
 
-def test_v2_draws_more_low_noise_tasks_and_v1_is_unchanged():
+def test_v2_draws_many_low_noise_tasks_and_low_noise_is_v2_only():
+    rng = np.random.default_rng(0)
+    ratios = np.array([_noise_ratio_v2(rng, low_noise=False) for _ in range(2000)])
+    assert 0.4 < np.mean(ratios <= 0.05) < 0.5  # version 1: about 0.21
+    assert all(_noise_ratio_v2(rng, low_noise=True) <= 0.05 for _ in range(200))
     assert PRIOR_V2.version == 2
     with pytest.raises(ValueError, match="no prior version"):
         sample_task(np.random.default_rng(0), 50, 2, 30, version=1, low_noise=True)
