@@ -12,8 +12,10 @@ it is ignored by git in the checkout (``.gitignore``).
 
 The committed results are read, never written: :func:`committed_results`
 finds them beside the packages when they run from a checkout (an editable
-install or ``PYTHONPATH``); from a wheel there are none, and nothing is
-compared or reused.
+install or ``PYTHONPATH``), else in the working directory when that is a
+checkout of this project (README's first command installs the wheel and runs
+the main job from the checkout); anywhere else there are none, and nothing
+is compared or reused.
 """
 
 from __future__ import annotations
@@ -36,9 +38,24 @@ def default_output(name: str) -> Path:
     return DEFAULT_OUTPUT_ROOT / name
 
 
+def _is_checkout(folder: Path) -> bool:
+    """Whether ``folder`` is a checkout of this project (its pyproject names it)."""
+    try:
+        text = (folder / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return 'name = "tabpfn-retrofit"' in text
+
+
 def committed_results(name: str) -> Path | None:
-    """The checkout's committed ``results/<name>``, or ``None`` outside a checkout."""
-    if _CHECKOUT_RESULTS is None:
+    """The checkout's committed ``results/<name>``, or ``None`` outside a checkout.
+
+    The checkout the packages run from, else the working directory when it is one.
+    """
+    root = _CHECKOUT_RESULTS
+    if root is None and _is_checkout(Path.cwd()):
+        root = Path.cwd() / "results"
+    if root is None:
         return None
-    path = _CHECKOUT_RESULTS / name
+    path = root / name
     return path if path.is_dir() else None

@@ -149,8 +149,24 @@ def test_the_regeneration_script_names_every_results_path_it_writes() -> None:
         assert re.search(r"--(out|out-dir|store) (results/|retrofit/embedded/)", command), command
 
 
-def test_outside_a_checkout_nothing_counts_as_committed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_outside_a_checkout_nothing_counts_as_committed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """From a wheel there is no results/ beside the packages: nothing is reused or compared."""
     assert locations.committed_results("offline18") == REPO / "results" / "offline18"
     monkeypatch.setattr(locations, "_CHECKOUT_RESULTS", None)
+    monkeypatch.chdir(tmp_path)
+    assert locations.committed_results("offline18") is None
+
+
+def test_a_wheel_run_from_the_checkout_finds_the_committed_results(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """README's first command installs the wheel and runs the main job in the checkout."""
+    monkeypatch.setattr(locations, "_CHECKOUT_RESULTS", None)  # as from site-packages
+    (tmp_path / "results" / "offline18").mkdir(parents=True)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "tabpfn-retrofit"\n')
+    monkeypatch.chdir(tmp_path)
+    assert locations.committed_results("offline18") == Path.cwd() / "results" / "offline18"
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "another-project"\n')
     assert locations.committed_results("offline18") is None
