@@ -22,11 +22,7 @@ from retrofit.hosts.v3 import OTabPFNV3
 from retrofit.loading import load_host, resolve_checkpoint
 from retrofit.saving import save_patched
 from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps
-from tests.helpers.tiny_models import (
-    build_tiny_v3,
-    save_tiny_checkpoint,
-    tiny_v3_config,
-)
+from tests.helpers.tiny_models import build_tiny_v3, save_tiny_checkpoint, tiny_v3_config
 
 _CKPT: dict[str, Path] = {}
 
