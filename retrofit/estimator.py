@@ -8,7 +8,7 @@ patched in place (:func:`retrofit.patch`); ``mode="none"`` patches nothing and
 is tabpfn itself.
 
 Two private tabpfn methods are overridden, both here and nowhere else
-(``tests/test_tabpfn_private_api.py`` fails when tabpfn changes either):
+(``tests/retrofit/test_tabpfn_private_api.py`` fails when tabpfn changes either):
 
 * ``_initialize_model_variables``, where every fit (and
   ``get_inference_config``) loads the models: tabpfn is given the translated

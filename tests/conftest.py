@@ -1,4 +1,4 @@
-"""Test-session setup: offline, no login, float32, deterministic threads.
+"""Test-session setup: offline, no login, float32, deterministic threads; shared fixtures.
 
 No test may try a download or a login, so the session points tabpfn at a
 temporary model cache and forbids the browser flow before tabpfn is imported.
@@ -6,8 +6,12 @@ temporary model cache and forbids the browser flow before tabpfn is imported.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import stat
 import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 os.environ["TABPFN_NO_BROWSER"] = "1"
 os.environ.setdefault("TABPFN_DISABLE_TELEMETRY", "1")
@@ -56,3 +60,24 @@ def no_download(monkeypatch) -> list:
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(weights, "hub_reachable", lambda *args, **kwargs: True)
     return calls
+
+
+@pytest.fixture(scope="session")
+def tiny_v3_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The tiny perturbed v3 checkpoint (seed 0, ``tiny_v3.safetensors``), read-only.
+
+    Written once per session and shared by every module that only reads it; a
+    test that writes, truncates or replaces a checkpoint builds its own with
+    ``tests.helpers.tiny_models.tiny_v3_checkpoint``. The file is read-only,
+    and since the mode does not stop root, its SHA-256 is compared at the end
+    of the session: a test that changed it fails the session there.
+    """
+    from tests.helpers.tiny_models import tiny_v3_checkpoint
+
+    path = tiny_v3_checkpoint(tmp_path_factory.mktemp("tiny_v3"))
+    path.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    yield path
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest, (
+        f"a test changed the shared tiny v3 checkpoint {path}"
+    )

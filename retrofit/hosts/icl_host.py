@@ -18,7 +18,7 @@ tabpfn for the two model-level parts of the retrofit:
   (:mod:`retrofit.hosts.v3_cache`).
 
 These are the only overrides of tabpfn methods for these hosts, and the only
-place they live; ``tests/test_host_overrides.py`` pins the source of every
+place they live; ``tests/retrofit/hosts/test_host_overrides.py`` pins the source of every
 tabpfn method they override or rely on, so a tabpfn release that changes one
 fails that test. The overrides pass every argument through (v3.5's ``forward``,
 ``_stages_0_to_2`` and ``_embed_icl_y`` take a ``task_type`` that v3's do not).

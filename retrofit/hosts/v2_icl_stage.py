@@ -15,7 +15,7 @@ patched attention between items gives null sources no mass and null
 receivers 0. Datasets share a forward only with the same number of feature
 groups (the trailing carrier shape): padding cells inside a row would dilute
 the between-features attention, which the retrofit does not close. v2 has no
-learned length scaling, so no ``n_eff`` is involved. ``tests/test_batched.py``
+learned length scaling, so no ``n_eff`` is involved. ``tests/retrofit/batching/test_batched.py``
 checks one dataset through this stage against ``forward`` bit for bit.
 
 TabPFN v2.5 and v2.6 (``TabPFNV2p5``, ``TabPFNV2p6``) embed features and
@@ -27,7 +27,7 @@ padding goes after the train rows, and the patched blocks give the first ``T``
 rows presence 1 whatever their carrier, so a zero row is never taken for one.
 ``_decode`` reads the target cell of the test rows. ``forward``'s one-off
 check for NaN in the encoded input is not repeated (tabpfn's preprocessing has
-imputed by then; it would only raise). ``tests/test_batched_hosts.py`` checks
+imputed by then; it would only raise). ``tests/retrofit/batching/test_batched_hosts.py`` checks
 one dataset through the stage against ``forward`` bit for bit, for both.
 
 Shape letters: R rows, B batch, C columns (feature groups + target), D

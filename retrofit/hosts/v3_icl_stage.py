@@ -19,7 +19,7 @@ The two hosts differ in three places, each a class attribute or method here:
   (``enable_icl_bf16``): the carriers are cast after the flatten and the ICL
   part runs with autocast off, as in its ``forward``, and the head gets float32.
 
-The split calls tabpfn's own methods; ``tests/test_batched_hosts.py`` checks
+The split calls tabpfn's own methods; ``tests/retrofit/batching/test_batched_hosts.py`` checks
 that one dataset through each stage equals ``forward`` bit for bit, so a change
 of tabpfn's forward shows up there. ``output_norm`` (RMSNorm) and the heads are
 row-local, so they run after the padding is dropped.

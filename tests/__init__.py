@@ -1,0 +1,1 @@
+"""The tests, one folder per package (patches, retrofit, eval, hostgen); repo/ for the checkout."""

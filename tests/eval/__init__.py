@@ -1,0 +1,1 @@
+"""Tests of ``eval``: benchmarks, calibration, operator reports, outputs, the console script."""

@@ -1,0 +1,1 @@
+"""Tests of ``eval.paper``: suites, execution, executors, store and report."""

@@ -1,0 +1,1 @@
+"""Builders and assertions the tests share: tiny hosts, exactness bounds, padding, hooks."""

@@ -1,0 +1,1 @@
+"""Tests of ``hostgen``: the prior and the pretraining of the embedded host."""

@@ -1,0 +1,1 @@
+"""Tests of ``patches``: presence, OAttention and the O-closed modules."""

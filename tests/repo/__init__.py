@@ -1,0 +1,1 @@
+"""Repository-level tests: layout, README, wheel."""

@@ -1,0 +1,200 @@
+"""The shape of the code: one-way imports, a light command line, portable results."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("patches", "retrofit", "eval", "hostgen")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> project modules it imports (at any depth of the file)."""
+    modules = {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for target in targets:
+                if target in modules and target != name:
+                    edges.add(target)
+        graph[name] = edges
+    return graph
+
+
+def test_the_import_graph_of_the_packages_has_no_cycle():
+    graph = _import_graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycle = [*stack[stack.index(nxt) :], nxt]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+
+
+@pytest.mark.parametrize(
+    ("lower", "upper"),
+    [
+        ("patches", "retrofit"),
+        ("patches", "eval"),
+        ("retrofit", "eval"),
+        ("retrofit", "hostgen"),
+        ("eval", "hostgen"),
+    ],
+)
+def test_dependencies_point_one_way(lower, upper):
+    graph = _import_graph()
+    wrong = sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        if m.split(".")[0] == lower
+        for t in targets
+        if t.split(".")[0] == upper
+    )
+    assert not wrong, wrong
+
+
+def test_no_module_imports_a_private_name_of_another_module():
+    """A name two modules share is public: benchmarks/batched.py once imported speed's privates."""
+    modules = {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    private = []
+    for name, path in sorted(modules.items()):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in modules:
+                private += [
+                    f"{name}: from {node.module} import {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+    assert not private, private
+
+
+TESTS = ROOT / "tests"
+TEST_FOLDERS_BESIDE_THE_PACKAGES = ("helpers", "repo", "tabpfn_suite")
+
+
+def test_the_tests_mirror_the_packages_in_folders_that_are_packages():
+    """tests/<package>/ per package, repo/ for the checkout, helpers/ for what tests share."""
+    folders = sorted(p.name for p in TESTS.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert set(folders) <= {*PACKAGES, *TEST_FOLDERS_BESIDE_THE_PACKAGES}, folders
+    assert not sorted(p.name for p in TESTS.glob("test_*.py")), "a test module outside a folder"
+    for test_file in TESTS.rglob("test_*.py"):
+        if "tabpfn_suite" in test_file.parts:
+            continue
+        folder = test_file.parent
+        while folder != ROOT:  # a package all the way up: equal file names in two folders work
+            assert (folder / "__init__.py").is_file(), f"{folder.relative_to(ROOT)} lacks __init__"
+            folder = folder.parent
+
+
+def test_no_test_module_imports_another_test_module():
+    """What tests share lives in tests/helpers/ (or conftest.py), never in a test module."""
+    offenders = []
+    for path in sorted(TESTS.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            offenders += [
+                f"{path.relative_to(ROOT)}: {name}"
+                for name in names
+                if name.split(".")[-1].startswith(("test_", "conftest"))
+            ]
+    assert not offenders, offenders
+
+
+def test_help_imports_neither_tabpfn_nor_pandas_nor_sklearn():
+    code = (
+        "import sys\n"
+        "from eval.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "for sub in ('predict', 'patch', 'eval', 'report', 'bench'):\n"
+        "    try:\n        main([sub, '--help'])\n    except SystemExit:\n        pass\n"
+        "heavy = [m for m in ('tabpfn', 'pandas', 'sklearn') if m in sys.modules]\n"
+        "print('HEAVY=' + ','.join(heavy))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert "usage: tabpfn-retrofit" in out
+    assert out.strip().splitlines()[-1] == "HEAVY="
+
+
+def test_a_usage_error_is_one_line_on_stderr_and_exit_2():
+    out = subprocess.run(
+        [sys.executable, "-m", "eval", "report", "--nope"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "error: unrecognized arguments: --nope" in out.stderr
+
+
+_ABSOLUTE = re.compile(r"(?<![\w.])(/(?:root|home|tmp|work|Users|private|var/folders)/[\w.-]+)")
+
+
+def test_no_committed_result_holds_an_absolute_path():
+    offenders = []
+    for path in sorted((ROOT / "results").rglob("*")):
+        if not path.is_file() or path.suffix not in {".json", ".md", ".csv", ".txt", ".jsonl"}:
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        found = _ABSOLUTE.search(text)
+        if found:
+            offenders.append(f"{path.relative_to(ROOT)}: {found.group(1)}")
+    assert not offenders, offenders[:10]
+
+
+def test_git_dirty_paths_keep_every_letter_of_the_first_path(tmp_path, monkeypatch):
+    from eval import provenance
+
+    porcelain = " M README.md\n M retrofit/cli.py\n"
+    monkeypatch.setattr(provenance, "_git", lambda *a: porcelain)
+    assert provenance.git_dirty_paths() == ["README.md", "retrofit/cli.py"]
+
+
+def test_a_run_row_is_compact_and_names_the_cpu(tmp_path):
+    from eval.paper.spec import RunSpec
+    from eval.provenance import cpu_identity, provenance_dict
+
+    spec = RunSpec("offline18", "d", 0, "none", None, None, None, 1, "c" * 64, "d" * 64)
+    assert spec.cpu == cpu_identity() and "|" in spec.cpu
+    changed = RunSpec(**{**spec.as_dict(), "cpu": "Other CPU | AVX2"})
+    assert changed.key != spec.key
+    assert "git_dirty_paths" not in provenance_dict(include_dirty_paths=False)
+    assert len(json.dumps(provenance_dict(include_dirty_paths=False))) < 2000

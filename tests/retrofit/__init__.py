@@ -1,0 +1,1 @@
+"""Tests of ``retrofit``: the patcher, the estimator and the API."""

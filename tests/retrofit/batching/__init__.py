@@ -1,0 +1,1 @@
+"""Tests of ragged batches: padding, the padded share, the ragged predict."""

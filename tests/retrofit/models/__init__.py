@@ -1,0 +1,1 @@
+"""Tests of loading: checkpoints, weights aliases, saved directories, the embedded host."""

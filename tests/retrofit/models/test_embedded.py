@@ -1,0 +1,66 @@
+"""The shipped embedded host: its checkpoint, SHA-256, header, and that it learns."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from tabpfn.architectures import tabpfn_v3
+from tabpfn.checkpoint import Checkpoint
+
+import retrofit.embedded as embedded
+from retrofit.embedded import (
+    EMBEDDED_FILENAME,
+    EmbeddedCheckpointError,
+    embedded_model_path,
+    verify_checkpoint,
+)
+from retrofit.hashing import sha256_file
+from tests.helpers.regression_tasks import fit_predict, linear_task
+
+
+def test_shipped_checkpoint_sha256_matches():
+    path = embedded_model_path()
+    assert path.name == EMBEDDED_FILENAME and "v3" in path.name
+    assert sha256_file(path) == embedded.EMBEDDED_SHA256
+
+
+def test_corrupted_or_missing_copy_is_rejected(tmp_path):
+    copy = tmp_path / EMBEDDED_FILENAME
+    shutil.copyfile(embedded_model_path(), copy)
+    assert verify_checkpoint(copy, embedded.EMBEDDED_SHA256) == copy.resolve()
+    data = bytearray(copy.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    copy.write_bytes(bytes(data))
+    with pytest.raises(EmbeddedCheckpointError, match="corrupted"):
+        verify_checkpoint(copy, embedded.EMBEDDED_SHA256)
+    with pytest.raises(ValueError, match="missing"):
+        verify_checkpoint(tmp_path / "absent_v3.safetensors", embedded.EMBEDDED_SHA256)
+
+
+def test_shipped_header_is_a_complete_v3_regressor():
+    header = Checkpoint(embedded_model_path()).load()
+    assert header["architecture_name"] == "tabpfn_v3"
+    config, unused = tabpfn_v3.parse_config(header["config"])
+    assert not unused and config.num_buckets > 0 and not config.is_classification
+    borders = header["state_dict"]["regression_borders"]
+    assert borders.shape == (config.num_buckets + 1,) and bool((borders.diff() > 0).all())
+    inference = header["inference_config"]
+    assert inference["MAX_CPU_SAMPLES"] >= 5000
+    assert isinstance(inference["N_ESTIMATORS"], int) and inference["N_ESTIMATORS"] >= 1
+
+
+def test_shipped_host_loads_through_tabpfn_and_learns_in_context():
+    X, y = linear_task(400, 5, seed=1)
+    pred = fit_predict(embedded_model_path(), X, y, 300)
+    assert pred.shape == (100,) and np.isfinite(pred).all()
+    rmse = np.sqrt(np.mean((pred - y[300:]) ** 2))
+    rel = rmse / np.sqrt(np.mean((y[:300].mean() - y[300:]) ** 2))
+    assert rel < 0.5  # a near-linear task: far better than the train mean
+
+
+def test_shipped_host_accepts_more_than_a_thousand_rows_on_cpu():
+    X, y = linear_task(1300, 4, seed=2)
+    pred = fit_predict(embedded_model_path(), X, y, 1200)
+    assert pred.shape == (100,) and np.isfinite(pred).all()
