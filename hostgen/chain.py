@@ -50,10 +50,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from tabpfn.architectures import tabpfn_v3
 from tabpfn.architectures.shared.bar_distribution import FullSupportBarDistribution
 
-from hostgen.in_prior import HELDOUT_KEY
+from hostgen.in_prior import HELDOUT_KEY, evaluate, model_from_state
 from hostgen.prior import PRIOR_V2, PriorConfig, sample_batch
 from hostgen.train import DEFAULT_MODEL_CONFIG, TINY_MODEL_CONFIG, build_model
 from retrofit.console import OneLineArgumentParser, run_main
@@ -63,7 +62,6 @@ __all__ = [
     "ChainConfig",
     "lr_factor",
     "main",
-    "model_from_state",
     "muon_parameter_names",
     "replan",
     "run_link",
@@ -283,20 +281,6 @@ def _new_state(cfg: ChainConfig) -> dict[str, Any]:
     }
 
 
-def model_from_state(path: str | Path, *, averaged: bool = True) -> tabpfn_v3.TabPFNV3:
-    """The chain's model with its averaged (or raw) weights, in eval mode."""
-    state = torch.load(path, weights_only=False)
-    model = build_model(state["model_config"], seed=0)
-    weights = dict(state["model"])
-    if averaged and ChainConfig(**state["config"]).ema_decay > 0:
-        # Parameters from the average, buffers from the raw model (link 1 of
-        # the first chain averaged its buffers too; this ignores that).
-        trained = [name for name, p in model.named_parameters() if p.requires_grad]
-        weights.update({name: state["ema"][name] for name in trained})
-    model.load_state_dict(weights)
-    return model.eval()
-
-
 def run_link(
     folder: str | Path,
     *,
@@ -464,8 +448,6 @@ def run_link(
         "loss_ema": loss_ema,
     }
     if evaluate_at_end:
-        from hostgen.in_prior import evaluate
-
         averaged = model_from_state(state_path)
         summary["in_prior"] = evaluate(averaged)
         if cfg.ema_decay > 0:  # the raw weights too, to see what averaging buys

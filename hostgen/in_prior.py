@@ -36,8 +36,10 @@ import torch
 from sklearn.ensemble import HistGradientBoostingRegressor, RandomForestRegressor
 from tabpfn.architectures import tabpfn_v3
 from tabpfn.architectures.shared.bar_distribution import FullSupportBarDistribution
+from tabpfn.checkpoint import Checkpoint
 
 from hostgen.prior import PRIOR_V2, PriorConfig, sample_batch, sample_task
+from hostgen.train import build_model
 from retrofit.console import OneLineArgumentParser, run_main
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "heldout_batches",
     "heldout_tasks",
     "main",
+    "model_from_state",
     "prior_nll",
 ]
 
@@ -182,14 +185,24 @@ def evaluate(
     }
 
 
+def model_from_state(path: str | Path, *, averaged: bool = True) -> tabpfn_v3.TabPFNV3:
+    """The chain's model with its averaged (or raw) weights, in eval mode."""
+    state = torch.load(path, weights_only=False)
+    model = build_model(state["model_config"], seed=0)
+    weights = dict(state["model"])
+    if averaged and state["config"].get("ema_decay", 0) > 0:
+        # Parameters from the average, buffers from the raw model (link 1 of
+        # the first chain averaged its buffers too; this ignores that).
+        trained = [name for name, p in model.named_parameters() if p.requires_grad]
+        weights.update({name: state["ema"][name] for name in trained})
+    model.load_state_dict(weights)
+    return model.eval()
+
+
 def load_model(*, state: Path | None = None, checkpoint: Path | None = None) -> Any:
     """A model from a chain state (its averaged weights) or a safetensors checkpoint."""
     if state is not None:
-        from hostgen.chain import model_from_state
-
         return model_from_state(state)
-    from tabpfn.checkpoint import Checkpoint
-
     ckpt = Checkpoint(checkpoint).load()
     parsed, _ = tabpfn_v3.parse_config(dict(ckpt["config"]))
     model = tabpfn_v3.get_architecture(parsed)

@@ -14,13 +14,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from test_patch_v2 import build_tiny_v2, save_tiny_v2_checkpoint
 
 import retrofit
 from eval import cli
 from retrofit.errors import InvalidPatchConfigError, SettingsConflictError
 from retrofit.estimator import OTabPFNRegressor
 from retrofit.settings import DEFAULT_TAU_BY_HOST, resolve_settings
+from tests.helpers.tiny_hosts import build_tiny_v2, save_tiny_v2_checkpoint
 
 V2_TAU = DEFAULT_TAU_BY_HOST["TabPFNV2"]
 FAST = ["--n-estimators", "1", "--precision", "float32", "--device", "cpu"]

@@ -163,7 +163,7 @@ def test_a_resumed_chain_ends_bit_identical_to_an_uninterrupted_one(tmp_path):
             assert torch.equal(value, twice[key][name]), (key, name)
     # The average and the raw weights differ: EMA is on and moving.
     assert any(not torch.equal(once["model"][n], once["ema"][n]) for n in once["model"])
-    averaged = chain.model_from_state(tmp_path / "once" / chain.STATE_FILE)
+    averaged = in_prior.model_from_state(tmp_path / "once" / chain.STATE_FILE)
     for const in ("regression_borders", "column_aggregator.rope.freqs"):
         assert torch.equal(averaged.state_dict()[const], once["model"][const])
         assert torch.equal(once["ema"][const], once["model"][const])

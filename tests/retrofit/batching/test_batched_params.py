@@ -14,14 +14,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _exactness import MODEL_ULPS
-from _padding import ragged_tables, reference_kernel
-from _predictions import assert_same_prediction
-from _tiny_models import build_tiny_v3, save_tiny_checkpoint, tiny_inference_config, tiny_v3_config
 
 from retrofit import OTabPFNRegressor
 from retrofit.errors import InvalidInputError
 from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE
+from tests.helpers.exactness import MODEL_ULPS
+from tests.helpers.padding import ragged_tables, reference_kernel
+from tests.helpers.predictions import assert_same_prediction
+from tests.helpers.tiny_models import (
+    build_tiny_v3,
+    save_tiny_checkpoint,
+    tiny_inference_config,
+    tiny_v3_config,
+)
 
 RAGGED = [(30, 7, 3), (50, 12, 5), (12, 3, 2)]  # (train, test, features)
 SAME = [(30, 7, 3), (30, 7, 3)]

@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from _tiny_models import tiny_v3_checkpoint
 
 from eval import cli
 
@@ -26,8 +25,8 @@ SAME = [(30, 6, 3), (30, 6, 3)]  # (train, test, features)
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> str:
-    return str(tiny_v3_checkpoint(tmp_path_factory.mktemp("ckpt")))
+def checkpoint(tiny_v3_path) -> str:
+    return str(tiny_v3_path)
 
 
 def _write_datasets(folder: Path, shapes=SAME, target: str = "y") -> list[dict[str, str]]:
