@@ -4,31 +4,25 @@ Each derives from :class:`RetrofitError` and from the builtin a caller would
 catch for that kind of failure (``TypeError`` for a model the retrofit cannot
 patch, ``FileNotFoundError`` for a missing checkpoint, ...), so code written
 against plain Python exceptions keeps working. The same failure has one type
-on every host. The short names without ``Error`` of the first release
-(``UnsupportedArchitecture``, ``AlreadyPatched``, ...) remain as aliases.
+on every host.
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "AlreadyPatched",
     "AlreadyPatchedError",
     "BatchInputError",
-    "CheckpointNotFound",
     "CheckpointNotFoundError",
     "CommandError",
-    "CorruptCheckpoint",
     "CorruptCheckpointError",
+    "DuplicateHostError",
     "EmbeddedCheckpointError",
     "InvalidInputError",
     "InvalidModelPathError",
-    "InvalidPatchConfig",
     "InvalidPatchConfigError",
     "ManifestError",
     "MissingPresenceError",
-    "NotPatched",
     "NotPatchedError",
-    "NothingMatched",
     "NothingMatchedError",
     "OutputExistsError",
     "RetrofitError",
@@ -36,7 +30,6 @@ __all__ = [
     "SavedModelError",
     "SettingsConflictError",
     "UnsafeCheckpointError",
-    "UnsupportedArchitecture",
     "UnsupportedArchitectureError",
     "WeightsUnavailableError",
 ]
@@ -64,6 +57,10 @@ class NotPatchedError(RetrofitError, RuntimeError):
 
 class NothingMatchedError(RetrofitError, LookupError):
     """The patch table found nothing to replace in the model."""
+
+
+class DuplicateHostError(RetrofitError, ValueError):
+    """A host class is registered twice (a patch table or an ICL stage)."""
 
 
 class InvalidPatchConfigError(RetrofitError, ValueError):
@@ -121,7 +118,7 @@ class RetrofitWarning(UserWarning):
     """Base class of the warnings the project itself issues.
 
     A command prints these as one line each and keeps every other library's
-    warnings off stderr (``retrofit.console``).
+    warnings off stderr (``retrofit.cli.console``).
     """
 
 
@@ -131,13 +128,3 @@ class ManifestError(RetrofitError, ValueError):
 
 class BatchInputError(RetrofitError, ValueError):
     """A batched prediction's input lists or options are malformed; messages name the dataset."""
-
-
-# The first release's names, kept so user code that catches them still works.
-UnsupportedArchitecture = UnsupportedArchitectureError
-AlreadyPatched = AlreadyPatchedError
-NotPatched = NotPatchedError
-NothingMatched = NothingMatchedError
-InvalidPatchConfig = InvalidPatchConfigError
-CheckpointNotFound = CheckpointNotFoundError
-CorruptCheckpoint = CorruptCheckpointError

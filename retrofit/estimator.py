@@ -12,7 +12,7 @@ Two private tabpfn methods are overridden, both here and nowhere else
 
 * ``_initialize_model_variables``, where every fit (and
   ``get_inference_config``) loads the models: tabpfn is given the translated
-  ``model_path`` (:func:`retrofit.loading.resolve_for_tabpfn`) and the models
+  ``model_path`` (:func:`retrofit.models.loading.resolve_for_tabpfn`) and the models
   it loaded are patched before anything runs them.
 * ``_get_tuning_regressor``, which builds the holdout regressors of
   ``tuning_config`` as ``TabPFNRegressor(**self.get_params())``: here they
@@ -31,11 +31,11 @@ import torch
 from sklearn.base import clone
 from tabpfn import ModelSpecs, TabPFNRegressor, model_loading
 
-from retrofit.batched import check_batch_lists, is_ragged, predict_batched
+from retrofit.batching.predict import check_batch_lists, is_ragged, predict_batched
 from retrofit.errors import SettingsConflictError
-from retrofit.loading import resolve_for_tabpfn
+from retrofit.models.loading import resolve_for_tabpfn
+from retrofit.models.saved import check_patch_digest
 from retrofit.patcher import PatchReport, patch, resolve_for_model
-from retrofit.saved import check_patch_digest
 from retrofit.settings import SETTING_NAMES, check_given
 from retrofit.validation import check_numeric_target
 
@@ -252,7 +252,7 @@ class OTabPFNRegressor(TabPFNRegressor):
         Same-shape input is tabpfn's own ``predict_batched``, in every mode. Ragged
         input on a patched host runs each dataset's stages before ICL as
         ``predict`` does and its ICL stage in zero-padded, length-bucketed forwards,
-        which the retrofit makes exact (:func:`retrofit.batched.predict_batched`,
+        which the retrofit makes exact (:func:`retrofit.batching.predict.predict_batched`,
         which also reports the padding); with ``mode="none"`` it keeps tabpfn's
         error. Same-shape input in ``inference_precision=torch.float64``, which
         tabpfn's fused forward refuses, takes the padded path too on a patched

@@ -25,6 +25,15 @@ from retrofit.errors import (
     NotPatchedError,
     UnsupportedArchitectureError,
 )
+from retrofit.hosts.base import (
+    STATE_ATTR,
+    PatchState,
+    ReplacedModule,
+    Swap,
+    host_patcher_for,
+    is_patched,
+    registered_host_patchers,
+)
 from retrofit.settings import (
     PATCH_MODES,
     Mode,
@@ -33,15 +42,6 @@ from retrofit.settings import (
     Support,
     check_given,
     resolve_settings,
-)
-from retrofit.tables import (
-    STATE_ATTR,
-    PatchState,
-    ReplacedModule,
-    Swap,
-    host_patcher_for,
-    is_patched,
-    registered_host_patchers,
 )
 
 __all__ = ["PatchReport", "is_patched", "patch", "resolve_for_model", "unpatch"]

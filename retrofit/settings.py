@@ -62,7 +62,7 @@ SUPPORTS: tuple[str, ...] = ("count", "mass")
 #: The settings, in :func:`retrofit.patch`'s names.
 SETTING_NAMES: tuple[str, ...] = ("mode", "tau", "support", "eps_den")
 #: Bound on each length bucket's padded share of rows and of attention cells
-#: in a ragged batched prediction (``retrofit.batched``) on an accelerator,
+#: in a ragged batched prediction (``retrofit.batching.predict``) on an accelerator,
 #: where a wider batch should cost little more than a narrow one (not yet
 #: measured on one: ``eval/gpu_check.py``'s ``batched`` part does).
 DEFAULT_MAX_PADDED_FRACTION: float = 0.25

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import torch
 
+import retrofit.hosts.icl_block as v3_block
 import retrofit.hosts.v2 as hosts_v2
-import retrofit.hosts.v3_block as v3_block
 from patches import oattention_reference
-from retrofit.icl_batch import key_rows, pad_carriers
+from retrofit.batching.padding import key_rows, pad_carriers
 
 __all__ = ["ragged_tables", "reference_kernel", "unpatched_padding_drifts"]
 

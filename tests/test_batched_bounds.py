@@ -13,7 +13,7 @@ from _tiny_models import tiny_v3_checkpoint
 from tabpfn import TabPFNRegressor
 
 from retrofit import OTabPFNRegressor
-from retrofit.batched import predict_batched
+from retrofit.batching.predict import predict_batched
 from retrofit.errors import BatchInputError
 from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, default_max_padded_fraction
 

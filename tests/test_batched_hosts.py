@@ -32,11 +32,12 @@ from _tiny_hosts import build_host, tiny_host_specs
 
 import retrofit
 from retrofit import OTabPFNRegressor
-from retrofit.batched import predict_batched
+from retrofit.batching.padding import key_rows, run_padded_icl
+from retrofit.batching.predict import predict_batched
 from retrofit.errors import UnsupportedArchitectureError
+from retrofit.hosts.base import icl_stage_for
 from retrofit.hosts.v2_icl_stage import V2p5ICLStage
 from retrofit.hosts.v3_icl_stage import V3p5ICLStage
-from retrofit.icl_batch import icl_stage_for, key_rows, run_padded_icl
 from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE
 
 HOSTS = ("tabpfn_v3_5", "tabpfn_v2_5", "tabpfn_v2_6")

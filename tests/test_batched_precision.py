@@ -24,7 +24,7 @@ from _exactness import MODEL_ULPS, assert_within_ulps
 from _padding import ragged_tables
 
 from retrofit import OTabPFNRegressor
-from retrofit.batched import predict_batched
+from retrofit.batching.predict import predict_batched
 
 FP32_STD = 1e-5
 BF16_AUTO_STD = 1e-2

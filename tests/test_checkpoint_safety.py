@@ -17,10 +17,10 @@ import pytest
 import torch
 from tabpfn.checkpoint import Checkpoint
 
-from retrofit import loading, saved
-from retrofit.checkpoints import check_checkpoint, load_checkpoint
 from retrofit.errors import CorruptCheckpointError, SavedModelError, UnsafeCheckpointError
 from retrofit.estimator import OTabPFNRegressor
+from retrofit.models import loading, saved
+from retrofit.models.checkpoints import check_checkpoint, load_checkpoint
 from tests._tiny_models import tiny_v3_checkpoint
 
 # tabpfn's loader warns that the variable forces full unpickling: that is the point here.

@@ -12,17 +12,17 @@ from tabpfn import TabPFNRegressor
 from tabpfn.architectures import tabpfn_v3
 from tabpfn.checkpoint import Checkpoint
 
-import retrofit.embedded as embedded
+import retrofit.models.embedded as embedded
 from hostgen import card, pretrain
 from hostgen.prior import PriorConfig, sample_batch, sample_task
 from hostgen.train import TINY_MODEL_CONFIG, TrainConfig, batch_rng, train
-from retrofit.embedded import (
+from retrofit.files import sha256_file
+from retrofit.models.embedded import (
     EMBEDDED_FILENAME,
     EmbeddedCheckpointError,
     embedded_model_path,
     verify_checkpoint,
 )
-from retrofit.hashing import sha256_file
 
 
 def _linear_task(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

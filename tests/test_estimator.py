@@ -1,4 +1,4 @@
-"""OTabPFNRegressor and retrofit.loading on tiny random v3 checkpoints."""
+"""OTabPFNRegressor and retrofit.models.loading on tiny random v3 checkpoints."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from tabpfn.inference_config import cpu_sample_limit
 from tabpfn.utils import infer_autocast_inference_mode
 
 import retrofit
-import retrofit.embedded
+import retrofit.models.embedded
 from retrofit import OTabPFNRegressor
 from retrofit.hosts.v3 import OTabPFNV3
-from retrofit.loading import load_host, resolve_checkpoint
-from retrofit.saving import save_patched
+from retrofit.models.loading import load_host, resolve_checkpoint
+from retrofit.models.saving import save_patched
 
 _CKPT: dict[str, Path] = {}
 
@@ -265,9 +265,9 @@ def test_test_row_order_changes_predictions_by_float32_rounding_only(mode):
 
 
 def test_embedded_host_fits_patched():
-    from retrofit.embedded import EMBEDDED_FILENAME
+    from retrofit.models.embedded import EMBEDDED_FILENAME
 
-    if not (Path(retrofit.embedded.__file__).parent / EMBEDDED_FILENAME).is_file():
+    if not (Path(retrofit.models.embedded.__file__).parent / EMBEDDED_FILENAME).is_file():
         pytest.skip(f"the embedded checkpoint {EMBEDDED_FILENAME} has not shipped yet")
     base = _fit_predict(_est(mode="none", model_path="embedded"))
     est = _est(mode="full-o", model_path="embedded")
@@ -361,7 +361,7 @@ def test_sklearn_estimator_checks(estimator, check):
 
 
 def test_saved_directory_settings_are_the_defaults(tmp_path):
-    from retrofit import saved
+    from retrofit.models import saved
 
     out = tmp_path / "patched"
     save_patched(_checkpoint(), out, mode="oattention", tau=0.5, support="mass")

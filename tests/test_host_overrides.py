@@ -3,7 +3,7 @@
 The v3 and v3.5 tables override three tabpfn methods (one place:
 ``retrofit.hosts.icl_host.OICLModelMixin``, see ``OVERRIDDEN_METHODS``), and
 the O-blocks re-implement the forward of tabpfn's blocks around OAttention
-(``retrofit.hosts.v3_block``, ``retrofit.hosts.v2``), so a tabpfn release that
+(``retrofit.hosts.icl_block``, ``retrofit.hosts.v2``), so a tabpfn release that
 changes any of them can silently break the retrofit. Each is pinned here by the
 SHA-256 (first 16 hex digits) of its source in tabpfn 9.2.0: when this test
 fails, read the changed method, update the retrofit to match, then the digest.

@@ -34,8 +34,8 @@ from _tiny_models import build_tiny_v3, tiny_v3_config
 from tabpfn.architectures.tabpfn_v3 import TabPFNV3
 
 import retrofit
-import retrofit.embedded
-from retrofit.hosts.v3_block import OICLBlock
+import retrofit.models.embedded
+from retrofit.hosts.icl_block import OICLBlock
 
 MODES = ("oattention", "full-o")
 R, N, B, C = 14, 9, 2, 4
@@ -326,9 +326,9 @@ def test_null_train_row_in_the_kv_cache_changes_no_prediction(mode, kv_dtype):
 
 
 def _embedded_or_skip():
-    from retrofit.embedded import EMBEDDED_FILENAME
+    from retrofit.models.embedded import EMBEDDED_FILENAME
 
-    path = Path(retrofit.embedded.__file__).parent / EMBEDDED_FILENAME
+    path = Path(retrofit.models.embedded.__file__).parent / EMBEDDED_FILENAME
     if not path.is_file():
         pytest.skip(f"the embedded checkpoint {EMBEDDED_FILENAME} has not shipped yet")
     return path
@@ -336,7 +336,7 @@ def _embedded_or_skip():
 
 @pytest.mark.parametrize("mode", MODES)
 def test_A_on_the_embedded_host(mode):
-    from retrofit.loading import load_host
+    from retrofit.models.loading import load_host
 
     _embedded_or_skip()
     g = torch.Generator().manual_seed(0)

@@ -21,7 +21,7 @@ from _tiny_hosts import build_host
 from tabpfn.architectures import tabpfn_v2_5, tabpfn_v2_6
 
 import retrofit
-from retrofit.hosts.v2 import OTabPFNBlockV2
+from retrofit.hosts.v2_block import OTabPFNBlockV2
 from retrofit.settings import DEFAULT_TAU_BY_HOST
 
 MODES = ("oattention", "full-o")

@@ -24,13 +24,13 @@ from tabpfn.architectures.tabpfn_v3_5 import ICLTransformerBlock, TabPFNV3p5, Ta
 from test_null_row_v3 import FinalCarriers, NullRow
 
 import retrofit
-from retrofit.hosts.v3_5 import OTabPFNV3p5
-from retrofit.hosts.v3_block import OICLBlock
-from retrofit.hosts.v3_cache import (
+from retrofit.hosts.icl_block import OICLBlock
+from retrofit.hosts.presence_cache import (
     PresenceKVCacheEntry,
     PresenceQuantizedKVCacheEntry,
     PresenceTabPFNV3p5Cache,
 )
+from retrofit.hosts.v3_5 import OTabPFNV3p5
 
 MODES = ("oattention", "full-o")
 R, N, B, C = 14, 9, 2, 4

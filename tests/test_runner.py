@@ -29,7 +29,7 @@ from eval.paper.executors import (
 from eval.paper.report import CASE_COLUMNS, build_report
 from eval.paper.spec import baseline_key, make_tasks, state_dict_sha256
 from eval.paper.store import load_rows, runs_dir
-from retrofit.hashing import sha256_file
+from retrofit.files import sha256_file
 from tests._tiny_models import tiny_inference_config, tiny_v3_checkpoint
 
 ROWS = {"max_train_rows": 40, "max_test_rows": 12}

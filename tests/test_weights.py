@@ -16,12 +16,12 @@ import torch
 from tabpfn import model_loading
 from tabpfn.checkpoint import Checkpoint
 
-from retrofit import loading, saved, weights
 from retrofit.errors import SavedModelError, SettingsConflictError
 from retrofit.estimator import OTabPFNRegressor
-from retrofit.saving import save_patched
+from retrofit.models import loading, saved, weights
+from retrofit.models.saving import save_patched
+from retrofit.models.weights import WeightsUnavailableError
 from retrofit.settings import resolve_settings
-from retrofit.weights import WeightsUnavailableError
 from tests._tiny_models import tiny_v3_checkpoint
 
 SETTINGS = {"mode": "full-o", "tau": 1.0, "support": "count", "eps_den": 1e-6}

@@ -9,9 +9,9 @@ host a zero ICL carrier is a true NULL, so :func:`predict_batched` does this:
    ``predict_batched``), and each ensemble member goes through the stages
    before ICL on its own, with the inputs ``predict`` builds for it;
 2. the members' carriers are grouped into length buckets
-   (:func:`retrofit.icl_batch.plan_buckets`) and, per bucket, padded with zero
+   (:func:`retrofit.batching.padding.plan_buckets`) and, per bucket, padded with zero
    rows and run through the patched ICL blocks in one forward, every member of
-   every dataset of the bucket along the batch (:func:`retrofit.icl_batch.run_padded_icl`);
+   every dataset of the bucket along the batch (:func:`retrofit.batching.padding.run_padded_icl`);
 3. padded rows are dropped before the decoder, and each dataset's estimators
    are translated, averaged and decoded with tabpfn's own helpers, as
    ``predict`` does.
@@ -20,7 +20,7 @@ Same-shape input, and any input on a model without a null-padded ICL stage
 (``mode="none"``), is handed to tabpfn's ``predict_batched`` unchanged, so it
 behaves (and errs) as tabpfn does. Hosts with a stage: every patched host
 (v2, v2.5, v2.6, v3, v3.5; ``retrofit/hosts/*_icl_stage.py``); another host
-opts in with :func:`retrofit.icl_batch.register_icl_stage`.
+opts in with :func:`retrofit.hosts.base.register_icl_stage`.
 
 With ``fit_mode="fit_with_cache"`` the padded path, like tabpfn's own
 ``predict_batched``, runs the full forward instead of the KV cache: it equals
@@ -54,16 +54,15 @@ from tabpfn.regressor import _USABLE_OUTPUT_TYPES
 from tabpfn.utils import get_autocast_context
 from tabpfn.validation import check_input_shape_matches, ensure_compatible_predict_input_sklearn
 
-from retrofit.errors import BatchInputError, InvalidInputError
-from retrofit.icl_batch import (
+from retrofit.batching.padding import (
     DEFAULT_MAX_ROWS_PER_FORWARD,
     PaddingStats,
-    icl_stage_for,
     key_rows,
     plan_buckets,
     run_padded_icl,
-    supports_padded_icl,
 )
+from retrofit.errors import BatchInputError, InvalidInputError
+from retrofit.hosts.base import icl_stage_for, supports_padded_icl
 from retrofit.settings import check_max_padded_fraction, default_max_padded_fraction
 from retrofit.validation import check_numeric_target
 

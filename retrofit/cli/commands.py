@@ -3,14 +3,14 @@
 ``predict`` fits :class:`retrofit.OTabPFNRegressor` on a CSV and writes the
 predictions for a test CSV (or a held-out fraction of the training CSV);
 ``patch`` saves a retrofitted model as the original weights plus the retrofit
-settings (see :mod:`retrofit.saved`), which ``predict --model DIR`` and
+settings (see :mod:`retrofit.models.saved`), which ``predict --model DIR`` and
 ``OTabPFNRegressor(model_path=DIR)`` load.
 
 Every failure a user can cause ends in one line on stderr,
 ``tabpfn-retrofit <command>: error: <what and where>``, and exit status 2;
 outputs are written to a temporary name and renamed, so nothing half-written
 is left behind (set ``TABPFN_RETROFIT_DEBUG=1`` for the full traceback of an
-unexpected error; see :mod:`retrofit.console`). :func:`add_subcommands`
+unexpected error; see :mod:`retrofit.cli.console`). :func:`add_subcommands`
 registers both commands on the ``tabpfn-retrofit`` parser, which ``eval.cli``
 composes with eval's commands. Building the parsers imports nothing heavy:
 each command imports the estimator, pandas and tabpfn when it runs.
@@ -23,15 +23,15 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retrofit.console import PRECISIONS, PROG, parse_precision, run_command, status
-from retrofit.csv_tables import (
+from retrofit.cli.console import PRECISIONS, PROG, parse_precision, run_command, status
+from retrofit.cli.csv_tables import (
     numeric_target,
     read_csv_table,
     refuse_infinite_features,
     write_csv_atomic,
 )
+from retrofit.cli.outputs import check_output_dir, check_output_file, same_file
 from retrofit.errors import CommandError
-from retrofit.outputs import check_output_dir, check_output_file, same_file
 from retrofit.settings import (
     DEFAULT_MAX_PADDED_FRACTION,
     DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE,
@@ -42,7 +42,7 @@ from retrofit.settings import (
 )
 
 if TYPE_CHECKING:
-    from retrofit.loading import ResolvedModel
+    from retrofit.models.loading import ResolvedModel
 
 __all__ = [
     "add_subcommands",
@@ -274,7 +274,7 @@ def _requested_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def _check_model_argument(model: str) -> ResolvedModel:
     """Resolve ``--model`` early: downloads a missing v2/v3 file, verifies a saved directory."""
-    from retrofit.loading import resolve_model
+    from retrofit.models.loading import resolve_model
 
     return resolve_model(model)
 
@@ -453,7 +453,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 def _check_patch_out(args: argparse.Namespace) -> Path:
     """``--out`` may replace only a saved directory or a file (``--force``), never ``--model``."""
-    from retrofit import saved
+    from retrofit.models import saved
 
     out = Path(args.out).expanduser()
     saved.remove_leftovers(out)  # a killed patch's temp folder, or its moved-aside DIR
@@ -468,7 +468,7 @@ def _check_patch_out(args: argparse.Namespace) -> Path:
 
 
 def _patch(args: argparse.Namespace) -> int:
-    from retrofit import saving
+    from retrofit.models import saving
 
     requested = _requested_settings(args)
     out = _check_patch_out(args)
@@ -493,9 +493,9 @@ def run_predict(args: argparse.Namespace) -> int:
 
 def run_predict_batch(args: argparse.Namespace) -> int:
     """Runs ``predict-batch`` on parsed arguments; returns the exit status."""
-    from retrofit import cli_batch  # pandas, torch and the estimator, when it runs
+    from retrofit.cli import predict_batch  # pandas, torch and the estimator, when it runs
 
-    return cli_batch.run(args)
+    return predict_batch.run(args)
 
 
 def run_patch(args: argparse.Namespace) -> int:

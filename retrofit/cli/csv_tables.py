@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrofit.console import one_line
+from retrofit.cli.console import one_line
 from retrofit.errors import CommandError
 from retrofit.files import atomic_path
 

@@ -40,7 +40,7 @@ from retrofit.errors import (
     MissingPresenceError,
     UnsupportedArchitectureError,
 )
-from retrofit.hosts.v3_cache import PresenceKVCacheEntry
+from retrofit.hosts.presence_cache import PresenceKVCacheEntry
 
 __all__ = ["SUPPORTED_ICL_BLOCKS", "MissingPresenceError", "OICLBlock"]
 

@@ -3,7 +3,7 @@
 Both hosts end in ICL transformer blocks (train rows are the keys) and add the
 ICL target embedding to the train rows inline in ``forward``, between
 ``_stages_0_to_2`` and the first block. The retrofit swaps every block for an
-:class:`~retrofit.hosts.v3_block.OICLBlock` and the model's class for a
+:class:`~retrofit.hosts.icl_block.OICLBlock` and the model's class for a
 subclass that mixes in :class:`OICLModelMixin`, whose overrides call into
 tabpfn for the two model-level parts of the retrofit:
 
@@ -15,7 +15,7 @@ tabpfn for the two model-level parts of the retrofit:
   otherwise revive a null train row).
 * Presence-carrying KV caches: a cache built by ``forward(...,
   return_kv_cache=True)`` is returned as the host's presence cache class
-  (:mod:`retrofit.hosts.v3_cache`).
+  (:mod:`retrofit.hosts.presence_cache`).
 
 These are the only overrides of tabpfn methods for these hosts, and the only
 place they live; ``tests/test_host_overrides.py`` pins the source of every
@@ -38,15 +38,15 @@ from torch import nn
 
 from patches import presence
 from retrofit.errors import MissingPresenceError, UnsupportedArchitectureError
-from retrofit.hosts.v3_block import SUPPORTED_ICL_BLOCKS, OICLBlock
-from retrofit.hosts.v3_cache import PresenceCacheMixin
-from retrofit.settings import PatchConfig
-from retrofit.tables import (
+from retrofit.hosts.base import (
     HostPatcher,
     ReplacedModule,
     Swap,
     patch_config_of,
 )
+from retrofit.hosts.icl_block import SUPPORTED_ICL_BLOCKS, OICLBlock
+from retrofit.hosts.presence_cache import PresenceCacheMixin
+from retrofit.settings import PatchConfig
 
 __all__ = ["CARRIER_PRESENCE_ATTR", "OVERRIDDEN_METHODS", "ICLHostPatcher", "OICLModelMixin"]
 
@@ -65,7 +65,7 @@ class OICLModelMixin:
     """Overrides mixed into a patched ICL host; only ever installed by :func:`retrofit.patch`.
 
     A subclass names ``presence_cache_class``, the host cache class with
-    :class:`~retrofit.hosts.v3_cache.PresenceCacheMixin`.
+    :class:`~retrofit.hosts.presence_cache.PresenceCacheMixin`.
     """
 
     presence_cache_class: ClassVar[type[PresenceCacheMixin]]
@@ -135,7 +135,7 @@ class ICLHostPatcher(HostPatcher):
 
         Raises:
             UnsupportedArchitectureError: If an ICL block is not exactly one of
-                :data:`~retrofit.hosts.v3_block.SUPPORTED_ICL_BLOCKS` (a changed host).
+                :data:`~retrofit.hosts.icl_block.SUPPORTED_ICL_BLOCKS` (a changed host).
         """
         swaps = []
         for i, block in enumerate(getattr(model, "icl_blocks", [])):

@@ -10,8 +10,8 @@ model must never be shared between estimators or runs.
 Accepted ``model_path`` values (one resolver each, tried in order):
 ``"embedded"`` (the shipped host), ``"v2"``, ``"v2.5"``, ``"v2.6"``, ``"v3"``,
 ``"v3.5"`` or ``"auto"`` (tabpfn's default checkpoints and tabpfn's default
-version, see :mod:`retrofit.weights`), a saved retrofit directory (see
-:mod:`retrofit.saved`), or a local ``.safetensors``/``.ckpt`` file.
+version, see :mod:`retrofit.models.weights`), a saved retrofit directory (see
+:mod:`retrofit.models.saved`), or a local ``.safetensors``/``.ckpt`` file.
 
 :func:`resolve_for_tabpfn` translates the estimator's ``model_path`` (any of
 the above, or whatever tabpfn itself takes: ``"auto"``, a ``ModelSpecs``, a
@@ -31,14 +31,14 @@ from tabpfn import ModelSpecs, model_loading
 from tabpfn.inference_config import cpu_sample_limit
 from tabpfn.model_loading import ModelSource
 
-from retrofit import saved, weights
-from retrofit.checkpoints import check_checkpoint
-from retrofit.embedded import embedded_model_path
 from retrofit.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
     InvalidModelPathError,
 )
+from retrofit.models import saved, weights
+from retrofit.models.checkpoints import check_checkpoint
+from retrofit.models.embedded import embedded_model_path
 
 __all__ = [
     "CHECKPOINT_SUFFIXES",
