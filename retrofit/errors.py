@@ -29,6 +29,7 @@ __all__ = [
     "RetrofitWarning",
     "SavedModelError",
     "SettingsConflictError",
+    "TabPFNInternalsError",
     "UnsafeCheckpointError",
     "UnsupportedArchitectureError",
     "WeightsUnavailableError",
@@ -112,6 +113,10 @@ class OutputExistsError(RetrofitError, FileExistsError):
 
 class SettingsConflictError(RetrofitError, ValueError):
     """An explicit retrofit setting contradicts the one a saved directory carries."""
+
+
+class TabPFNInternalsError(RetrofitError, RuntimeError):
+    """The installed tabpfn lacks a private name a feature needs (``retrofit.tabpfn_surface``)."""
 
 
 class RetrofitWarning(UserWarning):

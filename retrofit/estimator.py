@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 from sklearn.base import clone
-from tabpfn import ModelSpecs, TabPFNRegressor, model_loading
+from tabpfn import ModelSpecs, TabPFNRegressor
 
 from retrofit.batching.predict import check_batch_lists, is_ragged, predict_batched
 from retrofit.errors import SettingsConflictError
@@ -37,6 +37,7 @@ from retrofit.models.loading import resolve_for_tabpfn
 from retrofit.models.saved import check_patch_digest
 from retrofit.patcher import PatchReport, patch, resolve_for_model
 from retrofit.settings import SETTING_NAMES, check_given
+from retrofit.tabpfn_surface import models_may_be_shared
 from retrofit.validation import check_numeric_target
 
 if TYPE_CHECKING:
@@ -224,7 +225,7 @@ class OTabPFNRegressor(TabPFNRegressor):
         if settings[0].mode != "none":
             # Built models are shared when tabpfn's model cache is on, and ModelSpecs
             # models are the caller's: the patch goes to a copy then.
-            shared = resolved.by_reference or model_loading._get_built_model_cache_size() > 0
+            shared = resolved.by_reference or models_may_be_shared()
             if shared:
                 self.models_ = [copy.deepcopy(model) for model in self.models_]
             reports = [

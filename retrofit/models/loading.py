@@ -39,6 +39,7 @@ from retrofit.errors import (
 from retrofit.models import saved, weights
 from retrofit.models.checkpoints import check_checkpoint
 from retrofit.models.embedded import embedded_model_path
+from retrofit.tabpfn_surface import models_may_be_shared
 
 __all__ = [
     "CHECKPOINT_SUFFIXES",
@@ -202,7 +203,7 @@ def load_host(model_path: ModelPathLike | ResolvedModel = "embedded") -> ModelSp
         raise CorruptCheckpointError(
             f"cannot load TabPFN checkpoint {path}: {type(err).__name__}: {first}"
         ) from err
-    if model_loading._get_built_model_cache_size() > 0:
+    if models_may_be_shared():
         # TABPFN_MODEL_CACHE_SIZE shares built models between calls; ours must not be.
         model = copy.deepcopy(model)
     version = model_loading.resolve_model_version(path)
