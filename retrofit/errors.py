@@ -30,6 +30,7 @@ __all__ = [
     "SavedModelError",
     "SettingsConflictError",
     "TabPFNInternalsError",
+    "UnknownVersionError",
     "UnsafeCheckpointError",
     "UnsupportedArchitectureError",
     "WeightsUnavailableError",
@@ -93,6 +94,10 @@ class UnsafeCheckpointError(CorruptCheckpointError):
 
 class InvalidInputError(RetrofitError, ValueError):
     """Data given to ``fit`` or ``predict`` is malformed (e.g. a non-numeric target)."""
+
+
+class UnknownVersionError(RetrofitError, ValueError):
+    """A TabPFN version alias (``"v2"``, ``"auto"``, ...) naming no weights the retrofit knows."""
 
 
 class WeightsUnavailableError(RetrofitError, RuntimeError):

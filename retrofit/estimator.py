@@ -33,7 +33,7 @@ from tabpfn import ModelSpecs, TabPFNRegressor
 
 from retrofit.batching.predict import check_batch_lists, is_ragged, predict_batched
 from retrofit.errors import SettingsConflictError
-from retrofit.models.loading import resolve_for_tabpfn
+from retrofit.models.loading import ResolvedModel, resolve_for_tabpfn
 from retrofit.models.saved import check_patch_digest
 from retrofit.patcher import PatchReport, patch, resolve_for_model
 from retrofit.settings import SETTING_NAMES, check_given
@@ -48,8 +48,11 @@ if TYPE_CHECKING:
 
 __all__ = ["ModelPath", "OTabPFNRegressor"]
 
-#: What ``model_path`` takes: tabpfn's kinds plus "embedded", the aliases and saved directories.
-ModelPath = str | PathLike | ModelSpecs | list[str | PathLike | ModelSpecs]
+#: What ``model_path`` takes: tabpfn's kinds plus "embedded", the aliases, saved
+#: directories and a model resolved once (:func:`retrofit.resolve_model`).
+ModelPath = (
+    str | PathLike | ModelSpecs | ResolvedModel | list[str | PathLike | ModelSpecs | ResolvedModel]
+)
 
 
 class OTabPFNRegressor(TabPFNRegressor):
@@ -70,9 +73,10 @@ class OTabPFNRegressor(TabPFNRegressor):
         model_path: ``"embedded"`` (the shipped host), ``"auto"`` (tabpfn's
             default model), ``"v3"``/``"v2"``, a saved retrofit directory, a
             checkpoint file, a ``tabpfn.ModelSpecs`` (patched as a copy; the
-            given model is left as it is), or a list of these (each model
-            patched). A saved directory's settings are the defaults of
-            ``mode``, ``tau``, ``support`` and ``eps_den``.
+            given model is left as it is), a :class:`~retrofit.ResolvedModel`
+            (resolved once, so a saved directory is not hashed again), or a
+            list of these (each model patched). A saved directory's settings
+            are the defaults of ``mode``, ``tau``, ``support`` and ``eps_den``.
         n_estimators: See ``tabpfn.TabPFNRegressor``.
         auto_scale_n_estimators: See ``tabpfn.TabPFNRegressor``.
         categorical_features_indices: See ``tabpfn.TabPFNRegressor``.
@@ -217,7 +221,10 @@ class OTabPFNRegressor(TabPFNRegressor):
         finally:
             self.model_path = requested_path
         # One resolution per model: an unset tau is each host class's default.
-        where = f"saved model {self.model_path}"
+        label = self.model_path
+        if isinstance(label, ResolvedModel):
+            label = label.label
+        where = f"saved model {label}"
         settings = [
             resolve_for_model(model, requested, saved, where=where) for model in self.models_
         ]

@@ -33,6 +33,7 @@ from retrofit.errors import BatchInputError, InvalidPatchConfigError, SettingsCo
 __all__ = [
     "DEFAULT_MAX_PADDED_FRACTION",
     "DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE",
+    "DEFAULT_QUANTILES",
     "DEFAULT_SETTINGS",
     "DEFAULT_TAU_BY_HOST",
     "MODES",
@@ -52,6 +53,10 @@ __all__ = [
 
 Mode = Literal["oattention", "full-o"]
 Support = Literal["count", "mass"]
+
+#: The quantiles ``predict`` returns for ``output_type="quantiles"`` when none are given
+#: (tabpfn's default), for both commands and ``predict_batched``.
+DEFAULT_QUANTILES: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 #: Modes :func:`retrofit.patch` applies.
 PATCH_MODES: tuple[str, ...] = ("oattention", "full-o")

@@ -27,10 +27,10 @@ Four kinds of names:
 from __future__ import annotations
 
 import importlib
-from importlib import metadata
 from typing import Any
 
 from retrofit.errors import TabPFNInternalsError
+from retrofit.versions import package_versions
 
 __all__ = [
     "PRIVATE_ATTRIBUTES",
@@ -156,15 +156,8 @@ PRIVATE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _installed_tabpfn_version() -> str:
-    try:
-        return metadata.version("tabpfn")
-    except metadata.PackageNotFoundError:
-        return "(not installed)"
-
-
-#: The installed tabpfn's version, as error messages name it.
-TABPFN_VERSION = _installed_tabpfn_version()
+#: The installed tabpfn's version, as error messages and patch reports name it.
+TABPFN_VERSION = package_versions(["tabpfn"])["tabpfn"]
 
 
 class MissingTabPFNName:

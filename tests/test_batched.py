@@ -364,10 +364,6 @@ def test_ragged_predict_batched_matches_predict_in_float32_for_every_output_type
 
 
 def test_the_embedded_host_batches_ragged_datasets_exactly():
-    from retrofit.models.embedded import EMBEDDED_FILENAME
-
-    if not (Path(retrofit.models.embedded.__file__).parent / EMBEDDED_FILENAME).is_file():
-        pytest.skip(f"the embedded checkpoint {EMBEDDED_FILENAME} has not shipped yet")
     sets = _datasets([(30, 6, 3), (50, 10, 4), (12, 4, 2)], seed=3)
     kwargs = {"model_path": "embedded", "n_estimators": 2, "inference_precision": torch.float64}
     with reference_kernel():

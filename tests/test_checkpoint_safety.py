@@ -19,6 +19,7 @@ from tabpfn.checkpoint import Checkpoint
 
 from retrofit.errors import CorruptCheckpointError, SavedModelError, UnsafeCheckpointError
 from retrofit.estimator import OTabPFNRegressor
+from retrofit.files import sha256_file
 from retrofit.models import loading, saved
 from retrofit.models.checkpoints import check_checkpoint, load_checkpoint
 from tests._tiny_models import tiny_v3_checkpoint
@@ -108,7 +109,7 @@ def test_a_truncated_ckpt_is_a_corrupt_checkpoint(tmp_path):
 def _point_manifest_at(directory: Path, weights: Path) -> None:
     manifest_path = directory / saved.MANIFEST_NAME
     manifest = json.loads(manifest_path.read_text())
-    manifest["weights"] = {"file": weights.name, "sha256": saved.sha256_file(weights)}
+    manifest["weights"] = {"file": weights.name, "sha256": sha256_file(weights)}
     manifest_path.write_text(json.dumps(manifest))
 
 

@@ -25,6 +25,7 @@ from tabpfn import model_loading
 import retrofit
 from eval import cli
 from retrofit.estimator import OTabPFNRegressor
+from retrofit.files import sha256_file
 from retrofit.models import saved
 
 EMBEDDED = (
@@ -180,7 +181,7 @@ def test_patch_then_predict_from_the_directory_is_bit_identical(data, model_arg,
     }
     assert len(manifest["patch_digest"]) == 16
     source = EMBEDDED if model_arg == "embedded" else Path(model_arg)
-    assert manifest["source"]["sha256"] == saved.sha256_file(source)
+    assert manifest["source"]["sha256"] == sha256_file(source)
 
     out = tmp_path / "pred.csv"
     code, _, _ = _run(

@@ -20,7 +20,7 @@ from tabpfn.architectures.tabpfn_v2 import TabPFNBlock, TabPFNV2
 from tabpfn.checkpoint import save_as_safetensors
 
 import retrofit
-from retrofit.hosts.icl_block import MissingPresenceError
+from retrofit.errors import MissingPresenceError
 from retrofit.hosts.v2_block import OTabPFNBlockV2
 
 MODES = ("oattention", "full-o")

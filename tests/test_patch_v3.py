@@ -13,7 +13,8 @@ from _tiny_models import build_tiny_v3, tiny_v3_config
 from tabpfn.architectures.tabpfn_v3 import ICLTransformerBlock, TabPFNV3, TabPFNV3Cache
 
 import retrofit
-from retrofit.hosts.icl_block import MissingPresenceError, OICLBlock
+from retrofit.errors import MissingPresenceError
+from retrofit.hosts.icl_block import OICLBlock
 from retrofit.hosts.presence_cache import (
     PresenceKVCacheEntry,
     PresenceQuantizedKVCacheEntry,

@@ -23,9 +23,9 @@ from tabpfn.architectures.shared.bar_distribution import FullSupportBarDistribut
 from tabpfn.checkpoint import save_as_safetensors
 from tabpfn.constants import ModelVersion
 
+from retrofit.errors import WeightsUnavailableError
 from retrofit.estimator import OTabPFNRegressor
 from retrofit.models import loading, weights
-from retrofit.models.weights import WeightsUnavailableError
 from retrofit.settings import DEFAULT_TAU_BY_HOST
 
 NEW_ALIASES = {

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from retrofit.hosts.base import icl_stage_for
-from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION
+from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, check_max_padded_fraction
 
 __all__ = [
     "DEFAULT_MAX_ROWS_PER_FORWARD",
@@ -144,10 +144,9 @@ def plan_buckets(
         Buckets of dataset indices; every index appears once.
 
     Raises:
-        ValueError: If ``max_padded_fraction`` is not in ``[0, 1)``.
+        BatchInputError: If ``max_padded_fraction`` is not in ``[0, 1)``.
     """
-    if not 0.0 <= max_padded_fraction < 1.0:
-        raise ValueError(f"max_padded_fraction must be in [0, 1), got {max_padded_fraction!r}")
+    max_padded_fraction = check_max_padded_fraction(max_padded_fraction)
     batch = [1] * len(shapes) if batch is None else list(batch)
     order = sorted(range(len(shapes)), key=lambda i: (-shapes[i][0], -shapes[i][1], i))
     buckets: list[list[int]] = []

@@ -49,7 +49,11 @@ from retrofit.batching.padding import (
 )
 from retrofit.errors import BatchInputError, InvalidInputError
 from retrofit.hosts.base import icl_stage_for, supports_padded_icl
-from retrofit.settings import check_max_padded_fraction, default_max_padded_fraction
+from retrofit.settings import (
+    DEFAULT_QUANTILES,
+    check_max_padded_fraction,
+    default_max_padded_fraction,
+)
 from retrofit.tabpfn_surface import (
     RAGGED_BATCHING,
     batch_member_inputs,
@@ -75,8 +79,6 @@ from retrofit.tabpfn_surface import (
 from retrofit.validation import check_numeric_target
 
 __all__ = ["BatchedPrediction", "check_batch_lists", "is_ragged", "predict_batched"]
-
-DEFAULT_QUANTILES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
 
 #: ``progress(phase, done, total)``; phases ``"embed"`` (per dataset) and ``"icl"``.
 Progress = Callable[[str, int, int], None]
@@ -107,8 +109,12 @@ def _n_rows(X: Any) -> int:
 
 def check_batch_lists(
     X_train_list: Sequence[Any], y_train_list: Sequence[Any], X_test_list: Sequence[Any]
-) -> None:
+) -> list[Any]:
     """Refuses malformed batch input before anything is fitted.
+
+    Returns:
+        The targets as ``OTabPFNRegressor.fit`` takes them (text that spells
+        numbers converted: :func:`retrofit.validation.check_numeric_target`).
 
     Raises:
         BatchInputError: If the lists differ in length or are empty, or a
@@ -124,10 +130,12 @@ def check_batch_lists(
         )
     if lengths[0] == 0:
         raise BatchInputError("nothing to predict: empty dataset list")
+    targets = []
     for i, (X, y, X_test) in enumerate(zip(X_train_list, y_train_list, X_test_list, strict=True)):
         n = _n_rows(X)
         if n < 2:
             raise BatchInputError(f"dataset {i}: needs at least 2 train rows, got {n}")
+        y = _numeric_target(i, y)
         try:
             y_arr = np.asarray(y, dtype=np.float64).reshape(-1)
         except (TypeError, ValueError) as err:
@@ -141,6 +149,8 @@ def check_batch_lists(
             raise BatchInputError(f"dataset {i}: y_train has {bad} NaN or infinite values")
         if _n_rows(X_test) < 1:
             raise BatchInputError(f"dataset {i}: X_test has no rows")
+        targets.append(y)
+    return targets
 
 
 def _numeric_target(index: int, y: Any) -> Any:
@@ -409,8 +419,7 @@ def predict_batched(
             (tabpfn's own error).
         UnsupportedArchitectureError: ``padded=True`` on such a host.
     """
-    check_batch_lists(X_train_list, y_train_list, X_test_list)
-    y_train_list = [_numeric_target(i, y) for i, y in enumerate(y_train_list)]
+    y_train_list = check_batch_lists(X_train_list, y_train_list, X_test_list)
     if max_padded_fraction is not None:
         max_padded_fraction = check_max_padded_fraction(max_padded_fraction)
     quantiles = _check_output_request(output_type, quantiles)

@@ -35,6 +35,7 @@ from retrofit.errors import CommandError
 from retrofit.settings import (
     DEFAULT_MAX_PADDED_FRACTION,
     DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE,
+    DEFAULT_QUANTILES,
     MODES,
     SETTING_NAMES,
     SUPPORTS,
@@ -66,7 +67,6 @@ _SETTINGS_NOTE = (
 
 
 POINT_OUTPUTS = ("mean", "median", "mode")
-DEFAULT_QUANTILES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 # --- argument parsing -------------------------------------------------------------
 
@@ -274,7 +274,7 @@ def _requested_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def _check_model_argument(model: str) -> ResolvedModel:
     """Resolve ``--model`` early: downloads a missing v2/v3 file, verifies a saved directory."""
-    from retrofit.models.loading import resolve_model
+    from retrofit.models.loading import resolve_model  # lazy: keeps --help light
 
     return resolve_model(model)
 
@@ -284,7 +284,7 @@ def _check_model_argument(model: str) -> ResolvedModel:
 
 def _load_predict_data(args: argparse.Namespace):
     """Returns X_train, y_train, X_test, y_test (or None), test row ids, feature names."""
-    import numpy as np
+    import numpy as np  # lazy: keeps --help light
 
     if (args.test is None) == (args.holdout is None):
         raise CommandError("give exactly one of --test TEST.csv or --holdout F")
@@ -391,8 +391,8 @@ def _categorical_indices(names: str | None, features: list[str]) -> list[int]:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    import numpy as np
-    import pandas as pd
+    import numpy as np  # lazy: keeps --help light
+    import pandas as pd  # lazy: keeps --help light
 
     _check_predict_out(args)
     requested = _requested_settings(args)
@@ -404,12 +404,13 @@ def _predict(args: argparse.Namespace) -> int:
     _check_target_name(args.target, _output_columns(output_type, quantiles))
     X_train, y_train, X_test, y_test, rows, features = _load_predict_data(args)
     categorical = _categorical_indices(args.categorical, features)
-    _check_model_argument(args.model)  # after the cheap local checks: it may download
+    resolved = _check_model_argument(args.model)  # after the cheap local checks: it may download
 
-    from retrofit import OTabPFNRegressor
+    from retrofit import OTabPFNRegressor  # lazy: keeps --help light
 
-    # The estimator resolves the settings (a saved directory's, else the host's defaults).
-    params: dict[str, Any] = {**requested, "model_path": args.model, "random_state": args.seed}
+    # The estimator resolves the settings (a saved directory's, else the host's defaults)
+    # from the model resolved above: a saved directory is hashed once.
+    params: dict[str, Any] = {**requested, "model_path": resolved, "random_state": args.seed}
     if args.n_estimators is not None:
         params["n_estimators"] = args.n_estimators
     if args.device is not None:
@@ -453,7 +454,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 def _check_patch_out(args: argparse.Namespace) -> Path:
     """``--out`` may replace only a saved directory or a file (``--force``), never ``--model``."""
-    from retrofit.models import saved
+    from retrofit.models import saved  # lazy: keeps --help light
 
     out = Path(args.out).expanduser()
     saved.remove_leftovers(out)  # a killed patch's temp folder, or its moved-aside DIR
@@ -468,7 +469,7 @@ def _check_patch_out(args: argparse.Namespace) -> Path:
 
 
 def _patch(args: argparse.Namespace) -> int:
-    from retrofit.models import saving
+    from retrofit.models import saving  # lazy: keeps --help light
 
     requested = _requested_settings(args)
     out = _check_patch_out(args)

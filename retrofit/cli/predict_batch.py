@@ -8,10 +8,13 @@ manifest's folder), and optionally ``name`` (default: its position) and
 :func:`retrofit.batching.predict.predict_batched`; ragged datasets share null-padded
 ICL forwards on a patched host. One file per dataset, ``OUT_DIR/<name>.csv``
 with the columns ``row``, the target (when the test file has it) and
-``prediction``, is written atomically after every prediction is made, so a
-failure leaves no file half-written; ``OUT_DIR`` is created then if it is
+``prediction``, is written once every prediction is made, each atomically: a
+failed prediction writes nothing, a failed write leaves no file half-written
+(the files written before it stay); ``OUT_DIR`` is created then if it is
 missing. No prediction file may replace the manifest or an input file, even
-with ``--force``. Errors name the dataset, tabpfn's included.
+with ``--force``. An error about one dataset names it, tabpfn's included when
+that dataset fails on its own; tabpfn's refusal of a whole ragged batch (an
+unpatched host) names none.
 
 :func:`add_parser` registers the command on the console script's parser,
 :func:`run` runs it.
@@ -44,7 +47,7 @@ from retrofit.estimator import OTabPFNRegressor
 from retrofit.files import missing_dirs, remove_empty_dirs
 from retrofit.settings import check_max_padded_fraction
 
-__all__ = ["ManifestError", "read_manifest", "run"]
+__all__ = ["read_manifest", "run"]
 
 PROG = "tabpfn-retrofit predict-batch"
 #: The columns of a prediction file besides the known target; a target of one of

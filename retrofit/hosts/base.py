@@ -20,6 +20,7 @@ outputs.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Literal, Protocol
 
 import torch
@@ -43,6 +44,7 @@ __all__ = [
     "register_icl_stage",
     "registered_host_patchers",
     "supports_padded_icl",
+    "swap_each",
 ]
 
 #: Where a patched model keeps its :class:`PatchState` (in ``__dict__``, not a submodule).
@@ -115,6 +117,21 @@ class HostPatcher:
 
     def detach(self, model: nn.Module) -> None:
         """Removes what :meth:`attach` installed."""
+
+
+def swap_each(
+    modules: Iterable[nn.Module], prefix: str, build: Callable[[nn.Module, str], nn.Module]
+) -> list[Swap]:
+    """One :class:`Swap` per module of a block list: ``build(module, path)`` replaces it.
+
+    The loop every table's :meth:`HostPatcher.plan` runs over its host's blocks
+    (paths ``prefix.0``, ``prefix.1``, ...); ``build`` may raise to refuse one.
+    """
+    swaps = []
+    for i, module in enumerate(modules):
+        path = f"{prefix}.{i}"
+        swaps.append(Swap(path=path, original=module, replacement=build(module, path)))
+    return swaps
 
 
 _HOST_PATCHERS: dict[type[nn.Module], HostPatcher] = {}

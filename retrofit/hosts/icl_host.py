@@ -43,6 +43,7 @@ from retrofit.hosts.base import (
     ReplacedModule,
     Swap,
     patch_config_of,
+    swap_each,
 )
 from retrofit.hosts.icl_block import SUPPORTED_ICL_BLOCKS, OICLBlock
 from retrofit.hosts.presence_cache import PresenceCacheMixin
@@ -137,14 +138,13 @@ class ICLHostPatcher(HostPatcher):
             UnsupportedArchitectureError: If an ICL block is not exactly one of
                 :data:`~retrofit.hosts.icl_block.SUPPORTED_ICL_BLOCKS` (a changed host).
         """
-        swaps = []
-        for i, block in enumerate(getattr(model, "icl_blocks", [])):
-            path = f"icl_blocks.{i}"
+
+        def build(block: nn.Module, path: str) -> nn.Module:
             if type(block) not in SUPPORTED_ICL_BLOCKS:
                 raise UnsupportedArchitectureError(
                     f"{path}: expected ICLTransformerBlock, got {type(block).__name__}"
                 )
-            replacement = OICLBlock.from_module(
+            return OICLBlock.from_module(
                 block,
                 mode=config.mode,
                 tau=config.tau,
@@ -152,8 +152,8 @@ class ICLHostPatcher(HostPatcher):
                 eps_den=config.eps_den,
                 path=path,
             )
-            swaps.append(Swap(path=path, original=block, replacement=replacement))
-        return swaps
+
+        return swap_each(getattr(model, "icl_blocks", []), "icl_blocks", build)
 
     def overrides(self, model: nn.Module, config: PatchConfig) -> list[ReplacedModule]:
         """The class swap, and in Full-O the gated target injection."""

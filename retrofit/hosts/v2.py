@@ -12,7 +12,7 @@ from tabpfn.architectures.tabpfn_v2_5 import TabPFNV2p5
 from tabpfn.architectures.tabpfn_v2_6 import TabPFNV2p6
 from torch import nn
 
-from retrofit.hosts.base import HostPatcher, Swap, register_host_patcher
+from retrofit.hosts.base import HostPatcher, Swap, register_host_patcher, swap_each
 from retrofit.hosts.v2_block import OTabPFNBlockV2
 from retrofit.settings import PatchConfig
 
@@ -31,10 +31,9 @@ class V2Patcher(HostPatcher):
     def plan(self, model: nn.Module, config: PatchConfig) -> list[Swap]:
         """One swap per block, each sharing the original's modules."""
         learned = self.learned_rows(model)
-        swaps = []
-        for i, block in enumerate(model.blocks):
-            path = f"blocks.{i}"
-            replacement = OTabPFNBlockV2.from_module(
+
+        def build(block: nn.Module, path: str) -> nn.Module:
+            return OTabPFNBlockV2.from_module(
                 block,
                 mode=config.mode,
                 tau=config.tau,
@@ -43,8 +42,8 @@ class V2Patcher(HostPatcher):
                 path=path,
                 learned_rows=learned,
             )
-            swaps.append(Swap(path=path, original=block, replacement=replacement))
-        return swaps
+
+        return swap_each(model.blocks, "blocks", build)
 
 
 class V2p5Patcher(V2Patcher):

@@ -55,13 +55,14 @@ from tabpfn.architectures.kv_cache import KVCacheEntry
 from tabpfn.architectures.shared.chunked_evaluate import chunked_evaluate_maybe_inplace
 from torch import nn
 
-from patches import OFFN, ONorm, oattention, presence
+from patches import OFFN, ONorm, presence
 from retrofit.errors import (
     InvalidPatchConfigError,
     MissingPresenceError,
     UnsupportedArchitectureError,
 )
 from retrofit.hosts.presence_cache import PresenceKVCacheEntry
+from retrofit.hosts.row_attention import oattend_rows, oattend_train_then_test
 
 __all__ = ["SUPPORTED_V2_BLOCKS", "OTabPFNBlockV2"]
 
@@ -320,11 +321,9 @@ class OTabPFNBlockV2(nn.Module):
             else:
                 # Train queries use every head; test queries read the first
                 # key/value head only (the host's multi-query attention).
-                o_train = self._oattend(q_BcRHD[:, :N], k_BcNHD, v_BcNHD, p_BcN, p_BcN)
-                o_test = self._oattend(
-                    q_BcRHD[:, N:], k_BcNHD[:, :, :1], v_BcNHD[:, :, :1], p_BcR[:, N:], p_BcN
+                o_BcRHD = oattend_train_then_test(
+                    self._oattend, q_BcRHD, k_BcNHD, v_BcNHD, p_BcR, test_heads=1
                 )
-                o_BcRHD = torch.cat([o_train, o_test], dim=1)
             if return_kv:
                 entry = PresenceKVCacheEntry(
                     key=k_BcNHD[:, :, :1].contiguous().detach(),
@@ -342,13 +341,4 @@ class OTabPFNBlockV2(nn.Module):
         p_BcN: torch.Tensor,
     ) -> torch.Tensor:
         """OAttention of ``L`` receivers over ``N`` sources; ``(Bc, L, H, D)``."""
-        o_BcHLD = oattention(
-            q_BcLHD.transpose(1, 2),
-            k_BcNJD.transpose(1, 2),
-            v_BcNJD.transpose(1, 2),
-            p_BcL,
-            p_BcN,
-            eps_den=self.eps_den,
-            validate=False,  # presence and shapes are built by this block
-        )
-        return o_BcHLD.transpose(1, 2)
+        return oattend_rows(q_BcLHD, k_BcNJD, v_BcNJD, p_BcL, p_BcN, eps_den=self.eps_den)

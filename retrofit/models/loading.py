@@ -228,6 +228,8 @@ def _tabpfn_entry(entry: Any) -> tuple[Any, saved.SavedRetrofit | None]:
     """One ``model_path`` entry in tabpfn's terms, and its saved directory if any."""
     if isinstance(entry, ModelSpecs) or entry is None:
         return entry, None
+    if isinstance(entry, ResolvedModel):  # resolved (and hashed) once, at the boundary
+        return str(entry.checkpoint), entry.saved
     if entry == "auto":
         # tabpfn's default version, through its own resolver and downloader, with
         # the one-line offline error naming where to place the file.

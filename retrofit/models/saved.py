@@ -49,7 +49,6 @@ from retrofit.errors import (
     InvalidPatchConfigError,
     OutputExistsError,
     SavedModelError,
-    SettingsConflictError,
 )
 from retrofit.files import (
     default_dir_mode,
@@ -67,15 +66,12 @@ __all__ = [
     "FORMAT",
     "MANIFEST_NAME",
     "WEIGHTS_SUFFIX",
-    "SavedModelError",
     "SavedRetrofit",
-    "SettingsConflictError",
     "check_patch_digest",
     "check_replaceable",
     "is_saved_dir",
     "load_saved",
     "remove_leftovers",
-    "sha256_file",
     "write_saved",
 ]
 

@@ -53,7 +53,7 @@ def save_patched(
         retrofit.errors.OutputExistsError: ``out_dir`` exists and ``overwrite`` is
             false, or it is a directory that is not a saved retrofit.
         retrofit.UnsupportedArchitectureError: The host has no patch table.
-        retrofit.models.weights.WeightsUnavailableError: The weights are not on disk.
+        retrofit.errors.WeightsUnavailableError: The weights are not on disk.
     """
     out = Path(out_dir).expanduser()
     check_replaceable(out, overwrite=overwrite)

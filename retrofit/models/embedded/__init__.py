@@ -24,7 +24,6 @@ from retrofit.files import sha256_file
 __all__ = [
     "EMBEDDED_FILENAME",
     "EMBEDDED_SHA256",
-    "EmbeddedCheckpointError",
     "embedded_model_path",
     "verify_checkpoint",
 ]
