@@ -30,8 +30,9 @@ Adding a host, in one folder of steps:
    :func:`~retrofit.hosts.base.register_icl_stage` (optional; without it the
    host answers through tabpfn's own ``predict_batched``);
 4. import the new modules below;
-5. its default tau: :data:`retrofit.settings.DEFAULT_TAU_BY_HOST` (measured
-   with ``python -m eval.calibration``).
+5. its default tau, if 1.0 does not suit it: an entry in
+   :data:`retrofit.settings.DEFAULT_TAU_BY_HOST` (measured with
+   ``python -m eval.calibration``).
 """
 
 from retrofit.hosts import v2, v2_icl_stage, v3, v3_5, v3_icl_stage

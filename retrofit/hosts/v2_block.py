@@ -42,7 +42,8 @@ keys are in the cache with presence 1.
 
 Shape letters: B batch (ensemble members), R rows (train then test), C columns
 (feature groups + target), E embedding, Bc = B * C (one attention batch per
-column), N train rows (the keys), L query rows, H heads, D head dimension.
+column), N train rows (the keys), L query rows, H query heads, J key/value
+heads (H for train queries, 1 for test queries), D head dimension.
 """
 
 from __future__ import annotations
