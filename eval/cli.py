@@ -1,11 +1,11 @@
 """The console script ``tabpfn-retrofit`` (also ``python -m eval``).
 
 It composes the library's own commands (``predict``, ``patch`` from
-:mod:`retrofit.cli`) with the evaluation's. Each subcommand is one small
+:mod:`retrofit.cli.commands`) with the evaluation's. Each subcommand is one small
 ``_add_<name>(subparsers)`` function that registers its parser and sets
 ``handler``; the handler imports its heavy module when it runs, so ``--help``
 imports neither tabpfn nor pandas. Every handler runs under
-:func:`retrofit.console.run_command` (one line on stderr and exit 2 on an error).
+:func:`retrofit.cli.console.run_command` (one line on stderr and exit 2 on an error).
 To add a subcommand, write its ``_add_`` function and append it to ``SUBCOMMANDS``.
 """
 
@@ -24,8 +24,8 @@ from eval.paper.protocol import (
     SUITE_SOURCE,
     SWEEP_TAUS,
 )
-from retrofit import cli as retrofit_cli
-from retrofit.console import PROG, OneLineArgumentParser, run_command
+from retrofit.cli import commands as retrofit_cli
+from retrofit.cli.console import PROG, OneLineArgumentParser, run_command
 from retrofit.settings import MODES
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]

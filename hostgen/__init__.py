@@ -5,7 +5,7 @@ The host chain of issue 26 (``chain``: Muon + AdamW, WSD, EMA, resumable links;
 keeps its state in ``hostchain/`` at the repository root; its README holds the
 plan and the resume command.
 
-None of this runs at prediction time: the runtime package ``retrofit.embedded``
+None of this runs at prediction time: the runtime package ``retrofit.models.embedded``
 holds only the shipped checkpoint, its SHA-256, card, loss curve and loader.
 Install with the ``hostgen`` extra (``pip install -e ".[hostgen]"``).
 """

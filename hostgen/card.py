@@ -18,8 +18,8 @@ from typing import Any
 
 from eval.locations import default_output
 from eval.markdown import markdown_table
-from retrofit.console import OneLineArgumentParser, run_main
-from retrofit.embedded import EMBEDDED_FILENAME
+from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.models.embedded import EMBEDDED_FILENAME
 
 # Defaults are relative to the working directory (run from the repository root):
 # the card reads results/ of the checkout it documents, never of an installed package.
@@ -135,7 +135,7 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
     """
     from tabpfn.checkpoint import Checkpoint
 
-    from retrofit.hashing import sha256_file
+    from retrofit.files import sha256_file
 
     header = Checkpoint(checkpoint).load()
     training = header.get("training", {})
@@ -170,14 +170,14 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
         f"python -m hostgen.pretrain --seed {training.get('seed')} "
         f"--steps {training.get('steps_planned')} --minutes {training.get('max_minutes')} "
         f"--threads {training.get('threads')} --p-large {prior.get('p_large')} "
-        f"--out retrofit/embedded/{EMBEDDED_FILENAME}"
+        f"--out retrofit/models/embedded/{EMBEDDED_FILENAME}"
     )
     p_large = float(prior.get("p_large", 0.0))
     rewritten = (
         [
             "- the run stored the inference config that was then the command's default; it "
             "was replaced by the one chosen below with `python -m hostgen.pretrain "
-            f"--out retrofit/embedded/{EMBEDDED_FILENAME} --set-inference-config-only` (the "
+            f"--out retrofit/models/embedded/{EMBEDDED_FILENAME} --set-inference-config-only` (the "
             "command's current defaults), which keeps weights and training record"
         ]
         if training.get("inference_config_rewritten")
@@ -198,7 +198,7 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
         "TabPFN: it is orders of magnitude smaller and was trained briefly on "
         f"{training.get('threads')} CPU thread(s) (see Training). It loads through "
         "tabpfn's normal loader: "
-        "`tabpfn.TabPFNRegressor(model_path=retrofit.embedded.embedded_model_path(), "
+        "`tabpfn.TabPFNRegressor(model_path=retrofit.models.embedded.embedded_model_path(), "
         "inference_precision=torch.float32)`.",
         "",
         f"- file: `{checkpoint.name}`, sha256 `{sha256_file(checkpoint)}` (checked on load "

@@ -55,7 +55,7 @@ from tabpfn.architectures.shared.bar_distribution import FullSupportBarDistribut
 from hostgen.in_prior import HELDOUT_KEY, evaluate, model_from_state
 from hostgen.prior import PRIOR_V2, PriorConfig, sample_batch
 from hostgen.train import DEFAULT_MODEL_CONFIG, TINY_MODEL_CONFIG, build_model
-from retrofit.console import OneLineArgumentParser, run_main
+from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
 
 __all__ = [

@@ -40,7 +40,7 @@ from tabpfn.checkpoint import Checkpoint
 
 from hostgen.prior import PRIOR_V2, PriorConfig, sample_batch, sample_task
 from hostgen.train import build_model
-from retrofit.console import OneLineArgumentParser, run_main
+from retrofit.cli.console import OneLineArgumentParser, run_main
 
 __all__ = [
     "HELDOUT_KEY",

@@ -3,7 +3,7 @@ r"""Command line: regenerate the embedded host checkpoint from a seed on CPU.
 Example (the shipped checkpoint; MODEL_CARD.md records the exact run)::
 
     python -m hostgen.pretrain --seed 0 --steps 7500 --minutes 110 \\
-        --threads 2 --out retrofit/embedded/tabpfn_v3_embedded_regressor.safetensors
+        --threads 2 --out retrofit/models/embedded/tabpfn_v3_embedded_regressor.safetensors
 
 ``--set-inference-config-only`` rewrites the stored inference config of an
 existing checkpoint (weights and training record unchanged).
@@ -31,7 +31,7 @@ from hostgen.train import (
     rewrite_inference_config,
     train,
 )
-from retrofit.console import OneLineArgumentParser, run_main
+from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
 
 DEFAULT_STEPS = 7500

@@ -46,7 +46,7 @@ from eval.locations import default_output
 from eval.markdown import markdown_table
 from eval.paper.spec import model_label
 from eval.provenance import provenance_dict
-from retrofit.console import OneLineArgumentParser, run_main
+from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.files import write_text_atomic
 
 __all__ = ["BASELINES", "DEV_DATASETS", "load_dev_dataset", "main", "run_cases", "summarize"]
@@ -271,7 +271,7 @@ def _provenance(
 ) -> dict[str, Any]:
     from tabpfn.checkpoint import Checkpoint
 
-    from retrofit.hashing import sha256_file
+    from retrofit.files import sha256_file
 
     header = Checkpoint(model_path).load()
     return {
@@ -401,7 +401,7 @@ def _run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     os.environ.setdefault("TABPFN_DISABLE_TELEMETRY", "1")
     if args.checkpoint is None:
-        from retrofit.embedded import embedded_model_path
+        from retrofit.models.embedded import embedded_model_path
 
         model_path = embedded_model_path()
     else:

@@ -30,8 +30,7 @@ from tabpfn.inference_config import InferenceConfig
 from tabpfn.preprocessing import PreprocessorConfig
 
 from hostgen.prior import PriorConfig, sample_batch
-from retrofit.files import atomic_path, write_text_atomic
-from retrofit.hashing import sha256_file
+from retrofit.files import atomic_path, sha256_file, write_text_atomic
 
 __all__ = [
     "DEFAULT_MODEL_CONFIG",

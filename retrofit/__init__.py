@@ -15,7 +15,7 @@ from retrofit import errors
 from retrofit.errors import *  # noqa: F403 -- every error is public at the top level
 
 # Public names and the module that defines each. They are imported on first
-# use (PEP 562), so that ``import retrofit.cli`` or ``retrofit.settings`` (and
+# use (PEP 562), so that ``import retrofit.cli.commands`` or ``retrofit.settings`` (and
 # so ``tabpfn-retrofit --help``) does not import tabpfn, sklearn or pandas.
 _EXPORTS: dict[str, str] = {
     "DEFAULT_SETTINGS": "retrofit.settings",
@@ -26,17 +26,17 @@ _EXPORTS: dict[str, str] = {
     "PatchConfig": "retrofit.settings",
     "RetrofitSettings": "retrofit.settings",
     "OTabPFNRegressor": "retrofit.estimator",
-    "ResolvedModel": "retrofit.loading",
-    "load_host": "retrofit.loading",
-    "resolve_checkpoint": "retrofit.loading",
-    "resolve_model": "retrofit.loading",
+    "ResolvedModel": "retrofit.models.loading",
+    "load_host": "retrofit.models.loading",
+    "resolve_checkpoint": "retrofit.models.loading",
+    "resolve_model": "retrofit.models.loading",
     "PatchReport": "retrofit.patcher",
-    "ReplacedModule": "retrofit.tables",
-    "is_patched": "retrofit.tables",
+    "ReplacedModule": "retrofit.hosts.base",
+    "is_patched": "retrofit.hosts.base",
     "patch": "retrofit.patcher",
     "unpatch": "retrofit.patcher",
-    "save_patched": "retrofit.saving",
-    "embedded_model_path": "retrofit.embedded",
+    "save_patched": "retrofit.models.saving",
+    "embedded_model_path": "retrofit.models.embedded",
 }
 
 __all__ = [*errors.__all__, *sorted(_EXPORTS)]

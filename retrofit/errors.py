@@ -4,39 +4,34 @@ Each derives from :class:`RetrofitError` and from the builtin a caller would
 catch for that kind of failure (``TypeError`` for a model the retrofit cannot
 patch, ``FileNotFoundError`` for a missing checkpoint, ...), so code written
 against plain Python exceptions keeps working. The same failure has one type
-on every host. The short names without ``Error`` of the first release
-(``UnsupportedArchitecture``, ``AlreadyPatched``, ...) remain as aliases.
+on every host.
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "AlreadyPatched",
     "AlreadyPatchedError",
     "BatchInputError",
-    "CheckpointNotFound",
     "CheckpointNotFoundError",
     "CommandError",
-    "CorruptCheckpoint",
     "CorruptCheckpointError",
+    "DuplicateHostError",
     "EmbeddedCheckpointError",
     "InvalidInputError",
     "InvalidModelPathError",
-    "InvalidPatchConfig",
     "InvalidPatchConfigError",
     "ManifestError",
     "MissingPresenceError",
-    "NotPatched",
     "NotPatchedError",
-    "NothingMatched",
     "NothingMatchedError",
     "OutputExistsError",
     "RetrofitError",
     "RetrofitWarning",
     "SavedModelError",
     "SettingsConflictError",
+    "TabPFNInternalsError",
+    "UnknownVersionError",
     "UnsafeCheckpointError",
-    "UnsupportedArchitecture",
     "UnsupportedArchitectureError",
     "WeightsUnavailableError",
 ]
@@ -64,6 +59,10 @@ class NotPatchedError(RetrofitError, RuntimeError):
 
 class NothingMatchedError(RetrofitError, LookupError):
     """The patch table found nothing to replace in the model."""
+
+
+class DuplicateHostError(RetrofitError, ValueError):
+    """A host class is registered twice (a patch table or an ICL stage)."""
 
 
 class InvalidPatchConfigError(RetrofitError, ValueError):
@@ -97,6 +96,10 @@ class InvalidInputError(RetrofitError, ValueError):
     """Data given to ``fit`` or ``predict`` is malformed (e.g. a non-numeric target)."""
 
 
+class UnknownVersionError(RetrofitError, ValueError):
+    """A TabPFN version alias (``"v2"``, ``"auto"``, ...) naming no weights the retrofit knows."""
+
+
 class WeightsUnavailableError(RetrofitError, RuntimeError):
     """The requested TabPFN weights are not on disk and could not be downloaded."""
 
@@ -117,11 +120,15 @@ class SettingsConflictError(RetrofitError, ValueError):
     """An explicit retrofit setting contradicts the one a saved directory carries."""
 
 
+class TabPFNInternalsError(RetrofitError, RuntimeError):
+    """The installed tabpfn lacks a private name a feature needs (``retrofit.tabpfn_surface``)."""
+
+
 class RetrofitWarning(UserWarning):
     """Base class of the warnings the project itself issues.
 
     A command prints these as one line each and keeps every other library's
-    warnings off stderr (``retrofit.console``).
+    warnings off stderr (``retrofit.cli.console``).
     """
 
 
@@ -131,13 +138,3 @@ class ManifestError(RetrofitError, ValueError):
 
 class BatchInputError(RetrofitError, ValueError):
     """A batched prediction's input lists or options are malformed; messages name the dataset."""
-
-
-# The first release's names, kept so user code that catches them still works.
-UnsupportedArchitecture = UnsupportedArchitectureError
-AlreadyPatched = AlreadyPatchedError
-NotPatched = NotPatchedError
-NothingMatched = NothingMatchedError
-InvalidPatchConfig = InvalidPatchConfigError
-CheckpointNotFound = CheckpointNotFoundError
-CorruptCheckpoint = CorruptCheckpointError

@@ -12,7 +12,7 @@ Two private tabpfn methods are overridden, both here and nowhere else
 
 * ``_initialize_model_variables``, where every fit (and
   ``get_inference_config``) loads the models: tabpfn is given the translated
-  ``model_path`` (:func:`retrofit.loading.resolve_for_tabpfn`) and the models
+  ``model_path`` (:func:`retrofit.models.loading.resolve_for_tabpfn`) and the models
   it loaded are patched before anything runs them.
 * ``_get_tuning_regressor``, which builds the holdout regressors of
   ``tuning_config`` as ``TabPFNRegressor(**self.get_params())``: here they
@@ -29,14 +29,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 from sklearn.base import clone
-from tabpfn import ModelSpecs, TabPFNRegressor, model_loading
+from tabpfn import ModelSpecs, TabPFNRegressor
 
-from retrofit.batched import check_batch_lists, is_ragged, predict_batched
+from retrofit.batching.predict import check_batch_lists, is_ragged, predict_batched
 from retrofit.errors import SettingsConflictError
-from retrofit.loading import resolve_for_tabpfn
+from retrofit.models.loading import ResolvedModel, resolve_for_tabpfn
+from retrofit.models.saved import check_patch_digest
 from retrofit.patcher import PatchReport, patch, resolve_for_model
-from retrofit.saved import check_patch_digest
 from retrofit.settings import SETTING_NAMES, check_given
+from retrofit.tabpfn_surface import models_may_be_shared
 from retrofit.validation import check_numeric_target
 
 if TYPE_CHECKING:
@@ -47,8 +48,11 @@ if TYPE_CHECKING:
 
 __all__ = ["ModelPath", "OTabPFNRegressor"]
 
-#: What ``model_path`` takes: tabpfn's kinds plus "embedded", the aliases and saved directories.
-ModelPath = str | PathLike | ModelSpecs | list[str | PathLike | ModelSpecs]
+#: What ``model_path`` takes: tabpfn's kinds plus "embedded", the aliases, saved
+#: directories and a model resolved once (:func:`retrofit.resolve_model`).
+ModelPath = (
+    str | PathLike | ModelSpecs | ResolvedModel | list[str | PathLike | ModelSpecs | ResolvedModel]
+)
 
 
 class OTabPFNRegressor(TabPFNRegressor):
@@ -69,9 +73,10 @@ class OTabPFNRegressor(TabPFNRegressor):
         model_path: ``"embedded"`` (the shipped host), ``"auto"`` (tabpfn's
             default model), ``"v3"``/``"v2"``, a saved retrofit directory, a
             checkpoint file, a ``tabpfn.ModelSpecs`` (patched as a copy; the
-            given model is left as it is), or a list of these (each model
-            patched). A saved directory's settings are the defaults of
-            ``mode``, ``tau``, ``support`` and ``eps_den``.
+            given model is left as it is), a :class:`~retrofit.ResolvedModel`
+            (resolved once, so a saved directory is not hashed again), or a
+            list of these (each model patched). A saved directory's settings
+            are the defaults of ``mode``, ``tau``, ``support`` and ``eps_den``.
         n_estimators: See ``tabpfn.TabPFNRegressor``.
         auto_scale_n_estimators: See ``tabpfn.TabPFNRegressor``.
         categorical_features_indices: See ``tabpfn.TabPFNRegressor``.
@@ -216,7 +221,10 @@ class OTabPFNRegressor(TabPFNRegressor):
         finally:
             self.model_path = requested_path
         # One resolution per model: an unset tau is each host class's default.
-        where = f"saved model {self.model_path}"
+        label = self.model_path
+        if isinstance(label, ResolvedModel):
+            label = label.label
+        where = f"saved model {label}"
         settings = [
             resolve_for_model(model, requested, saved, where=where) for model in self.models_
         ]
@@ -224,7 +232,7 @@ class OTabPFNRegressor(TabPFNRegressor):
         if settings[0].mode != "none":
             # Built models are shared when tabpfn's model cache is on, and ModelSpecs
             # models are the caller's: the patch goes to a copy then.
-            shared = resolved.by_reference or model_loading._get_built_model_cache_size() > 0
+            shared = resolved.by_reference or models_may_be_shared()
             if shared:
                 self.models_ = [copy.deepcopy(model) for model in self.models_]
             reports = [
@@ -252,7 +260,7 @@ class OTabPFNRegressor(TabPFNRegressor):
         Same-shape input is tabpfn's own ``predict_batched``, in every mode. Ragged
         input on a patched host runs each dataset's stages before ICL as
         ``predict`` does and its ICL stage in zero-padded, length-bucketed forwards,
-        which the retrofit makes exact (:func:`retrofit.batched.predict_batched`,
+        which the retrofit makes exact (:func:`retrofit.batching.predict.predict_batched`,
         which also reports the padding); with ``mode="none"`` it keeps tabpfn's
         error. Same-shape input in ``inference_precision=torch.float64``, which
         tabpfn's fused forward refuses, takes the padded path too on a patched

@@ -8,6 +8,9 @@ gets the permissions a plain ``open(path, "w")`` would give it: those of the
 file it replaces, else ``0o666`` less the umask (``mkstemp`` alone would leave
 ``0o600``).
 
+Also: the SHA-256 of a file (checkpoints, saved models, manifests), and the
+folders a command created, to remove when it fails.
+
 JSON policy, one for the whole project (:func:`to_jsonable`,
 :func:`from_jsonable`): strict JSON, with non-finite floats recorded as the
 strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (never dropped, never
@@ -17,6 +20,7 @@ the non-standard bare literals), read back as floats.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -33,8 +37,11 @@ __all__ = [
     "default_dir_mode",
     "default_file_mode",
     "from_jsonable",
+    "missing_dirs",
     "process_alive",
     "read_json",
+    "remove_empty_dirs",
+    "sha256_file",
     "to_jsonable",
     "write_json_atomic",
     "write_text_atomic",
@@ -240,3 +247,39 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         ValueError: If it is not valid JSON.
     """
     return from_jsonable(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def missing_dirs(path: str | os.PathLike[str]) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first."""
+    out = Path(path).expanduser()
+    missing = []
+    for candidate in (out, *out.parents):
+        if os.path.lexists(candidate):
+            break
+        missing.append(candidate)
+    return missing
+
+
+def remove_empty_dirs(directories: Sequence[Path]) -> None:
+    """Removes each of ``directories`` (deepest first) that holds only empty folders.
+
+    Anything holding a file is kept; used when a command created these and
+    then failed.
+    """
+    for directory in directories:
+        if not directory.is_dir() or directory.is_symlink():
+            continue
+        for root, _dirs, _files in os.walk(directory, topdown=False):  # children first
+            try:
+                os.rmdir(root)
+            except OSError:
+                pass

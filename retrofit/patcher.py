@@ -25,6 +25,15 @@ from retrofit.errors import (
     NotPatchedError,
     UnsupportedArchitectureError,
 )
+from retrofit.hosts.base import (
+    STATE_ATTR,
+    PatchState,
+    ReplacedModule,
+    Swap,
+    host_patcher_for,
+    is_patched,
+    registered_host_patchers,
+)
 from retrofit.settings import (
     PATCH_MODES,
     Mode,
@@ -34,17 +43,9 @@ from retrofit.settings import (
     check_given,
     resolve_settings,
 )
-from retrofit.tables import (
-    STATE_ATTR,
-    PatchState,
-    ReplacedModule,
-    Swap,
-    host_patcher_for,
-    is_patched,
-    registered_host_patchers,
-)
+from retrofit.tabpfn_surface import TABPFN_VERSION
 
-__all__ = ["PatchReport", "is_patched", "patch", "resolve_for_model", "unpatch"]
+__all__ = ["PatchReport", "patch", "resolve_for_model", "unpatch"]
 
 _REPORT_ATTR = "retrofit_report"
 
@@ -162,8 +163,6 @@ def patch(
             has no patch table.
         NothingMatchedError: If the table found nothing to replace.
     """
-    import tabpfn
-
     given = {"mode": mode, "tau": tau, "support": support, "eps_den": eps_den}
     check_given(given, modes=PATCH_MODES)  # before anything else
     if not isinstance(model, nn.Module):
@@ -198,7 +197,7 @@ def patch(
         support=config.support,
         eps_den=config.eps_den,
         modules=tuple(entries),
-        tabpfn_version=tabpfn.__version__,
+        tabpfn_version=TABPFN_VERSION,
     )
     frozen = [p for s in swaps for p in s.replacement.parameters()]
     frozen += patcher.frozen_parameters(model, config)

@@ -33,6 +33,7 @@ from retrofit.errors import BatchInputError, InvalidPatchConfigError, SettingsCo
 __all__ = [
     "DEFAULT_MAX_PADDED_FRACTION",
     "DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE",
+    "DEFAULT_QUANTILES",
     "DEFAULT_SETTINGS",
     "DEFAULT_TAU_BY_HOST",
     "MODES",
@@ -53,6 +54,10 @@ __all__ = [
 Mode = Literal["oattention", "full-o"]
 Support = Literal["count", "mass"]
 
+#: The quantiles ``predict`` returns for ``output_type="quantiles"`` when none are given
+#: (tabpfn's default), for both commands and ``predict_batched``.
+DEFAULT_QUANTILES: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
 #: Modes :func:`retrofit.patch` applies.
 PATCH_MODES: tuple[str, ...] = ("oattention", "full-o")
 #: Modes a user may ask for; ``"none"`` runs the unpatched host on the same code path.
@@ -62,7 +67,7 @@ SUPPORTS: tuple[str, ...] = ("count", "mass")
 #: The settings, in :func:`retrofit.patch`'s names.
 SETTING_NAMES: tuple[str, ...] = ("mode", "tau", "support", "eps_den")
 #: Bound on each length bucket's padded share of rows and of attention cells
-#: in a ragged batched prediction (``retrofit.batched``) on an accelerator,
+#: in a ragged batched prediction (``retrofit.batching.predict``) on an accelerator,
 #: where a wider batch should cost little more than a narrow one (not yet
 #: measured on one: ``eval/gpu_check.py``'s ``batched`` part does).
 DEFAULT_MAX_PADDED_FRACTION: float = 0.25

@@ -48,7 +48,7 @@ def no_download(monkeypatch) -> list:
 
     from tabpfn import model_loading
 
-    from retrofit import weights
+    from retrofit.models import weights
 
     calls: list = []
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eval.paper.datasets import load_dataset
-from retrofit.loading import load_host
+from retrofit.models.loading import load_host
 
 __all__ = [
     "ICL_DATASETS",

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from retrofit import patch
-from retrofit.loading import load_host
+from retrofit.models.loading import load_host
 
 __all__ = ["FP32_HOST_TOL", "host_null_row", "load_host_model"]
 

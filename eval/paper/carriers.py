@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from eval.paper.execution import build_estimator, case_data
 from eval.paper.spec import make_tasks
-from retrofit.hashing import sha256_file
+from retrofit.files import sha256_file
 from retrofit.versions import package_versions
 
 __all__ = ["QUANTILES", "measure_carriers"]

@@ -17,16 +17,17 @@ from eval.paper.reference import committed_store, reuse_committed, why_recompute
 from eval.paper.spec import host_default_tau, make_tasks
 from eval.paper.store import carrier_path, utc_now, write_carriers, write_session
 from eval.provenance import provenance_dict
-from retrofit.console import PROG
+from retrofit.cli.console import PROG
+from retrofit.cli.outputs import check_output_dir
 from retrofit.errors import CommandError
-from retrofit.loading import resolve_checkpoint
-from retrofit.outputs import check_output_dir, missing_dirs, remove_empty_dirs
+from retrofit.files import missing_dirs, remove_empty_dirs
+from retrofit.models.loading import resolve_checkpoint
 
 __all__ = ["eval_command", "resolve_model"]
 
 
 def resolve_model(model: str) -> Path:
-    """The checkpoint file behind ``--model`` (through ``retrofit.loading``)."""
+    """The checkpoint file behind ``--model`` (through ``retrofit.models.loading``)."""
     return Path(resolve_checkpoint(model))
 
 
@@ -35,7 +36,7 @@ def eval_command(args: Any, argv: Sequence[str] | None = None) -> int:
 
     A user error (unknown dataset, missing weights or data, missing executor
     package, a checkpoint that changed mid-run) raises; the command line turns
-    it into one line on stderr and exit status 2 (``retrofit.console``).
+    it into one line on stderr and exit status 2 (``retrofit.cli.console``).
     The options and the store are checked before any case is computed. The
     store defaults to ``tabpfn-retrofit-results/SUITE`` (``eval.locations``);
     runs the committed store (``--committed``, default the checkout's

@@ -52,7 +52,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from eval.errors import ClusterUnreachableError, ExecutorUnavailableError
-from retrofit.console import one_line
+from retrofit.cli.console import one_line
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",

@@ -38,9 +38,9 @@ from eval.paper.protocol import (
     SUITE_SOURCE,
 )
 from eval.provenance import cpu_identity
-from retrofit.checkpoints import load_checkpoint
-from retrofit.hashing import sha256_file
-from retrofit.loading import load_host
+from retrofit.files import sha256_file
+from retrofit.models.checkpoints import load_checkpoint
+from retrofit.models.loading import load_host
 from retrofit.patcher import resolve_for_model
 from retrofit.settings import MODES, RetrofitSettings
 from retrofit.versions import package_versions
@@ -82,7 +82,7 @@ def state_dict_sha256(path: str | Path) -> str:
 
     Covers every state-dict entry's name, dtype, shape and bytes, in sorted
     name order; header metadata is not part of it. A ``.ckpt`` is read with
-    the weights-only unpickler (``retrofit.checkpoints``), never tabpfn's
+    the weights-only unpickler (``retrofit.models.checkpoints``), never tabpfn's
     loader, so a pickle that names code is refused before anything runs it.
 
     Args:
@@ -108,7 +108,7 @@ def resolve_n_estimators(model_path: str | Path) -> int:
     """``n_estimators`` of a checkpoint's inference config (``"auto"``: tabpfn's default).
 
     Args:
-        model_path: Anything ``retrofit.loading.load_host`` accepts.
+        model_path: Anything ``retrofit.models.loading.load_host`` accepts.
 
     Returns:
         The ensemble size the suite is run with, fixed and recorded.

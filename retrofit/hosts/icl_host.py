@@ -3,7 +3,7 @@
 Both hosts end in ICL transformer blocks (train rows are the keys) and add the
 ICL target embedding to the train rows inline in ``forward``, between
 ``_stages_0_to_2`` and the first block. The retrofit swaps every block for an
-:class:`~retrofit.hosts.v3_block.OICLBlock` and the model's class for a
+:class:`~retrofit.hosts.icl_block.OICLBlock` and the model's class for a
 subclass that mixes in :class:`OICLModelMixin`, whose overrides call into
 tabpfn for the two model-level parts of the retrofit:
 
@@ -15,7 +15,7 @@ tabpfn for the two model-level parts of the retrofit:
   otherwise revive a null train row).
 * Presence-carrying KV caches: a cache built by ``forward(...,
   return_kv_cache=True)`` is returned as the host's presence cache class
-  (:mod:`retrofit.hosts.v3_cache`).
+  (:mod:`retrofit.hosts.presence_cache`).
 
 These are the only overrides of tabpfn methods for these hosts, and the only
 place they live; ``tests/retrofit/hosts/test_host_overrides.py`` pins the source of every
@@ -38,15 +38,16 @@ from torch import nn
 
 from patches import presence
 from retrofit.errors import MissingPresenceError, UnsupportedArchitectureError
-from retrofit.hosts.v3_block import SUPPORTED_ICL_BLOCKS, OICLBlock
-from retrofit.hosts.v3_cache import PresenceCacheMixin
-from retrofit.settings import PatchConfig
-from retrofit.tables import (
+from retrofit.hosts.base import (
     HostPatcher,
     ReplacedModule,
     Swap,
     patch_config_of,
+    swap_each,
 )
+from retrofit.hosts.icl_block import SUPPORTED_ICL_BLOCKS, OICLBlock
+from retrofit.hosts.presence_cache import PresenceCacheMixin
+from retrofit.settings import PatchConfig
 
 __all__ = ["CARRIER_PRESENCE_ATTR", "OVERRIDDEN_METHODS", "ICLHostPatcher", "OICLModelMixin"]
 
@@ -65,7 +66,7 @@ class OICLModelMixin:
     """Overrides mixed into a patched ICL host; only ever installed by :func:`retrofit.patch`.
 
     A subclass names ``presence_cache_class``, the host cache class with
-    :class:`~retrofit.hosts.v3_cache.PresenceCacheMixin`.
+    :class:`~retrofit.hosts.presence_cache.PresenceCacheMixin`.
     """
 
     presence_cache_class: ClassVar[type[PresenceCacheMixin]]
@@ -135,16 +136,15 @@ class ICLHostPatcher(HostPatcher):
 
         Raises:
             UnsupportedArchitectureError: If an ICL block is not exactly one of
-                :data:`~retrofit.hosts.v3_block.SUPPORTED_ICL_BLOCKS` (a changed host).
+                :data:`~retrofit.hosts.icl_block.SUPPORTED_ICL_BLOCKS` (a changed host).
         """
-        swaps = []
-        for i, block in enumerate(getattr(model, "icl_blocks", [])):
-            path = f"icl_blocks.{i}"
+
+        def build(block: nn.Module, path: str) -> nn.Module:
             if type(block) not in SUPPORTED_ICL_BLOCKS:
                 raise UnsupportedArchitectureError(
                     f"{path}: expected ICLTransformerBlock, got {type(block).__name__}"
                 )
-            replacement = OICLBlock.from_module(
+            return OICLBlock.from_module(
                 block,
                 mode=config.mode,
                 tau=config.tau,
@@ -152,8 +152,8 @@ class ICLHostPatcher(HostPatcher):
                 eps_den=config.eps_den,
                 path=path,
             )
-            swaps.append(Swap(path=path, original=block, replacement=replacement))
-        return swaps
+
+        return swap_each(getattr(model, "icl_blocks", []), "icl_blocks", build)
 
     def overrides(self, model: nn.Module, config: PatchConfig) -> list[ReplacedModule]:
         """The class swap, and in Full-O the gated target injection."""

@@ -44,13 +44,13 @@ from tabpfn.architectures.tabpfn_v2 import TabPFNV2
 from tabpfn.architectures.tabpfn_v2_5 import TabPFNV2p5
 from tabpfn.architectures.tabpfn_v2_6 import TabPFNV2p6
 
-from retrofit.icl_batch import register_icl_stage
+from retrofit.hosts.base import register_icl_stage
 
 __all__ = ["V2ICLStage", "V2p5ICLStage"]
 
 
 class V2ICLStage:
-    """:class:`retrofit.icl_batch.ICLStage` of a patched ``TabPFNV2``."""
+    """:class:`retrofit.hosts.base.ICLStage` of a patched ``TabPFNV2``."""
 
     def embed(
         self,
@@ -94,7 +94,7 @@ class V2ICLStage:
 
 
 class V2p5ICLStage(V2ICLStage):
-    """:class:`retrofit.icl_batch.ICLStage` of a patched ``TabPFNV2p5`` or ``TabPFNV2p6``."""
+    """:class:`retrofit.hosts.base.ICLStage` of a patched ``TabPFNV2p5`` or ``TabPFNV2p6``."""
 
     def embed(
         self,

@@ -4,7 +4,7 @@ tabpfn's default model (``model_path="auto"``). Its ICL stage is v3's with
 three differences, each handled by the shared pieces rather than a copy:
 
 * ``ICLAttention`` normalises queries and keys per head (RMSNorm) after the
-  projections: :class:`~retrofit.hosts.v3_block.OICLBlock` applies them at the
+  projections: :class:`~retrofit.hosts.icl_block.OICLBlock` applies them at the
   same points for this block class (identity settings reproduce the host).
 * The ICL target embedding is ``icl_y_layernorm(icl_y_encoder[task](y))``, an
   affine LayerNorm whose bias revives a null train row: in Full-O the whole of
@@ -13,7 +13,7 @@ three differences, each handled by the shared pieces rather than a copy:
   ``task_type`` through).
 * ``TabPFNV3p5Cache.to``/``quantize``/``concatenate`` rebuild the cache as the
   host class: caches are returned as
-  :class:`~retrofit.hosts.v3_cache.PresenceTabPFNV3p5Cache`.
+  :class:`~retrofit.hosts.presence_cache.PresenceTabPFNV3p5Cache`.
 
 ``enable_icl_bf16`` casts ``icl_blocks`` to bfloat16 after patching as before:
 the swapped blocks hold the host's modules, so they are cast with them, and
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from tabpfn.architectures.tabpfn_v3_5 import TabPFNV3p5
 
+from retrofit.hosts.base import register_host_patcher
 from retrofit.hosts.icl_host import ICLHostPatcher, OICLModelMixin
-from retrofit.hosts.v3_cache import PresenceTabPFNV3p5Cache
-from retrofit.tables import register_host_patcher
+from retrofit.hosts.presence_cache import PresenceTabPFNV3p5Cache
 
 __all__ = ["OTabPFNV3p5", "V3p5Patcher"]
 

@@ -7,7 +7,7 @@ every ICL block with ``single_eval_pos = num_train`` -> ``output_norm`` -> the
 regression head of the test rows -> ``nan_to_num`` when the model is NaN-safe.
 The stage runs the same calls, split after the injection (per dataset) and
 after the blocks (on the padded batch), so that
-:func:`retrofit.icl_batch.run_padded_icl` can pad in between.
+:func:`retrofit.batching.padding.run_padded_icl` can pad in between.
 
 The two hosts differ in three places, each a class attribute or method here:
 
@@ -36,10 +36,10 @@ from typing import Any, ClassVar
 import torch
 from tabpfn.architectures.interface import PerformanceOptions
 
+from retrofit.hosts.base import register_icl_stage
 from retrofit.hosts.icl_host import CARRIER_PRESENCE_ATTR
 from retrofit.hosts.v3 import OTabPFNV3
 from retrofit.hosts.v3_5 import OTabPFNV3p5
-from retrofit.icl_batch import register_icl_stage
 
 __all__ = ["V3ICLStage", "V3p5ICLStage"]
 
@@ -52,7 +52,7 @@ def _icl_precision(model: torch.nn.Module) -> contextlib.AbstractContextManager:
 
 
 class V3ICLStage:
-    """:class:`retrofit.icl_batch.ICLStage` of :class:`~retrofit.hosts.OTabPFNV3`."""
+    """:class:`retrofit.hosts.base.ICLStage` of :class:`~retrofit.hosts.OTabPFNV3`."""
 
     #: Extra positional arguments of ``_stages_0_to_2`` after ``(x, y)``.
     stage_args: ClassVar[tuple[Any, ...]] = ()
@@ -139,7 +139,7 @@ class V3ICLStage:
 
 
 class V3p5ICLStage(V3ICLStage):
-    """:class:`retrofit.icl_batch.ICLStage` of :class:`~retrofit.hosts.OTabPFNV3p5`."""
+    """:class:`retrofit.hosts.base.ICLStage` of :class:`~retrofit.hosts.OTabPFNV3p5`."""
 
     stage_args: ClassVar[tuple[Any, ...]] = ("regression",)
     target_kwargs: ClassVar[dict[str, Any]] = {"task_type": "regression"}

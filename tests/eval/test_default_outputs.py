@@ -145,7 +145,9 @@ def test_the_regeneration_script_names_every_results_path_it_writes() -> None:
     writers = [c for c in commands if re.search(r"tabpfn-retrofit |hostgen\.(quality|card)", c)]
     assert len(writers) >= 9
     for command in writers:
-        assert re.search(r"--(out|out-dir|store) (results/|retrofit/embedded/)", command), command
+        assert re.search(r"--(out|out-dir|store) (results/|retrofit/models/embedded/)", command), (
+            command
+        )
 
 
 def test_outside_a_checkout_nothing_counts_as_committed(

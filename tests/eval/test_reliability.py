@@ -38,10 +38,10 @@ from eval.paper.store import (
     write_row,
     write_session,
 )
-from retrofit import saved, weights
-from retrofit.console import run_command
+from retrofit.cli.console import run_command
 from retrofit.errors import RetrofitWarning
 from retrofit.estimator import OTabPFNRegressor
+from retrofit.models import saved, weights
 
 FAST = ["--n-estimators", "1", "--precision", "float32", "--device", "cpu", "--quiet"]
 EVAL_FAST = ["--n-estimators", "1", "--max-train-rows", "40", "--max-test-rows", "12"]
@@ -455,7 +455,7 @@ def test_a_usage_error_of_every_subcommand_is_one_line(command, capsys):
     ],
 )
 def test_a_usage_error_of_every_python_dash_m_entry_point_is_one_line(module, prog, capsys):
-    """Issue 15 item 13: each ``main`` runs under ``retrofit.console.run_main``."""
+    """Issue 15 item 13: each ``main`` runs under ``retrofit.cli.console.run_main``."""
     main = __import__(module, fromlist=["main"]).main
     assert main(["--no-such-option"]) == 2
     captured = capsys.readouterr()
@@ -626,7 +626,7 @@ def test_an_eval_that_fails_before_its_first_run_leaves_no_empty_store(
 
 def test_a_patch_out_under_a_file_fails_before_loading_the_model(capsys, monkeypatch, tmp_path):
     """Issue 15 item 14: checked before the (possibly downloading) model resolution."""
-    from retrofit import cli as retrofit_cli
+    from retrofit.cli import commands as retrofit_cli
 
     resolved = []
     monkeypatch.setattr(retrofit_cli, "_check_model_argument", resolved.append)

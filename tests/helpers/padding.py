@@ -18,10 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-import retrofit.hosts.v2 as hosts_v2
-import retrofit.hosts.v3_block as v3_block
+import retrofit.hosts.row_attention as row_attention
 from patches import oattention_reference
-from retrofit.icl_batch import key_rows, pad_carriers
+from retrofit.batching.padding import key_rows, pad_carriers
 
 __all__ = ["ragged_tables", "reference_kernel", "unpatched_padding_drifts"]
 
@@ -29,7 +28,7 @@ __all__ = ["ragged_tables", "reference_kernel", "unpatched_padding_drifts"]
 @contextlib.contextmanager
 def reference_kernel() -> Iterator[None]:
     """The patched v2-family, v3 and v3.5 blocks evaluate OAttention by the reference oracle."""
-    modules = (v3_block, hosts_v2)
+    modules = (row_attention,)
     fast = [m.oattention for m in modules]
 
     def reference(*args, validate=True, **kwargs):

@@ -12,7 +12,7 @@ from tabpfn.checkpoint import Checkpoint
 from hostgen import card, pretrain
 from hostgen.prior import PriorConfig
 from hostgen.train import TINY_MODEL_CONFIG, TrainConfig, train
-from retrofit.hashing import sha256_file
+from retrofit.files import sha256_file
 from tests.helpers.regression_tasks import fit_predict, linear_task
 
 

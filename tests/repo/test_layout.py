@@ -85,6 +85,99 @@ def test_dependencies_point_one_way(lower, upper):
     assert not wrong, wrong
 
 
+# The rooms of retrofit/ (a top-level module or a subpackage), floor by floor from
+# the bottom: a room imports only rooms on lower floors. A new room gets a floor here.
+RETROFIT_FLOORS: tuple[tuple[str, ...], ...] = (
+    ("errors", "files", "versions"),
+    ("settings", "tabpfn_surface", "validation"),
+    ("hosts",),
+    ("batching", "patcher"),
+    ("models",),
+    ("estimator",),
+    ("cli",),
+)
+
+# tabpfn modules internal to tabpfn's predict: only retrofit/tabpfn_surface.py imports
+# from them (or any "_" name of tabpfn's).
+TABPFN_PRIVATE_MODULES = frozenset(
+    {"tabpfn.inference", "tabpfn.memory", "tabpfn.preprocessing.clean", "tabpfn.validation"}
+)
+TABPFN_SURFACE = "retrofit.tabpfn_surface"
+
+
+def _room(module: str) -> str:
+    return module.split(".")[1]
+
+
+def _retrofit_room_arrows() -> set[tuple[str, str]]:
+    """(room, room it imports) for every import between two rooms of retrofit/."""
+    return {
+        (_room(m), _room(t))
+        for m, targets in _import_graph().items()
+        if m.startswith("retrofit.")
+        for t in targets
+        if t.startswith("retrofit.") and _room(t) != _room(m)
+    }
+
+
+def test_every_room_of_retrofit_imports_only_rooms_on_lower_floors():
+    floor = {room: i for i, rooms in enumerate(RETROFIT_FLOORS) for room in rooms}
+    rooms = {_room(m) for m in _import_graph() if m.startswith("retrofit.")}
+    assert rooms == set(floor), "place every room of retrofit/ on a floor"
+    upward = sorted(f"{a} -> {b}" for a, b in _retrofit_room_arrows() if floor[b] >= floor[a])
+    assert not upward, upward
+
+
+def _private_tabpfn_imports(tree: ast.AST) -> list[str]:
+    """The imports in ``tree`` of a private tabpfn name or from a private tabpfn module."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name in TABPFN_PRIVATE_MODULES]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tabpfn":
+            module = node.module or ""
+            private_path = any(part.startswith("_") for part in module.split("."))
+            for alias in node.names:
+                name = alias.name
+                private = name.startswith("_") and not name.startswith("__")
+                if private or private_path or module in TABPFN_PRIVATE_MODULES:
+                    found.append(f"{module}.{name}")
+    return found
+
+
+def test_only_the_tabpfn_surface_imports_private_tabpfn_names():
+    modules = {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    offenders = [
+        f"{name}: {found}"
+        for name, path in sorted(modules.items())
+        if name != TABPFN_SURFACE
+        for found in _private_tabpfn_imports(ast.parse(path.read_text()))
+    ]
+    assert not offenders, offenders
+
+
+def test_the_private_tabpfn_import_check_catches_each_kind():
+    code = (
+        "from tabpfn.inference import _prepare_model_inputs\n"
+        "from tabpfn.regressor import _USABLE_OUTPUT_TYPES\n"
+        "from tabpfn.memory import should_save_peak_mem\n"
+        "import tabpfn.validation\n"
+        "from tabpfn import TabPFNRegressor\n"
+    )
+    assert _private_tabpfn_imports(ast.parse(code)) == [
+        "tabpfn.inference._prepare_model_inputs",
+        "tabpfn.regressor._USABLE_OUTPUT_TYPES",
+        "tabpfn.memory.should_save_peak_mem",
+        "tabpfn.validation",
+    ]
+
+
+def test_the_surface_lists_the_private_tabpfn_modules_this_test_guards():
+    from retrofit import tabpfn_surface
+
+    assert set(tabpfn_surface.PRIVATE_MODULES) == TABPFN_PRIVATE_MODULES
+
+
 def test_no_module_imports_a_private_name_of_another_module():
     """A name two modules share is public: benchmarks/batched.py once imported speed's privates."""
     modules = {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}

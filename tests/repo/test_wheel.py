@@ -71,9 +71,9 @@ def test_every_non_python_file_in_the_packages_is_in_the_wheel(wheel):
     # The files the code reads today must be among them, or this check compares nothing.
     for needed in (
         "eval/paper/suites/offline18.json",
-        "retrofit/embedded/tabpfn_v3_embedded_regressor.safetensors",
-        "retrofit/embedded/tabpfn_v3_embedded_regressor.safetensors.sha256",
-        "retrofit/embedded/training_log.jsonl",
+        "retrofit/models/embedded/tabpfn_v3_embedded_regressor.safetensors",
+        "retrofit/models/embedded/tabpfn_v3_embedded_regressor.safetensors.sha256",
+        "retrofit/models/embedded/training_log.jsonl",
     ):
         assert needed in data_files
     missing = [f for f in data_files if f not in wheel["names"]]

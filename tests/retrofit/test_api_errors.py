@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import retrofit
-from retrofit import loading, settings
+from retrofit import settings
 from retrofit.errors import (
     CheckpointNotFoundError,
     InvalidInputError,
@@ -18,6 +18,7 @@ from retrofit.errors import (
     UnsupportedArchitectureError,
 )
 from retrofit.estimator import OTabPFNRegressor
+from retrofit.models import loading
 from retrofit.settings import RetrofitSettings
 from retrofit.validation import check_numeric_target
 from tests.helpers.tiny_models import build_tiny_v3, tiny_v3_checkpoint

@@ -1,4 +1,4 @@
-"""OTabPFNRegressor and retrofit.loading on tiny random v3 checkpoints."""
+"""OTabPFNRegressor and retrofit.models.loading on tiny random v3 checkpoints."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ from tabpfn.inference_config import cpu_sample_limit
 from tabpfn.utils import infer_autocast_inference_mode
 
 import retrofit
-import retrofit.embedded
+import retrofit.models.embedded
 from retrofit import OTabPFNRegressor
+from retrofit.errors import SettingsConflictError
 from retrofit.hosts.v3 import OTabPFNV3
-from retrofit.loading import load_host, resolve_checkpoint
-from retrofit.saving import save_patched
+from retrofit.models.loading import load_host, resolve_checkpoint
+from retrofit.models.saving import save_patched
 from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps
 from tests.helpers.tiny_models import build_tiny_v3, save_tiny_checkpoint, tiny_v3_config
 
@@ -265,10 +266,6 @@ def test_test_row_order_changes_predictions_by_float32_rounding_only(mode):
 
 
 def test_embedded_host_fits_patched():
-    from retrofit.embedded import EMBEDDED_FILENAME
-
-    if not (Path(retrofit.embedded.__file__).parent / EMBEDDED_FILENAME).is_file():
-        pytest.skip(f"the embedded checkpoint {EMBEDDED_FILENAME} has not shipped yet")
     base = _fit_predict(_est(mode="none", model_path="embedded"))
     est = _est(mode="full-o", model_path="embedded")
     pred = _fit_predict(est)
@@ -361,7 +358,6 @@ def test_sklearn_estimator_checks(estimator, check):
 
 
 def test_saved_directory_settings_are_the_defaults(tmp_path):
-    from retrofit import saved
 
     out = tmp_path / "patched"
     save_patched(_checkpoint(), out, mode="oattention", tau=0.5, support="mass")
@@ -372,5 +368,5 @@ def test_saved_directory_settings_are_the_defaults(tmp_path):
     X_test = _data(40, seed=1)[0]
     np.testing.assert_array_equal(est.predict(X_test), expected.predict(X_test))
     _est(model_path=str(out), mode="oattention").fit(*_data(30))  # agreeing is fine
-    with pytest.raises(saved.SettingsConflictError, match="tau"):
+    with pytest.raises(SettingsConflictError, match="tau"):
         _est(model_path=str(out), tau=1.0).fit(*_data(30))

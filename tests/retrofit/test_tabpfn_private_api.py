@@ -1,48 +1,212 @@
-"""The two private tabpfn methods OTabPFNRegressor overrides still behave as it relies on.
+"""Every private tabpfn name the retrofit uses, pinned against tabpfn 9.2.0: the one pin test.
 
-``retrofit/estimator.py`` overrides ``TabPFNRegressor._initialize_model_variables``
-and ``TabPFNRegressor._get_tuning_regressor``, nowhere else. Each test here
-fails when tabpfn changes what the override assumes: the signature, where the
-method is called from, what it reads and what it sets. The source digests fail
-on any edit of the two methods, so a new tabpfn release is re-checked by a
-person before the digests are updated.
+``retrofit/tabpfn_surface.py`` lists them all (functions and values it
+imports, methods and attributes of tabpfn's classes). Each test here fails
+when tabpfn changes what the retrofit assumes: a name is gone, a signature or
+a body changed (the source digests fail on any edit, so a new tabpfn release
+is re-checked by a person before the digests are updated), or
+``OTabPFNRegressor.__init__`` drifted from ``TabPFNRegressor.__init__``.
+Further tests check what the two overridden methods
+(``_initialize_model_variables``, ``_get_tuning_regressor``) read and set, and
+that a missing helper breaks only ragged ``predict_batched``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import inspect
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from tabpfn import ModelSpecs, TabPFNRegressor
-from tabpfn import base as tabpfn_base
 
-from retrofit import OTabPFNRegressor, load_host
+from retrofit import OTabPFNRegressor, load_host, tabpfn_surface
 
-# SHA-256 of the dedented source, in tabpfn 9.2.0, of each method overridden and of
-# the helper the first one delegates to (it reads ``model_path`` and sets ``models_``).
-PINNED_SOURCES = {
-    "TabPFNRegressor._initialize_model_variables": (
-        "1da50ca2c640aebd8e66226809c2b42431c5b08f0360713324bcf3844d88cc7d"
+ROOT = Path(__file__).resolve().parents[2]
+
+# Qualified name -> (signature without annotations, SHA-256 of the dedented source)
+# in tabpfn 9.2.0. Values (not code) are pinned in PINNED_VALUES.
+PINNED = {
+    "tabpfn.inference._batch_member_inputs": (
+        "(xs, ys)",
+        "7f5fbd5752e011d10e5dce83682cf1ef0103f0e32b07c3400ee5dcbec03a73bf",
     ),
-    "TabPFNRegressor._get_tuning_regressor": (
-        "e12d70ca576fb85370d6ce1d9dfac510785ef6b5200772d0b8b59f6dae99b725"
+    "tabpfn.inference._estimator_batch_budget": (
+        "(model)",
+        "a747971569dfd305c2591cd2e80cbdf42727877b6e5ebbee7e08a662ee732126",
     ),
-    "initialize_model_variables_helper": (
-        "b09a14a42950a5bd8194f3d824abf02801eb289991cd33a22ed77311087972c5"
+    "tabpfn.inference._maybe_run_gpu_preprocessing": (
+        "(X, gpu_preprocessor, feature_schema, *, num_train_rows=None, use_fitted_cache=False)",
+        "ac97e0e00f0773ebdc87be1466a1a4a6025ec7b5e739b7cc4df19d346be6e2e3",
+    ),
+    "tabpfn.inference._members_per_forward": (
+        "(rows_per_member, columns_per_member, budget)",
+        "369337c857fe3eb86a5337a9f574eda46a4243a0aa638f2b5a8c40e3ec89fcd5",
+    ),
+    "tabpfn.inference._prepare_model_inputs": (
+        "(device, force_inference_dtype, X_train, X_test, y_train)",
+        "eddf4e74c67cc3f6e63b2ebd9d8b26353f7973a6381e20ee6f08f9a90651ead4",
+    ),
+    "tabpfn.memory.should_save_peak_mem": (
+        "(memory_saving_mode, X_train_shape, X_test_shape, devices, dtype_byte_size)",
+        "2b690be517ad7ba264cfd7ec48131567d5cf58daa0af30c09b891fc95b25764b",
+    ),
+    "tabpfn.preprocessing.clean.clean_data_transform": (
+        "(X, *, cat_indices, ord_encoder, passthrough_inf=False)",
+        "8ec1ffaa45c16557781fa46754b0f5676b324f890eb14d0b7b5c377ba97f7284",
+    ),
+    "tabpfn.preprocessing.datamodel.FeatureModality": (
+        None,
+        "90a177efbe855f0a6ee919f6b5f85c866457e74145361d231aad1a52b274347e",
+    ),
+    "tabpfn.utils.get_autocast_context": (
+        "(device, *, enabled)",
+        "8ea75da02a6fb1398429bc6a3428621498fabd5f361e52ddfa060100d71e9bce",
+    ),
+    "tabpfn.validation.check_input_shape_matches": (
+        "(X, *, estimator)",
+        "bf57db8016c1ec18869244b8847f5250b89e01e9d1f02a1aca4659bdb511b711",
+    ),
+    "tabpfn.validation.ensure_compatible_predict_input_sklearn": (
+        "(X, estimator)",
+        "55d4ca75dc3d9e7ece00cc3c9240ac3e1cef8f4b7fceb21723da3b7b9df51d7f",
+    ),
+    "tabpfn.base.initialize_model_variables_helper": (  # what the override delegates to
+        "(calling_instance, model_type)",
+        "b09a14a42950a5bd8194f3d824abf02801eb289991cd33a22ed77311087972c5",
+    ),
+    "tabpfn.model_loading._get_built_model_cache_size": (
+        "()",
+        "ccb06eb0d7063205839dddc17a16a621ae5fc4d9884a567e391f0a9f14987831",
+    ),
+    "tabpfn.regressor.TabPFNRegressor._initialize_model_variables": (
+        "(self)",
+        "1da50ca2c640aebd8e66226809c2b42431c5b08f0360713324bcf3844d88cc7d",
+    ),
+    "tabpfn.regressor.TabPFNRegressor._get_tuning_regressor": (
+        "(self, **overwrite_kwargs)",
+        "e12d70ca576fb85370d6ce1d9dfac510785ef6b5200772d0b8b59f6dae99b725",
+    ),
+    "tabpfn.regressor.TabPFNRegressor._uses_majority_downsample": (
+        "(self)",
+        "993de906b11c4b07cf7f67415fdb1917c7824ce0a946acd25dc749fc22aa1d39",
+    ),
+    "tabpfn.regressor.TabPFNRegressor._handle_constant_target": (
+        "(self, n_samples, output_type, quantiles)",
+        "5c19959b6cf5e8d276265d771d9338a4c49191e277f03fc18c4402eb89640556",
+    ),
+    "tabpfn.regressor.TabPFNRegressor._translate_batched_logits": (
+        "(self, *, output, config, znorm_borders, std_borders)",
+        "ce5de919c530933ec0477990cd1398a51fbfa5eefc1b73410d4127d3c450ef47",
+    ),
+    "tabpfn.regressor.TabPFNRegressor._decode_batched_dataset": (
+        "(self, *, accumulated_logits, n_estimators, raw_space_bardist, znorm_space_bardist,"
+        " y_mean, y_std, output_type, quantiles)",
+        "0ed5ee3b542bee0e0815f138b6840b2d9b3c59da2c18c4f2b8b03d8fa5d20d11",
+    ),
+    "tabpfn.architectures.tabpfn_v2.TabPFNV2._pad_and_group_features": (
+        "(self, x_RBC)",
+        "cddd781f2288e0d1bae732377ce242c265f9af471632bf53e72a27eeef757021",
+    ),
+    "tabpfn.architectures.tabpfn_v2.TabPFNV2._embed_targets": (
+        "(self, y, *, num_rows, num_train_labels, batch_size)",
+        "243af3c72437f61276b826a42a5c6d6e016288545583b4e813b14bde6f4b3cea",
+    ),
+    "tabpfn.architectures.tabpfn_v2.TabPFNV2._embed_features": (
+        "(self, x_RSF, *, num_train_labels, num_feature_groups, batch_size, feature_cache=None)",
+        "f98d55566a1acd56ec19305dcd477a5609025328fa1bdf8b5a1a73d34a6bee07",
+    ),
+    "tabpfn.architectures.tabpfn_v2.TabPFNV2._decode": (
+        "(self, x_BRCD, start, *, only_return_standard_out)",
+        "2c0e8b827cecda8b4fbd1b00ddf032337db9e3156e92c2d42a5838d8988e9c81",
+    ),
+    "tabpfn.architectures.tabpfn_v2_5.TabPFNV2p5._preprocess_and_embed_features": (
+        "(self, x_RiBC, num_train_labels, batch_size, *, scaler_cache=None, feature_state=None,"
+        " return_state=False)",
+        "de075e5407ad0930d71660a110bb58ef27f97fb3dce0b592c0ba246993114cf3",
+    ),
+    "tabpfn.architectures.tabpfn_v2_5.TabPFNV2p5._preprocess_and_embed_targets": (
+        "(self, y, num_train_rows, num_train_labels, batch_size)",
+        "427a31d36674c3c72136355917168c3d6a2b26cfd1ad31cd2f3a94ece908f1a1",
+    ),
+    "tabpfn.architectures.tabpfn_v2_5.TabPFNV2p5._decode": (
+        "(self, x_BRCD, *, test_start, train_start, train_end, only_return_standard_out)",
+        "3c8e3129d8d449ff7f124e6876982c3b139a4f032541831aa392c92265cc11da",
+    ),
+    "tabpfn.architectures.tabpfn_v2_6.TabPFNV2p6._preprocess_and_embed_features": (
+        "(self, x_RiBC, num_train_labels, batch_size, *, scaler_cache=None, feature_state=None,"
+        " return_state=False)",
+        "f991f324ed17cd0e726d2b426792f8a6ee5a6ab832b53cd40ca3031de15aa011",
+    ),
+    "tabpfn.architectures.tabpfn_v2_6.TabPFNV2p6._preprocess_and_embed_targets": (
+        "(self, y, num_train_rows, num_train_labels, batch_size)",
+        "427a31d36674c3c72136355917168c3d6a2b26cfd1ad31cd2f3a94ece908f1a1",
+    ),
+    "tabpfn.architectures.tabpfn_v2_6.TabPFNV2p6._decode": (
+        "(self, x_BRCD, *, test_start, train_start, train_end, only_return_standard_out)",
+        "3c8e3129d8d449ff7f124e6876982c3b139a4f032541831aa392c92265cc11da",
+    ),
+    "tabpfn.architectures.tabpfn_v3.TabPFNV3._stages_0_to_2": (
+        "(self, x_RiBC, y, *, performance_options, return_inducing_hidden, kv_cache,"
+        " x_is_test_only)",
+        "47543982f35dd180b8500ae7f9bf42630f13b6e916f0c205f70aaf04ea785d40",
+    ),
+    "tabpfn.architectures.tabpfn_v3.TabPFNV3._prepare_y": (
+        "(self, y, num_train, batch_size)",
+        "69156dd170f8febf02fafa3425eb1935671e6479ea9a0adaea2d5a907953a01c",
+    ),
+    "tabpfn.architectures.tabpfn_v3.TabPFNV3._embed_icl_y": (
+        "(self, y_BN)",
+        "90dddfba7490d001d434ff147e39f694f8ae9f638780312efc799b82da40a5bd",
+    ),
+    "tabpfn.architectures.tabpfn_v3_5.TabPFNV3p5._stages_0_to_2": (
+        "(self, x_RiBC, y, task_type, *, performance_options, return_inducing_hidden, kv_cache,"
+        " x_is_test_only)",
+        "4c45e933537f18fd5222346ca364b0ad6d4cb68eb2153d74a9c955e6f1bcd0e7",
+    ),
+    "tabpfn.architectures.tabpfn_v3_5.TabPFNV3p5._prepare_y": (
+        "(self, y, num_train, batch_size, *, task_type)",
+        "4eec5c7a3717bd2a2dc610554ec836c040f912c6accfe387c26485eefbe7f027",
+    ),
+    "tabpfn.architectures.tabpfn_v3_5.TabPFNV3p5._embed_icl_y": (
+        "(self, y_BN, *, task_type)",
+        "442d429c0946994319f1eb378d322b5d92f7e55fd743ad857fb4e174cb7a2ab6",
     ),
 }
+
+PINNED_VALUES = {
+    "tabpfn.regressor._USABLE_OUTPUT_TYPES": (
+        "mean",
+        "median",
+        "mode",
+        "quantiles",
+        "full",
+        "main",
+    ),
+    "tabpfn.constants.DEFAULT_SAVE_PEAK_MEMORY_FACTOR": 8,
+}
 OVERRIDDEN = ("_initialize_model_variables", "_get_tuning_regressor")
+RETROFIT_PARAMETERS = ("mode", "tau", "support", "eps_den")
 
 
-def _source_digest(qualified: str) -> str:
-    owner, _, name = qualified.rpartition(".")
-    function = getattr(TabPFNRegressor if owner else tabpfn_base, name)
-    source = textwrap.dedent(inspect.getsource(function))
-    return hashlib.sha256(source.encode()).hexdigest()
+def _lookup(qualified: str):
+    """The object a dotted name names: a module attribute or a class's method."""
+    parts = qualified.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise LookupError(qualified)
 
 
 @pytest.fixture(scope="module")
@@ -50,19 +214,67 @@ def checkpoint(tiny_v3_path):
     return tiny_v3_path
 
 
-def _data(n=40, d=3, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    return X, X @ rng.normal(size=d)
+def _signature(function) -> str:
+    sig = inspect.signature(function)
+    bare = [p.replace(annotation=inspect.Parameter.empty) for p in sig.parameters.values()]
+    return str(sig.replace(parameters=bare, return_annotation=inspect.Signature.empty))
 
 
-def _kwargs(path) -> dict:
-    return {
-        "model_path": str(path),
-        "n_estimators": 1,
-        "device": "cpu",
-        "inference_precision": torch.float32,
+def _source_digest(obj) -> str:
+    return hashlib.sha256(textwrap.dedent(inspect.getsource(obj)).encode()).hexdigest()
+
+
+def _surface_names() -> set[str]:
+    names = {f"{module}.{attr}" for module, attr, _ in tabpfn_surface.PRIVATE_NAMES.values()}
+    for owner, methods in tabpfn_surface.PRIVATE_METHODS.items():
+        names |= {f"{owner}.{m}" for m in methods}
+    return names
+
+
+def test_every_name_of_the_surface_is_pinned_and_every_pin_is_on_the_surface():
+    extra = {"tabpfn.base.initialize_model_variables_helper"}
+    assert _surface_names() == (set(PINNED) | set(PINNED_VALUES)) - extra
+    assert not tabpfn_surface.missing_names()
+
+
+@pytest.mark.parametrize("qualified", sorted(PINNED))
+def test_the_private_code_the_retrofit_relies_on_is_tabpfn_9_2_0s(qualified):
+    obj = _lookup(qualified)
+    signature, digest = PINNED[qualified]
+    if signature is not None:
+        assert _signature(obj) == signature, f"tabpfn changed the signature of {qualified}"
+    assert _source_digest(obj) == digest, (
+        f"tabpfn changed {qualified}: re-check its use (retrofit/tabpfn_surface.py lists "
+        "the callers) against it, then update PINNED"
+    )
+
+
+@pytest.mark.parametrize("qualified", sorted(PINNED_VALUES))
+def test_the_private_values_the_retrofit_relies_on_are_tabpfn_9_2_0s(qualified):
+    assert _lookup(qualified) == PINNED_VALUES[qualified]
+
+
+@pytest.mark.parametrize(
+    ("owner", "attribute"),
+    [(o, a) for o, attrs in tabpfn_surface.PRIVATE_ATTRIBUTES.items() for a in attrs],
+)
+def test_the_private_attributes_the_retrofit_reads_are_still_set(owner, attribute):
+    assert attribute in inspect.getsource(_lookup(owner))
+
+
+def test_otabpfnregressor_takes_every_tabpfn_parameter_with_its_default_in_order():
+    ours = list(inspect.signature(OTabPFNRegressor.__init__).parameters.values())[1:]
+    theirs = list(inspect.signature(TabPFNRegressor.__init__).parameters.values())[1:]
+    assert tuple(p.name for p in ours[: len(RETROFIT_PARAMETERS)]) == RETROFIT_PARAMETERS
+    rest = ours[len(RETROFIT_PARAMETERS) :]
+    assert [p.name for p in rest] == [p.name for p in theirs]
+    differs = {
+        p.name: (p.default, q.default)
+        for p, q in zip(rest, theirs, strict=True)
+        if p.default != q.default
     }
+    assert differs == {"model_path": ("embedded", "auto")}  # the documented difference
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in ours)
 
 
 def test_the_overridden_methods_have_the_signatures_the_overrides_assume():
@@ -83,12 +295,61 @@ def test_the_overridden_methods_have_the_signatures_the_overrides_assume():
     assert private_overrides == set(OVERRIDDEN)
 
 
-@pytest.mark.parametrize("qualified", sorted(PINNED_SOURCES))
-def test_the_overridden_code_is_tabpfn_9_2_0s(qualified):
-    assert _source_digest(qualified) == PINNED_SOURCES[qualified], (
-        f"tabpfn changed {qualified}: re-check the overrides in retrofit/estimator.py "
-        "against it, then update PINNED_SOURCES"
-    )
+_WITHOUT_A_HELPER = """
+import sys
+import types
+import numpy as np
+import tabpfn.inference
+# The surface sees a tabpfn.inference without the helper (a release that renamed
+# it); tabpfn's own code keeps its module, so tabpfn itself still works.
+real = sys.modules["tabpfn.inference"]
+fake = types.ModuleType(real.__name__)
+fake.__dict__.update({k: v for k, v in vars(real).items() if k != "_batch_member_inputs"})
+sys.modules["tabpfn.inference"] = fake
+from retrofit import OTabPFNRegressor
+from retrofit.errors import TabPFNInternalsError
+sys.modules["tabpfn.inference"] = real
+rng = np.random.default_rng(0)
+X, X_test = rng.normal(size=(30, 3)), rng.normal(size=(5, 3))
+y = X @ rng.normal(size=3)
+est = OTabPFNRegressor(n_estimators=1, device="cpu", mode="full-o").fit(X, y)
+print("PREDICT", est.predict(X_test).shape)
+try:
+    est.predict_batched([X, X[:20]], [y, y[:20]], [X_test, X_test[:3]])
+except TabPFNInternalsError as err:
+    print("ERROR", str(err))
+"""
+
+
+def test_a_missing_batching_helper_breaks_only_ragged_predict_batched_with_one_line():
+    out = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_A_HELPER],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert "PREDICT (5,)" in out
+    errors = [line for line in out if line.startswith("ERROR ")]
+    assert errors == [
+        f"ERROR ragged predict_batched needs tabpfn.inference._batch_member_inputs, which "
+        f"tabpfn {tabpfn_surface.TABPFN_VERSION} lacks (tabpfn-retrofit supports tabpfn 9.2.x)"
+    ]
+
+
+def _data(n=40, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    return X, X @ rng.normal(size=d)
+
+
+def _kwargs(path) -> dict:
+    return {
+        "model_path": str(path),
+        "n_estimators": 1,
+        "device": "cpu",
+        "inference_precision": torch.float32,
+    }
 
 
 class _Spy(TabPFNRegressor):

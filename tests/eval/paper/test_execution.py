@@ -29,7 +29,7 @@ from eval.paper.executors import (
 from eval.paper.report import CASE_COLUMNS, build_report
 from eval.paper.spec import baseline_key, make_tasks, state_dict_sha256
 from eval.paper.store import load_rows, runs_dir
-from retrofit.hashing import sha256_file
+from retrofit.files import sha256_file
 from tests.helpers.tiny_models import tiny_inference_config, tiny_v3_checkpoint
 
 ROWS = {"max_train_rows": 40, "max_test_rows": 12}
@@ -428,7 +428,7 @@ def test_code_digest_follows_every_module_of_patches_and_retrofit(tmp_path, monk
         monkeypatch.setattr(package, "__file__", str(copy / "__init__.py"))
     root = tmp_path / "retrofit"
     before = spec_module.code_sha256()
-    for name in ("hosts/v3_block.py", "embedded/__init__.py", "settings.py"):
+    for name in ("hosts/icl_block.py", "models/embedded/__init__.py", "settings.py"):
         with (root / name).open("a") as fh:
             fh.write("\n# edited\n")
         changed = spec_module.code_sha256()

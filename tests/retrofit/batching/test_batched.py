@@ -1,4 +1,4 @@
-"""Ragged batched prediction by null padding (retrofit.icl_batch, retrofit.batched).
+"""Ragged batched prediction by null padding (retrofit.batching.padding, retrofit.batching.predict).
 
 The claims, each a test here:
 
@@ -34,19 +34,19 @@ import pytest
 import torch
 
 import retrofit
-import retrofit.embedded
+import retrofit.models.embedded
 from retrofit import OTabPFNRegressor
-from retrofit.batched import predict_batched
-from retrofit.errors import BatchInputError, UnsupportedArchitectureError
-from retrofit.hosts.v2_icl_stage import V2ICLStage
-from retrofit.hosts.v3_icl_stage import V3ICLStage
-from retrofit.icl_batch import (
+from retrofit.batching.padding import (
     PaddingStats,
-    icl_stage_for,
     pad_carriers,
     plan_buckets,
     run_padded_icl,
 )
+from retrofit.batching.predict import predict_batched
+from retrofit.errors import BatchInputError, UnsupportedArchitectureError
+from retrofit.hosts.base import icl_stage_for
+from retrofit.hosts.v2_icl_stage import V2ICLStage
+from retrofit.hosts.v3_icl_stage import V3ICLStage
 from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE
 from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps
 from tests.helpers.padding import ragged_tables, reference_kernel, unpatched_padding_drifts
@@ -369,10 +369,6 @@ def test_ragged_predict_batched_matches_predict_in_float32_for_every_output_type
 
 
 def test_the_embedded_host_batches_ragged_datasets_exactly():
-    from retrofit.embedded import EMBEDDED_FILENAME
-
-    if not (Path(retrofit.embedded.__file__).parent / EMBEDDED_FILENAME).is_file():
-        pytest.skip(f"the embedded checkpoint {EMBEDDED_FILENAME} has not shipped yet")
     sets = _datasets([(30, 6, 3), (50, 10, 4), (12, 4, 2)], seed=3)
     kwargs = {"model_path": "embedded", "n_estimators": 2, "inference_precision": torch.float64}
     with reference_kernel():

@@ -11,7 +11,7 @@ import torch
 from tabpfn import TabPFNRegressor
 
 from retrofit import OTabPFNRegressor
-from retrofit.batched import predict_batched
+from retrofit.batching.predict import predict_batched
 from retrofit.errors import BatchInputError
 from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, default_max_padded_fraction
 from tests.helpers.padding import ragged_tables

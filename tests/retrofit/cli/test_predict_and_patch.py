@@ -23,10 +23,13 @@ from tabpfn import model_loading
 
 import retrofit
 from eval import cli
-from retrofit import saved
 from retrofit.estimator import OTabPFNRegressor
+from retrofit.files import sha256_file
+from retrofit.models import saved
 
-EMBEDDED = Path(__file__).parents[3] / "retrofit/embedded/tabpfn_v3_embedded_regressor.safetensors"
+EMBEDDED = (
+    Path(__file__).parents[3] / "retrofit/models/embedded/tabpfn_v3_embedded_regressor.safetensors"
+)
 FAST = ["--n-estimators", "1", "--precision", "float32", "--device", "cpu", "--quiet"]
 N_TRAIN, N_TEST = 40, 15
 
@@ -177,7 +180,7 @@ def test_patch_then_predict_from_the_directory_is_bit_identical(data, model_arg,
     }
     assert len(manifest["patch_digest"]) == 16
     source = EMBEDDED if model_arg == "embedded" else Path(model_arg)
-    assert manifest["source"]["sha256"] == saved.sha256_file(source)
+    assert manifest["source"]["sha256"] == sha256_file(source)
 
     out = tmp_path / "pred.csv"
     code, _, _ = _run(
@@ -398,7 +401,7 @@ def test_unsupported_architecture_is_refused_before_writing(capsys, tmp_path, mo
     from tabpfn.checkpoint import save_as_safetensors
 
     import retrofit.hosts  # noqa: F401 -- registers the tables
-    from retrofit import tables
+    from retrofit.hosts import base as tables
 
     # Every tabpfn 9.2 regressor class has a table: drop v2.6's to stand for an unknown one.
     monkeypatch.delitem(tables._HOST_PATCHERS, TabPFNV2p6)

@@ -85,7 +85,7 @@ def test_an_error_names_the_dataset_and_writes_nothing(tmp_path, checkpoint, cap
 
 
 def test_files_are_read_as_predict_reads_them(tmp_path, checkpoint, capsys):
-    # One reading for both commands (retrofit.csv_tables): a header naming a
+    # One reading for both commands (retrofit.cli.csv_tables): a header naming a
     # column twice is refused (pandas would rename the second "x0.1"), in
     # predict's words, with the dataset named.
     entries = _write_datasets(tmp_path)

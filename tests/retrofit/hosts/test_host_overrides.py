@@ -3,7 +3,7 @@
 The v3 and v3.5 tables override three tabpfn methods (one place:
 ``retrofit.hosts.icl_host.OICLModelMixin``, see ``OVERRIDDEN_METHODS``), and
 the O-blocks re-implement the forward of tabpfn's blocks around OAttention
-(``retrofit.hosts.v3_block``, ``retrofit.hosts.v2``), so a tabpfn release that
+(``retrofit.hosts.icl_block``, ``retrofit.hosts.v2``), so a tabpfn release that
 changes any of them can silently break the retrofit. Each is pinned here by the
 SHA-256 (first 16 hex digits) of its source in tabpfn 9.2.0: when this test
 fails, read the changed method, update the retrofit to match, then the digest.
@@ -95,3 +95,19 @@ def test_tabpfn_still_sees_task_type_in_the_patched_forward():
 
     for cls in (OTabPFNV3, OTabPFNV3p5):
         assert "task_type" in inspect.signature(cls.forward).parameters
+
+
+def test_each_registry_holds_one_entry_per_host_class_and_refuses_a_second():
+    from tabpfn.architectures.tabpfn_v2 import TabPFNV2
+
+    from retrofit.errors import DuplicateHostError
+    from retrofit.hosts import base
+    from retrofit.hosts.v2 import V2Patcher
+    from retrofit.hosts.v2_icl_stage import V2ICLStage
+
+    before = (base.registered_host_patchers(), dict(base._ICL_STAGES))
+    with pytest.raises(DuplicateHostError, match="TabPFNV2 has a patch table already"):
+        base.register_host_patcher(V2Patcher())
+    with pytest.raises(DuplicateHostError, match="TabPFNV2 has a null-padded ICL stage already"):
+        base.register_icl_stage(TabPFNV2, V2ICLStage())
+    assert (base.registered_host_patchers(), dict(base._ICL_STAGES)) == before

@@ -25,15 +25,14 @@ Shape letters: B batch, R rows, N train rows, C features, E ICL width.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 import torch
 from tabpfn.architectures.tabpfn_v3 import TabPFNV3
 
 import retrofit
-import retrofit.embedded
-from retrofit.hosts.v3_block import OICLBlock
+import retrofit.models.embedded
+from retrofit.hosts.icl_block import OICLBlock
 from tests.helpers.exactness import (
     MODEL_ULPS,
     assert_exactly_zero,
@@ -278,20 +277,10 @@ def test_null_train_row_in_the_kv_cache_changes_no_prediction(mode, kv_dtype):
 # ---- the embedded host ---------------------------------------------------------------------
 
 
-def _embedded_or_skip():
-    from retrofit.embedded import EMBEDDED_FILENAME
-
-    path = Path(retrofit.embedded.__file__).parent / EMBEDDED_FILENAME
-    if not path.is_file():
-        pytest.skip(f"the embedded checkpoint {EMBEDDED_FILENAME} has not shipped yet")
-    return path
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_A_on_the_embedded_host(mode):
-    from retrofit.loading import load_host
+    from retrofit.models.loading import load_host
 
-    _embedded_or_skip()
     g = torch.Generator().manual_seed(0)
     x = torch.randn(30, 2, 5, generator=g, dtype=torch.float64)
     y = torch.randn(20, 2, generator=g, dtype=torch.float64)

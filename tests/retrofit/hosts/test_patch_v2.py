@@ -14,8 +14,8 @@ from tabpfn.architectures.kv_cache import KVCacheEntry
 from tabpfn.architectures.tabpfn_v2 import TabPFNBlock, TabPFNV2
 
 import retrofit
-from retrofit.hosts.v2 import OTabPFNBlockV2
-from retrofit.hosts.v3_block import MissingPresenceError
+from retrofit.errors import MissingPresenceError
+from retrofit.hosts.v2_block import OTabPFNBlockV2
 from tests.helpers.tiny_hosts import TINY_V2, build_tiny_v2, save_tiny_v2_checkpoint
 
 MODES = ("oattention", "full-o")

@@ -12,13 +12,14 @@ import torch
 from tabpfn.architectures.tabpfn_v3 import ICLTransformerBlock, TabPFNV3, TabPFNV3Cache
 
 import retrofit
-from retrofit.hosts.v3 import OTabPFNV3
-from retrofit.hosts.v3_block import MissingPresenceError, OICLBlock
-from retrofit.hosts.v3_cache import (
+from retrofit.errors import MissingPresenceError
+from retrofit.hosts.icl_block import OICLBlock
+from retrofit.hosts.presence_cache import (
     PresenceKVCacheEntry,
     PresenceQuantizedKVCacheEntry,
     PresenceTabPFNV3Cache,
 )
+from retrofit.hosts.v3 import OTabPFNV3
 from tests.helpers.tiny_models import build_tiny_v3, tiny_v3_config
 
 MODES = ("oattention", "full-o")

@@ -17,10 +17,11 @@ import pytest
 import torch
 from tabpfn.checkpoint import Checkpoint
 
-from retrofit import loading, saved
-from retrofit.checkpoints import check_checkpoint, load_checkpoint
 from retrofit.errors import CorruptCheckpointError, SavedModelError, UnsafeCheckpointError
 from retrofit.estimator import OTabPFNRegressor
+from retrofit.files import sha256_file
+from retrofit.models import loading, saved
+from retrofit.models.checkpoints import check_checkpoint, load_checkpoint
 from tests.helpers.tiny_models import tiny_v3_checkpoint
 
 # tabpfn's loader warns that the variable forces full unpickling: that is the point here.
@@ -108,7 +109,7 @@ def test_a_truncated_ckpt_is_a_corrupt_checkpoint(tmp_path):
 def _point_manifest_at(directory: Path, weights: Path) -> None:
     manifest_path = directory / saved.MANIFEST_NAME
     manifest = json.loads(manifest_path.read_text())
-    manifest["weights"] = {"file": weights.name, "sha256": saved.sha256_file(weights)}
+    manifest["weights"] = {"file": weights.name, "sha256": sha256_file(weights)}
     manifest_path.write_text(json.dumps(manifest))
 
 

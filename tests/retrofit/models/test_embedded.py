@@ -9,14 +9,14 @@ import pytest
 from tabpfn.architectures import tabpfn_v3
 from tabpfn.checkpoint import Checkpoint
 
-import retrofit.embedded as embedded
-from retrofit.embedded import (
+import retrofit.models.embedded as embedded
+from retrofit.files import sha256_file
+from retrofit.models.embedded import (
     EMBEDDED_FILENAME,
     EmbeddedCheckpointError,
     embedded_model_path,
     verify_checkpoint,
 )
-from retrofit.hashing import sha256_file
 from tests.helpers.regression_tasks import fit_predict, linear_task
 
 

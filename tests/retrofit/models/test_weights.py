@@ -16,12 +16,12 @@ import torch
 from tabpfn import model_loading
 from tabpfn.checkpoint import Checkpoint
 
-from retrofit import loading, saved, weights
-from retrofit.errors import SavedModelError, SettingsConflictError
+from retrofit.errors import SavedModelError, SettingsConflictError, WeightsUnavailableError
 from retrofit.estimator import OTabPFNRegressor
-from retrofit.saving import save_patched
+from retrofit.files import sha256_file
+from retrofit.models import loading, saved, weights
+from retrofit.models.saving import save_patched
 from retrofit.settings import resolve_settings
-from retrofit.weights import WeightsUnavailableError
 from tests.helpers.tiny_hosts import build_tiny_v2, save_tiny_v2_checkpoint
 from tests.helpers.tiny_models import tiny_v3_checkpoint
 
@@ -177,8 +177,8 @@ def test_saved_dir_round_trip_keeps_weights_and_settings(tmp_path):
     assert model_loading.resolve_model_version(result.checkpoint).value == "v3"
     assert result.settings == SETTINGS
     manifest = json.loads((out / "retrofit.json").read_text())
-    assert manifest["source"]["sha256"] == saved.sha256_file(source)
-    assert manifest["weights"]["sha256"] == saved.sha256_file(result.checkpoint)
+    assert manifest["source"]["sha256"] == sha256_file(source)
+    assert manifest["weights"]["sha256"] == sha256_file(result.checkpoint)
     assert manifest["patch_digest"] == "abc"
     assert set(manifest["versions"]) >= {"tabpfn", "torch", "tabpfn-retrofit"}
     original = Checkpoint(source).load()

@@ -21,10 +21,10 @@ from tabpfn.architectures.shared.bar_distribution import FullSupportBarDistribut
 from tabpfn.checkpoint import save_as_safetensors
 from tabpfn.constants import ModelVersion
 
-from retrofit import loading, weights
+from retrofit.errors import WeightsUnavailableError
 from retrofit.estimator import OTabPFNRegressor
+from retrofit.models import loading, weights
 from retrofit.settings import DEFAULT_TAU_BY_HOST
-from retrofit.weights import WeightsUnavailableError
 from tests.helpers.tiny_hosts import TINY, build_host
 from tests.helpers.tiny_models import tiny_inference_config
 
@@ -144,7 +144,7 @@ def test_estimator_fit_modes_agree_on_every_new_host(tmp_path, name):
 def test_a_saved_directory_keeps_the_version_tabpfn_reads_from_its_file_name(
     tmp_path, name, version
 ):
-    from retrofit.saving import save_patched
+    from retrofit.models.saving import save_patched
 
     saved_dir = save_patched(_checkpoint(name, tmp_path), tmp_path / "saved", mode="full-o")
     assert model_loading.resolve_model_version(saved_dir.checkpoint) == version

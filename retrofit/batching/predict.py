@@ -9,9 +9,9 @@ host a zero ICL carrier is a true NULL, so :func:`predict_batched` does this:
    ``predict_batched``), and each ensemble member goes through the stages
    before ICL on its own, with the inputs ``predict`` builds for it;
 2. the members' carriers are grouped into length buckets
-   (:func:`retrofit.icl_batch.plan_buckets`) and, per bucket, padded with zero
+   (:func:`retrofit.batching.padding.plan_buckets`) and, per bucket, padded with zero
    rows and run through the patched ICL blocks in one forward, every member of
-   every dataset of the bucket along the batch (:func:`retrofit.icl_batch.run_padded_icl`);
+   every dataset of the bucket along the batch (:func:`retrofit.batching.padding.run_padded_icl`);
 3. padded rows are dropped before the decoder, and each dataset's estimators
    are translated, averaged and decoded with tabpfn's own helpers, as
    ``predict`` does.
@@ -20,7 +20,7 @@ Same-shape input, and any input on a model without a null-padded ICL stage
 (``mode="none"``), is handed to tabpfn's ``predict_batched`` unchanged, so it
 behaves (and errs) as tabpfn does. Hosts with a stage: every patched host
 (v2, v2.5, v2.6, v3, v3.5; ``retrofit/hosts/*_icl_stage.py``); another host
-opts in with :func:`retrofit.icl_batch.register_icl_stage`.
+opts in with :func:`retrofit.hosts.base.register_icl_stage`.
 
 With ``fit_mode="fit_with_cache"`` the padded path, like tabpfn's own
 ``predict_batched``, runs the full forward instead of the KV cache: it equals
@@ -38,38 +38,47 @@ from typing import Any
 import numpy as np
 import torch
 from tabpfn import TabPFNRegressor
-from tabpfn.constants import DEFAULT_SAVE_PEAK_MEMORY_FACTOR
 from tabpfn.errors import TabPFNValidationError
-from tabpfn.inference import (
-    _batch_member_inputs,
-    _estimator_batch_budget,
-    _maybe_run_gpu_preprocessing,
-    _members_per_forward,
-    _prepare_model_inputs,
-)
-from tabpfn.memory import should_save_peak_mem
-from tabpfn.preprocessing.clean import clean_data_transform
-from tabpfn.preprocessing.datamodel import FeatureModality
-from tabpfn.regressor import _USABLE_OUTPUT_TYPES
-from tabpfn.utils import get_autocast_context
-from tabpfn.validation import check_input_shape_matches, ensure_compatible_predict_input_sklearn
 
-from retrofit.errors import BatchInputError, InvalidInputError
-from retrofit.icl_batch import (
+from retrofit.batching.padding import (
     DEFAULT_MAX_ROWS_PER_FORWARD,
     PaddingStats,
-    icl_stage_for,
     key_rows,
     plan_buckets,
     run_padded_icl,
-    supports_padded_icl,
 )
-from retrofit.settings import check_max_padded_fraction, default_max_padded_fraction
+from retrofit.errors import BatchInputError, InvalidInputError
+from retrofit.hosts.base import icl_stage_for, supports_padded_icl
+from retrofit.settings import (
+    DEFAULT_QUANTILES,
+    check_max_padded_fraction,
+    default_max_padded_fraction,
+)
+from retrofit.tabpfn_surface import (
+    RAGGED_BATCHING,
+    batch_member_inputs,
+    check_input_shape_matches,
+    clean_data_transform,
+    decode_batched_dataset,
+    default_save_peak_memory_factor,
+    ensure_compatible_predict_input_sklearn,
+    estimator_batch_budget,
+    feature_modality,
+    get_autocast_context,
+    handle_constant_target,
+    maybe_run_gpu_preprocessing,
+    member_model_index,
+    members_per_forward,
+    prepare_model_inputs,
+    require,
+    should_save_peak_mem,
+    translate_batched_logits,
+    usable_output_types,
+    uses_majority_downsample,
+)
 from retrofit.validation import check_numeric_target
 
 __all__ = ["BatchedPrediction", "check_batch_lists", "is_ragged", "predict_batched"]
-
-DEFAULT_QUANTILES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
 
 #: ``progress(phase, done, total)``; phases ``"embed"`` (per dataset) and ``"icl"``.
 Progress = Callable[[str, int, int], None]
@@ -100,8 +109,12 @@ def _n_rows(X: Any) -> int:
 
 def check_batch_lists(
     X_train_list: Sequence[Any], y_train_list: Sequence[Any], X_test_list: Sequence[Any]
-) -> None:
+) -> list[Any]:
     """Refuses malformed batch input before anything is fitted.
+
+    Returns:
+        The targets as ``OTabPFNRegressor.fit`` takes them (text that spells
+        numbers converted: :func:`retrofit.validation.check_numeric_target`).
 
     Raises:
         BatchInputError: If the lists differ in length or are empty, or a
@@ -117,10 +130,12 @@ def check_batch_lists(
         )
     if lengths[0] == 0:
         raise BatchInputError("nothing to predict: empty dataset list")
+    targets = []
     for i, (X, y, X_test) in enumerate(zip(X_train_list, y_train_list, X_test_list, strict=True)):
         n = _n_rows(X)
         if n < 2:
             raise BatchInputError(f"dataset {i}: needs at least 2 train rows, got {n}")
+        y = _numeric_target(i, y)
         try:
             y_arr = np.asarray(y, dtype=np.float64).reshape(-1)
         except (TypeError, ValueError) as err:
@@ -134,6 +149,8 @@ def check_batch_lists(
             raise BatchInputError(f"dataset {i}: y_train has {bad} NaN or infinite values")
         if _n_rows(X_test) < 1:
             raise BatchInputError(f"dataset {i}: X_test has no rows")
+        targets.append(y)
+    return targets
 
 
 def _numeric_target(index: int, y: Any) -> Any:
@@ -161,7 +178,7 @@ def _check_output_request(output_type: str, quantiles: list[float] | None) -> li
         quantiles = list(DEFAULT_QUANTILES)
     elif not all((0 <= q <= 1) and isinstance(q, float) for q in quantiles):
         raise TabPFNValidationError("All quantiles must be between 0 and 1 and floats.")
-    if output_type not in _USABLE_OUTPUT_TYPES:
+    if output_type not in usable_output_types:
         raise TabPFNValidationError(f"Invalid output type: {output_type}")
     return quantiles
 
@@ -244,7 +261,7 @@ def _embed_dataset(
     worker.fit(X, y)
     if worker.is_constant_target_:
         return None, worker
-    if worker._uses_majority_downsample():
+    if uses_majority_downsample(worker):
         raise NotImplementedError(
             "predict_batched does not support SAMPLE_SUBSAMPLING_METHOD='majority_downsample'"
         )
@@ -263,7 +280,7 @@ def _embed_dataset(
     prepared: dict[tuple, list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
     models: dict[int, torch.nn.Module] = {}
     for j, member in enumerate(members):
-        model = executor.model_caches[member.config._model_index].get(device)
+        model = executor.model_caches[member_model_index(member.config)].get(device)
         if dtype is not None and (id(model), dtype) not in cast:
             # What the engine's iter_outputs does once per predict; once per batch
             # here, not per member and dataset (a pass over every parameter, 9 % of
@@ -271,10 +288,10 @@ def _embed_dataset(
             model.type(dtype)
             cast[(id(model), dtype)] = model
         models[id(model)] = model
-        X_full, y_train = _prepare_model_inputs(
+        X_full, y_train = prepare_model_inputs(
             device, dtype, member.X_train, member.transform_X_test(X_test), member.y_train
         )
-        X_full, _ = _maybe_run_gpu_preprocessing(
+        X_full, _ = maybe_run_gpu_preprocessing(
             X_full,
             gpu_preprocessor=member.gpu_preprocessor,
             num_train_rows=member.X_train.shape[0],
@@ -285,10 +302,10 @@ def _embed_dataset(
     data = _Dataset(worker, [m.config for m in members], [], save_peak_mem)
     for (model_id, shape, _), group in prepared.items():
         model = models[model_id]
-        size = _members_per_forward(shape[0], shape[2], _estimator_batch_budget(model))
+        size = members_per_forward(shape[0], shape[2], estimator_batch_budget(model))
         for start in range(0, len(group), size):
             chunk = group[start : start + size]
-            X_RBC, y_NB = _batch_member_inputs([c[1] for c in chunk], [c[2] for c in chunk])
+            X_RBC, y_NB = batch_member_inputs([c[1] for c in chunk], [c[2] for c in chunk])
             with (
                 get_autocast_context(device, enabled=worker.use_autocast_),
                 torch.inference_mode(),
@@ -317,7 +334,7 @@ def _clean_test(worker: TabPFNRegressor, X_test: Any) -> Any:
     X_test = ensure_compatible_predict_input_sklearn(X_test, worker)
     return clean_data_transform(
         X_test,
-        cat_indices=worker.inferred_feature_schema_.indices_for(FeatureModality.CATEGORICAL),
+        cat_indices=worker.inferred_feature_schema_.indices_for(feature_modality.CATEGORICAL),
         ord_encoder=getattr(worker, "ordinal_encoder_", None),
         passthrough_inf=worker.get_inference_config().PASSTHROUGH_INF,
     )
@@ -349,7 +366,7 @@ def _failing_dataset(
 def _options(model: torch.nn.Module, save_peak_mem: bool) -> Any:
     return dataclasses.replace(
         model.get_default_performance_options(),
-        save_peak_memory_factor=DEFAULT_SAVE_PEAK_MEMORY_FACTOR if save_peak_mem else None,
+        save_peak_memory_factor=default_save_peak_memory_factor if save_peak_mem else None,
     )
 
 
@@ -402,8 +419,7 @@ def predict_batched(
             (tabpfn's own error).
         UnsupportedArchitectureError: ``padded=True`` on such a host.
     """
-    check_batch_lists(X_train_list, y_train_list, X_test_list)
-    y_train_list = [_numeric_target(i, y) for i, y in enumerate(y_train_list)]
+    y_train_list = check_batch_lists(X_train_list, y_train_list, X_test_list)
     if max_padded_fraction is not None:
         max_padded_fraction = check_max_padded_fraction(max_padded_fraction)
     quantiles = _check_output_request(output_type, quantiles)
@@ -434,6 +450,7 @@ def predict_batched(
                 raise
             raise BatchInputError(f"dataset {index}: {err}") from err
         return BatchedPrediction(list(results), False, PaddingStats(), [])
+    require(RAGGED_BATCHING)  # one line naming a tabpfn helper this tabpfn lacks
     _refuse_per_dataset_state(regressor)
     for model in models:  # a host without a null-padded stage fails here, not per dataset
         icl_stage_for(model)
@@ -452,7 +469,7 @@ def predict_batched(
         except (ValueError, TypeError) as err:
             raise BatchInputError(f"dataset {i}: {err}") from err
         if data is None:
-            results[i] = worker._handle_constant_target(_n_rows(X_test), output_type, quantiles)
+            results[i] = handle_constant_target(worker, _n_rows(X_test), output_type, quantiles)
         else:
             embedded[i] = data
         if progress is not None:
@@ -532,12 +549,17 @@ def _decode(
     std_borders = znorm_borders.cpu().numpy()
     accumulated: torch.Tensor | None = None
     for out_MO, config in zip(outputs, data.configs, strict=True):
-        contribution = worker._translate_batched_logits(
-            output=out_MO, config=config, znorm_borders=znorm_borders, std_borders=std_borders
+        contribution = translate_batched_logits(
+            worker,
+            output=out_MO,
+            config=config,
+            znorm_borders=znorm_borders,
+            std_borders=std_borders,
         )
         accumulated = contribution if accumulated is None else accumulated + contribution
     assert accumulated is not None
-    return worker._decode_batched_dataset(
+    return decode_batched_dataset(
+        worker,
         accumulated_logits=accumulated,
         n_estimators=len(outputs),
         raw_space_bardist=worker.raw_space_bardist_,

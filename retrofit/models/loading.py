@@ -10,8 +10,8 @@ model must never be shared between estimators or runs.
 Accepted ``model_path`` values (one resolver each, tried in order):
 ``"embedded"`` (the shipped host), ``"v2"``, ``"v2.5"``, ``"v2.6"``, ``"v3"``,
 ``"v3.5"`` or ``"auto"`` (tabpfn's default checkpoints and tabpfn's default
-version, see :mod:`retrofit.weights`), a saved retrofit directory (see
-:mod:`retrofit.saved`), or a local ``.safetensors``/``.ckpt`` file.
+version, see :mod:`retrofit.models.weights`), a saved retrofit directory (see
+:mod:`retrofit.models.saved`), or a local ``.safetensors``/``.ckpt`` file.
 
 :func:`resolve_for_tabpfn` translates the estimator's ``model_path`` (any of
 the above, or whatever tabpfn itself takes: ``"auto"``, a ``ModelSpecs``, a
@@ -31,14 +31,15 @@ from tabpfn import ModelSpecs, model_loading
 from tabpfn.inference_config import cpu_sample_limit
 from tabpfn.model_loading import ModelSource
 
-from retrofit import saved, weights
-from retrofit.checkpoints import check_checkpoint
-from retrofit.embedded import embedded_model_path
 from retrofit.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
     InvalidModelPathError,
 )
+from retrofit.models import saved, weights
+from retrofit.models.checkpoints import check_checkpoint
+from retrofit.models.embedded import embedded_model_path
+from retrofit.tabpfn_surface import models_may_be_shared
 
 __all__ = [
     "CHECKPOINT_SUFFIXES",
@@ -202,7 +203,7 @@ def load_host(model_path: ModelPathLike | ResolvedModel = "embedded") -> ModelSp
         raise CorruptCheckpointError(
             f"cannot load TabPFN checkpoint {path}: {type(err).__name__}: {first}"
         ) from err
-    if model_loading._get_built_model_cache_size() > 0:
+    if models_may_be_shared():
         # TABPFN_MODEL_CACHE_SIZE shares built models between calls; ours must not be.
         model = copy.deepcopy(model)
     version = model_loading.resolve_model_version(path)
@@ -227,6 +228,8 @@ def _tabpfn_entry(entry: Any) -> tuple[Any, saved.SavedRetrofit | None]:
     """One ``model_path`` entry in tabpfn's terms, and its saved directory if any."""
     if isinstance(entry, ModelSpecs) or entry is None:
         return entry, None
+    if isinstance(entry, ResolvedModel):  # resolved (and hashed) once, at the boundary
+        return str(entry.checkpoint), entry.saved
     if entry == "auto":
         # tabpfn's default version, through its own resolver and downloader, with
         # the one-line offline error naming where to place the file.

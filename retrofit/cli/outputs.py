@@ -5,15 +5,15 @@ bad ``--out`` or ``--store`` fails in a second, not after the work: the output
 must not be a directory (for a file) or a file (for a directory), its folder
 must exist (or be creatable) and be writable, and it must not be one of the
 command's inputs (the same file through a relative path, a symbolic link or a
-hard link included). The checks create nothing; :func:`missing_dirs` and
-:func:`remove_empty_dirs` let a command that creates a directory and then
-fails leave no empty one behind.
+hard link included). The checks create nothing;
+:func:`retrofit.files.missing_dirs` and :func:`retrofit.files.remove_empty_dirs`
+let a command that creates a directory and then fails leave no empty one behind.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from retrofit.errors import CommandError
@@ -21,8 +21,6 @@ from retrofit.errors import CommandError
 __all__ = [
     "check_output_dir",
     "check_output_file",
-    "missing_dirs",
-    "remove_empty_dirs",
     "same_file",
 ]
 
@@ -106,30 +104,3 @@ def check_output_dir(path: str | os.PathLike[str], *, option: str = "--store") -
     if not _writable_dir(base):
         raise CommandError(f"{option} {out} cannot be created: {base} is not writable")
     return out
-
-
-def missing_dirs(path: str | os.PathLike[str]) -> list[Path]:
-    """``path`` and those of its parents that do not exist yet, deepest first."""
-    out = Path(path).expanduser()
-    missing = []
-    for candidate in (out, *out.parents):
-        if os.path.lexists(candidate):
-            break
-        missing.append(candidate)
-    return missing
-
-
-def remove_empty_dirs(directories: Sequence[Path]) -> None:
-    """Removes each of ``directories`` (deepest first) that holds only empty folders.
-
-    Anything holding a file is kept; used when a command created these and
-    then failed.
-    """
-    for directory in directories:
-        if not directory.is_dir() or directory.is_symlink():
-            continue
-        for root, _dirs, _files in os.walk(directory, topdown=False):  # children first
-            try:
-                os.rmdir(root)
-            except OSError:
-                pass

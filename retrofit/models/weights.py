@@ -26,12 +26,11 @@ from urllib.parse import urlparse
 from tabpfn import model_loading
 from tabpfn.constants import ModelVersion
 
-from retrofit.errors import WeightsUnavailableError
+from retrofit.errors import UnknownVersionError, WeightsUnavailableError
 
 __all__ = [
     "AUTO",
     "DEFAULT_VERSIONS",
-    "WeightsUnavailableError",
     "default_checkpoint_path",
     "default_weights",
     "hub_reachable",
@@ -74,19 +73,19 @@ def resolve_version(version: str) -> str:
     """``version`` itself, or for ``"auto"`` tabpfn's default version (tabpfn's resolver).
 
     Raises:
-        ValueError: ``version`` is not a supported alias, or ``"auto"`` resolves
+        UnknownVersionError: ``version`` is not a supported alias, or ``"auto"`` resolves
             to a version this package has no alias for.
     """
     if version == AUTO:
         resolved = model_loading.resolve_model_version(None).value
         if resolved not in DEFAULT_VERSIONS:
-            raise ValueError(
+            raise UnknownVersionError(
                 f"tabpfn's default version is {resolved!r}, which has no retrofit alias; "
                 f"expected one of {sorted(DEFAULT_VERSIONS)}"
             )
         return resolved
     if version not in DEFAULT_VERSIONS:
-        raise ValueError(
+        raise UnknownVersionError(
             f"unknown TabPFN version {version!r}; expected one of "
             f"{sorted(DEFAULT_VERSIONS)} or {AUTO!r}"
         )
@@ -104,7 +103,7 @@ def default_checkpoint_path(version: str) -> Path:
         ``~/.cache/tabpfn/tabpfn-v3.5-20260909.safetensors``.
 
     Raises:
-        ValueError: ``version`` is not a supported alias.
+        UnknownVersionError: ``version`` is not a supported alias.
     """
     version = resolve_version(version)
     paths, _dirs, _names, _which = model_loading.resolve_model_path(

@@ -5,7 +5,7 @@ works offline. It has the real ``TabPFNV3`` architecture, was pretrained by this
 project on a synthetic prior (``hostgen.pretrain``; see
 ``MODEL_CARD.md``) and loads through tabpfn's normal loader::
 
-    from retrofit.embedded import embedded_model_path
+    from retrofit.models.embedded import embedded_model_path
     tabpfn.TabPFNRegressor(model_path=embedded_model_path(),
                            inference_precision=torch.float32)
 
@@ -19,12 +19,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from retrofit.errors import EmbeddedCheckpointError
-from retrofit.hashing import sha256_file
+from retrofit.files import sha256_file
 
 __all__ = [
     "EMBEDDED_FILENAME",
     "EMBEDDED_SHA256",
-    "EmbeddedCheckpointError",
     "embedded_model_path",
     "verify_checkpoint",
 ]

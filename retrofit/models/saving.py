@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from retrofit.loading import ModelPathLike, ResolvedModel, load_host, resolve_model
+from retrofit.models.loading import ModelPathLike, ResolvedModel, load_host, resolve_model
+from retrofit.models.saved import SavedRetrofit, check_replaceable, write_saved
 from retrofit.patcher import patch, resolve_for_model
-from retrofit.saved import SavedRetrofit, check_replaceable, write_saved
 
 __all__ = ["save_patched"]
 
@@ -53,7 +53,7 @@ def save_patched(
         retrofit.errors.OutputExistsError: ``out_dir`` exists and ``overwrite`` is
             false, or it is a directory that is not a saved retrofit.
         retrofit.UnsupportedArchitectureError: The host has no patch table.
-        retrofit.weights.WeightsUnavailableError: The weights are not on disk.
+        retrofit.errors.WeightsUnavailableError: The weights are not on disk.
     """
     out = Path(out_dir).expanduser()
     check_replaceable(out, overwrite=overwrite)

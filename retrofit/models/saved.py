@@ -45,16 +45,20 @@ from typing import Any
 
 from tabpfn.checkpoint import save_as_safetensors
 
-from retrofit.checkpoints import load_checkpoint
 from retrofit.errors import (
     InvalidPatchConfigError,
     OutputExistsError,
     SavedModelError,
-    SettingsConflictError,
 )
-from retrofit.files import default_dir_mode, default_file_mode, process_alive
-from retrofit.hashing import sha256_file
-from retrofit.outputs import missing_dirs, remove_empty_dirs
+from retrofit.files import (
+    default_dir_mode,
+    default_file_mode,
+    missing_dirs,
+    process_alive,
+    remove_empty_dirs,
+    sha256_file,
+)
+from retrofit.models.checkpoints import load_checkpoint
 from retrofit.settings import SETTING_NAMES, check_given
 from retrofit.versions import package_versions
 
@@ -62,15 +66,12 @@ __all__ = [
     "FORMAT",
     "MANIFEST_NAME",
     "WEIGHTS_SUFFIX",
-    "SavedModelError",
     "SavedRetrofit",
-    "SettingsConflictError",
     "check_patch_digest",
     "check_replaceable",
     "is_saved_dir",
     "load_saved",
     "remove_leftovers",
-    "sha256_file",
     "write_saved",
 ]
 

@@ -1,4 +1,4 @@
-"""What a host's patch table is, and what a patched model carries.
+"""The host contract: what a patch table and an ICL stage are, their registries.
 
 A patch table (a :class:`HostPatcher` subclass in ``retrofit/hosts/``) plans
 the swaps for one host class and registers itself here by class; the patcher
@@ -6,29 +6,45 @@ the swaps for one host class and registers itself here by class; the patcher
 model keeps its settings, report and originals outside its module tree
 (:func:`is_patched`, :func:`patch_config_of`). The tables import this module,
 never the patcher, so the import graph has no cycle.
+
+A host whose patched ICL stage is closed may also register an :class:`ICLStage`
+(:func:`register_icl_stage`): the split of its forward at which
+:mod:`retrofit.batching` pads ragged datasets. Each registry holds one entry per
+host class and refuses a second.
+
+Shape letters: B batch elements, R rows (key rows, then test rows), M test
+rows, D ICL width (``...`` for v2's per-cell carriers ``(C, D)``), O decoder
+outputs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, Literal, Protocol
 
+import torch
 from torch import nn
 
-from retrofit.errors import NotPatchedError, UnsupportedArchitectureError
+from retrofit.errors import DuplicateHostError, NotPatchedError, UnsupportedArchitectureError
 from retrofit.settings import PatchConfig
 
 __all__ = [
     "STATE_ATTR",
     "HostPatcher",
+    "ICLStage",
     "PatchState",
     "ReplacedModule",
     "Swap",
     "host_patcher_for",
+    "icl_stage_for",
     "is_patched",
     "patch_config_of",
     "register_host_patcher",
+    "register_icl_stage",
     "registered_host_patchers",
+    "supports_padded_icl",
+    "swap_each",
 ]
 
 #: Where a patched model keeps its :class:`PatchState` (in ``__dict__``, not a submodule).
@@ -103,11 +119,32 @@ class HostPatcher:
         """Removes what :meth:`attach` installed."""
 
 
+def swap_each(
+    modules: Iterable[nn.Module], prefix: str, build: Callable[[nn.Module, str], nn.Module]
+) -> list[Swap]:
+    """One :class:`Swap` per module of a block list: ``build(module, path)`` replaces it.
+
+    The loop every table's :meth:`HostPatcher.plan` runs over its host's blocks
+    (paths ``prefix.0``, ``prefix.1``, ...); ``build`` may raise to refuse one.
+    """
+    swaps = []
+    for i, module in enumerate(modules):
+        path = f"{prefix}.{i}"
+        swaps.append(Swap(path=path, original=module, replacement=build(module, path)))
+    return swaps
+
+
 _HOST_PATCHERS: dict[type[nn.Module], HostPatcher] = {}
 
 
 def register_host_patcher(patcher: HostPatcher) -> HostPatcher:
-    """Registers the patch table of ``patcher.host_class`` (exact class match)."""
+    """Registers the patch table of ``patcher.host_class`` (exact class match).
+
+    Raises:
+        DuplicateHostError: If that class has a patch table already.
+    """
+    if patcher.host_class in _HOST_PATCHERS:
+        raise DuplicateHostError(f"{patcher.host_class.__name__} has a patch table already")
     _HOST_PATCHERS[patcher.host_class] = patcher
     return patcher
 
@@ -131,6 +168,76 @@ def host_patcher_for(model: nn.Module) -> HostPatcher:
 def registered_host_patchers() -> dict[type[nn.Module], HostPatcher]:
     """Every registered table, by host class."""
     return dict(_HOST_PATCHERS)
+
+
+class ICLStage(Protocol):
+    """A host's ICL stage, split where the padded batch runs.
+
+    ``embed`` runs everything before the ICL blocks for one dataset exactly as
+    the host's ``forward`` does (returning the carriers with the train target
+    already injected); ``run_blocks`` runs the patched ICL blocks;
+    ``decode`` maps the test rows' carriers to the host's output.
+
+    The carriers end in the dataset's test rows, one carrier row per test row;
+    every row before them is a key row (the train rows, and rows a host adds
+    to them, such as v2.5's thinking rows): :func:`key_rows`.
+    """
+
+    def embed(
+        self, model: nn.Module, x_RBC: torch.Tensor, y_N: torch.Tensor, **forward_kwargs: Any
+    ) -> torch.Tensor:
+        """ICL carriers ``(B, R, ...)``, key rows first, target injected."""
+        ...
+
+    def run_blocks(
+        self, model: nn.Module, x_BRD: torch.Tensor, num_train: int, **forward_kwargs: Any
+    ) -> torch.Tensor:
+        """The ICL blocks over ``x_BRD`` (``(B, R, ...)``) with ``num_train`` key rows."""
+        ...
+
+    def decode(self, model: nn.Module, x_BMD: torch.Tensor) -> torch.Tensor:
+        """The host's output ``(M, B, O)`` for test carriers ``(B, M, ...)``."""
+        ...
+
+
+_ICL_STAGES: dict[type[nn.Module], ICLStage] = {}
+
+
+def register_icl_stage(host_class: type[nn.Module], stage: ICLStage) -> ICLStage:
+    """Registers ``stage`` for patched models of exactly ``host_class``.
+
+    Raises:
+        DuplicateHostError: If ``host_class`` has a stage already.
+    """
+    if host_class in _ICL_STAGES:
+        raise DuplicateHostError(f"{host_class.__name__} has a null-padded ICL stage already")
+    _ICL_STAGES[host_class] = stage
+    return stage
+
+
+def supports_padded_icl(model: nn.Module) -> bool:
+    """Whether ``model`` is patched and its exact class has a registered :class:`ICLStage`."""
+    return type(model) in _ICL_STAGES and is_patched(model)
+
+
+def icl_stage_for(model: nn.Module) -> ICLStage:
+    """The registered :class:`ICLStage` of ``model``'s exact class.
+
+    Raises:
+        UnsupportedArchitectureError: If there is none, or ``model`` is not patched.
+    """
+    stage = _ICL_STAGES.get(type(model))
+    if stage is None:
+        known = ", ".join(sorted(c.__name__ for c in _ICL_STAGES)) or "none"
+        raise UnsupportedArchitectureError(
+            f"{type(model).__name__} has no null-padded ICL stage (hosts with one: {known})"
+        )
+    if not is_patched(model):
+        raise UnsupportedArchitectureError(
+            f"{type(model).__name__} is not patched, so it has no null-padded ICL stage: "
+            "zero padding is exact only where the retrofit closes the ICL stage"
+        )
+    return stage
 
 
 @dataclasses.dataclass

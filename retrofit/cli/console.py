@@ -173,7 +173,7 @@ def status(args: argparse.Namespace, message: str) -> None:
 
 def parse_precision(name: str) -> Any:
     """``--precision NAME`` as tabpfn's ``inference_precision`` (one of :data:`PRECISIONS`)."""
-    import torch
+    import torch  # lazy: keeps --help light
 
     if name not in PRECISIONS:
         raise CommandError(f"unknown precision {name!r}; choose one of {', '.join(PRECISIONS)}")

@@ -34,15 +34,16 @@ from tabpfn.architectures.kv_cache import KVCacheEntry, QuantizedKVCacheEntry
 from tabpfn.architectures.shared.chunked_evaluate import chunked_evaluate_maybe_inplace
 from torch import nn
 
-from patches import OFFN, ONorm, oattention, presence, support_size
+from patches import OFFN, ONorm, presence, support_size
 from retrofit.errors import (
     InvalidPatchConfigError,
     MissingPresenceError,
     UnsupportedArchitectureError,
 )
-from retrofit.hosts.v3_cache import PresenceKVCacheEntry
+from retrofit.hosts.presence_cache import PresenceKVCacheEntry
+from retrofit.hosts.row_attention import oattend_rows, oattend_train_then_test
 
-__all__ = ["SUPPORTED_ICL_BLOCKS", "MissingPresenceError", "OICLBlock"]
+__all__ = ["SUPPORTED_ICL_BLOCKS", "OICLBlock"]
 
 #: The ICL block classes :class:`OICLBlock` replaces, and whether each one's
 #: attention normalises queries and keys per head after the projections.
@@ -251,15 +252,9 @@ class OICLBlock(nn.Module):
             p_BN = p_BR[:, :N]
             if n_test_heads is not None and single_eval_pos is not None and N < R:
                 # Test rows read fewer KV heads (GQA/MQA for the test partition).
-                o_train = self._oattend(q_BRHD[:, :N], k_BNJD, v_BNJD, p_BN, p_BN)
-                o_test = self._oattend(
-                    q_BRHD[:, N:],
-                    k_BNJD[:, :, :n_test_heads],
-                    v_BNJD[:, :, :n_test_heads],
-                    p_BR[:, N:],
-                    p_BN,
+                o_BRHD = oattend_train_then_test(
+                    self._oattend, q_BRHD, k_BNJD, v_BNJD, p_BR, n_test_heads
                 )
-                o_BRHD = torch.cat([o_train, o_test], dim=1)
             else:
                 o_BRHD = self._oattend(q_BRHD, k_BNJD, v_BNJD, p_BR, p_BN)
 
@@ -293,16 +288,7 @@ class OICLBlock(nn.Module):
         if q_BLHD.dtype != v_BNJD.dtype or k_BNJD.dtype != v_BNJD.dtype:
             # float32 q/k norms under autocast; the host's attention casts the same way.
             q_BLHD, k_BNJD = q_BLHD.to(v_BNJD.dtype), k_BNJD.to(v_BNJD.dtype)
-        o_BHLD = oattention(
-            q_BLHD.transpose(1, 2),
-            k_BNJD.transpose(1, 2),
-            v_BNJD.transpose(1, 2),
-            p_BL,
-            p_BN,
-            eps_den=self.eps_den,
-            validate=False,  # presence and shapes are built by this block
-        )
-        return o_BHLD.transpose(1, 2)  # memory already laid out as (B, L, H, D)
+        return oattend_rows(q_BLHD, k_BNJD, v_BNJD, p_BL, p_BN, eps_den=self.eps_den)
 
 
 def _scale_queries(scaling: nn.Module, q_BLHD: torch.Tensor, n_eff_B: torch.Tensor) -> torch.Tensor:

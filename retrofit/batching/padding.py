@@ -8,11 +8,11 @@ padded with zero rows to one length and run through the ICL blocks in one
 forward, with no mask, and every real row's output is the one it gets alone.
 
 This module is host-agnostic. A host opts in by registering an
-:class:`ICLStage` for its class; only a *patched* model of that class gets
-it (padding is not exact on an unpatched host); :func:`run_padded_icl` pads,
-runs and unpads;
-:func:`plan_buckets` groups datasets by length so that the padding stays a
-bounded fraction of the work.
+:class:`~retrofit.hosts.base.ICLStage` for its class
+(:func:`retrofit.hosts.base.register_icl_stage`); only a *patched* model of
+that class gets it (padding is not exact on an unpatched host).
+:func:`run_padded_icl` pads, runs and unpads; :func:`plan_buckets` groups
+datasets by length so that the padding stays a bounded fraction of the work.
 
 Layout of one padded batch element (``N`` = longest train part, ``M`` =
 longest test part of the bucket)::
@@ -31,100 +31,30 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import nn
 
-from retrofit.errors import UnsupportedArchitectureError
-from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION
-from retrofit.tables import is_patched
+from retrofit.hosts.base import icl_stage_for
+from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, check_max_padded_fraction
 
 __all__ = [
-    "DEFAULT_MAX_PADDED_FRACTION",
     "DEFAULT_MAX_ROWS_PER_FORWARD",
-    "ICLStage",
     "PaddingStats",
-    "icl_stage_for",
     "key_rows",
     "pad_carriers",
     "plan_buckets",
-    "register_icl_stage",
     "run_padded_icl",
-    "supports_padded_icl",
 ]
 
 #: Bound on the padded rows (summed over the batch) of one ICL forward.
 DEFAULT_MAX_ROWS_PER_FORWARD = 200_000
 
 
-class ICLStage(Protocol):
-    """A host's ICL stage, split where the padded batch runs.
-
-    ``embed`` runs everything before the ICL blocks for one dataset exactly as
-    the host's ``forward`` does (returning the carriers with the train target
-    already injected); ``run_blocks`` runs the patched ICL blocks;
-    ``decode`` maps the test rows' carriers to the host's output.
-
-    The carriers end in the dataset's test rows, one carrier row per test row;
-    every row before them is a key row (the train rows, and rows a host adds
-    to them, such as v2.5's thinking rows): :func:`key_rows`.
-    """
-
-    def embed(
-        self, model: nn.Module, x_RBC: torch.Tensor, y_N: torch.Tensor, **forward_kwargs: Any
-    ) -> torch.Tensor:
-        """ICL carriers ``(B, R, ...)``, key rows first, target injected."""
-        ...
-
-    def run_blocks(
-        self, model: nn.Module, x_BRD: torch.Tensor, num_train: int, **forward_kwargs: Any
-    ) -> torch.Tensor:
-        """The ICL blocks over ``x_BRD`` (``(B, R, ...)``) with ``num_train`` key rows."""
-        ...
-
-    def decode(self, model: nn.Module, x_BMD: torch.Tensor) -> torch.Tensor:
-        """The host's output ``(M, B, O)`` for test carriers ``(B, M, ...)``."""
-        ...
-
-
-_ICL_STAGES: dict[type[nn.Module], ICLStage] = {}
-
-
 def key_rows(carriers: torch.Tensor, num_test: int) -> int:
     """Key rows of ``(B, R, ...)`` carriers from :meth:`ICLStage.embed`, given the test rows."""
     return carriers.shape[1] - num_test
-
-
-def register_icl_stage(host_class: type[nn.Module], stage: ICLStage) -> ICLStage:
-    """Registers ``stage`` for patched models of exactly ``host_class``."""
-    _ICL_STAGES[host_class] = stage
-    return stage
-
-
-def supports_padded_icl(model: nn.Module) -> bool:
-    """Whether ``model`` is patched and its exact class has a registered :class:`ICLStage`."""
-    return type(model) in _ICL_STAGES and is_patched(model)
-
-
-def icl_stage_for(model: nn.Module) -> ICLStage:
-    """The registered :class:`ICLStage` of ``model``'s exact class.
-
-    Raises:
-        UnsupportedArchitectureError: If there is none, or ``model`` is not patched.
-    """
-    stage = _ICL_STAGES.get(type(model))
-    if stage is None:
-        known = ", ".join(sorted(c.__name__ for c in _ICL_STAGES)) or "none"
-        raise UnsupportedArchitectureError(
-            f"{type(model).__name__} has no null-padded ICL stage (hosts with one: {known})"
-        )
-    if not is_patched(model):
-        raise UnsupportedArchitectureError(
-            f"{type(model).__name__} is not patched, so it has no null-padded ICL stage: "
-            "zero padding is exact only where the retrofit closes the ICL stage"
-        )
-    return stage
 
 
 @dataclasses.dataclass
@@ -214,10 +144,9 @@ def plan_buckets(
         Buckets of dataset indices; every index appears once.
 
     Raises:
-        ValueError: If ``max_padded_fraction`` is not in ``[0, 1)``.
+        BatchInputError: If ``max_padded_fraction`` is not in ``[0, 1)``.
     """
-    if not 0.0 <= max_padded_fraction < 1.0:
-        raise ValueError(f"max_padded_fraction must be in [0, 1), got {max_padded_fraction!r}")
+    max_padded_fraction = check_max_padded_fraction(max_padded_fraction)
     batch = [1] * len(shapes) if batch is None else list(batch)
     order = sorted(range(len(shapes)), key=lambda i: (-shapes[i][0], -shapes[i][1], i))
     buckets: list[list[int]] = []

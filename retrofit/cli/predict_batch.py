@@ -5,13 +5,16 @@ A manifest lists the datasets, as JSON (a list of objects, or
 has ``train`` and ``test`` (CSV files; relative paths are read from the
 manifest's folder), and optionally ``name`` (default: its position) and
 ``target`` (default: ``--target``). Every dataset is predicted by
-:func:`retrofit.batched.predict_batched`; ragged datasets share null-padded
+:func:`retrofit.batching.predict.predict_batched`; ragged datasets share null-padded
 ICL forwards on a patched host. One file per dataset, ``OUT_DIR/<name>.csv``
 with the columns ``row``, the target (when the test file has it) and
-``prediction``, is written atomically after every prediction is made, so a
-failure leaves no file half-written; ``OUT_DIR`` is created then if it is
+``prediction``, is written once every prediction is made, each atomically: a
+failed prediction writes nothing, a failed write leaves no file half-written
+(the files written before it stay); ``OUT_DIR`` is created then if it is
 missing. No prediction file may replace the manifest or an input file, even
-with ``--force``. Errors name the dataset, tabpfn's included.
+with ``--force``. An error about one dataset names it, tabpfn's included when
+that dataset fails on its own; tabpfn's refusal of a whole ragged batch (an
+unpatched host) names none.
 
 :func:`add_parser` registers the command on the console script's parser,
 :func:`run` runs it.
@@ -30,20 +33,21 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from retrofit.batched import check_batch_lists, predict_batched
-from retrofit.console import parse_precision, run_command
-from retrofit.csv_tables import (
+from retrofit.batching.predict import check_batch_lists, predict_batched
+from retrofit.cli.console import parse_precision, run_command
+from retrofit.cli.csv_tables import (
     numeric_target,
     read_csv_table,
     refuse_infinite_features,
     write_csv_atomic,
 )
+from retrofit.cli.outputs import check_output_dir, same_file
 from retrofit.errors import BatchInputError, CommandError, ManifestError
 from retrofit.estimator import OTabPFNRegressor
-from retrofit.outputs import check_output_dir, missing_dirs, remove_empty_dirs, same_file
+from retrofit.files import missing_dirs, remove_empty_dirs
 from retrofit.settings import check_max_padded_fraction
 
-__all__ = ["ManifestError", "read_manifest", "run"]
+__all__ = ["read_manifest", "run"]
 
 PROG = "tabpfn-retrofit predict-batch"
 #: The columns of a prediction file besides the known target; a target of one of
@@ -128,7 +132,7 @@ def read_manifest(path: str | Path, default_target: str | None = None) -> list[d
 def _load(entry: dict[str, Any], i: int) -> tuple[Any, np.ndarray, Any, np.ndarray | None]:
     """``X_train, y_train, X_test, y_test or None`` of one manifest entry.
 
-    Read as ``predict`` reads its files (:mod:`retrofit.csv_tables`): feature
+    Read as ``predict`` reads its files (:mod:`retrofit.cli.csv_tables`): feature
     columns as pandas parsed them (text stays text, for tabpfn), the target
     numeric; a refusal names the dataset.
     """

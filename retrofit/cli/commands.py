@@ -3,14 +3,14 @@
 ``predict`` fits :class:`retrofit.OTabPFNRegressor` on a CSV and writes the
 predictions for a test CSV (or a held-out fraction of the training CSV);
 ``patch`` saves a retrofitted model as the original weights plus the retrofit
-settings (see :mod:`retrofit.saved`), which ``predict --model DIR`` and
+settings (see :mod:`retrofit.models.saved`), which ``predict --model DIR`` and
 ``OTabPFNRegressor(model_path=DIR)`` load.
 
 Every failure a user can cause ends in one line on stderr,
 ``tabpfn-retrofit <command>: error: <what and where>``, and exit status 2;
 outputs are written to a temporary name and renamed, so nothing half-written
 is left behind (set ``TABPFN_RETROFIT_DEBUG=1`` for the full traceback of an
-unexpected error; see :mod:`retrofit.console`). :func:`add_subcommands`
+unexpected error; see :mod:`retrofit.cli.console`). :func:`add_subcommands`
 registers both commands on the ``tabpfn-retrofit`` parser, which ``eval.cli``
 composes with eval's commands. Building the parsers imports nothing heavy:
 each command imports the estimator, pandas and tabpfn when it runs.
@@ -23,18 +23,19 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retrofit.console import PRECISIONS, PROG, parse_precision, run_command, status
-from retrofit.csv_tables import (
+from retrofit.cli.console import PRECISIONS, PROG, parse_precision, run_command, status
+from retrofit.cli.csv_tables import (
     numeric_target,
     read_csv_table,
     refuse_infinite_features,
     write_csv_atomic,
 )
+from retrofit.cli.outputs import check_output_dir, check_output_file, same_file
 from retrofit.errors import CommandError
-from retrofit.outputs import check_output_dir, check_output_file, same_file
 from retrofit.settings import (
     DEFAULT_MAX_PADDED_FRACTION,
     DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE,
+    DEFAULT_QUANTILES,
     MODES,
     SETTING_NAMES,
     SUPPORTS,
@@ -42,7 +43,7 @@ from retrofit.settings import (
 )
 
 if TYPE_CHECKING:
-    from retrofit.loading import ResolvedModel
+    from retrofit.models.loading import ResolvedModel
 
 __all__ = [
     "add_subcommands",
@@ -66,7 +67,6 @@ _SETTINGS_NOTE = (
 
 
 POINT_OUTPUTS = ("mean", "median", "mode")
-DEFAULT_QUANTILES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 # --- argument parsing -------------------------------------------------------------
 
@@ -274,7 +274,7 @@ def _requested_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def _check_model_argument(model: str) -> ResolvedModel:
     """Resolve ``--model`` early: downloads a missing v2/v3 file, verifies a saved directory."""
-    from retrofit.loading import resolve_model
+    from retrofit.models.loading import resolve_model  # lazy: keeps --help light
 
     return resolve_model(model)
 
@@ -284,7 +284,7 @@ def _check_model_argument(model: str) -> ResolvedModel:
 
 def _load_predict_data(args: argparse.Namespace):
     """Returns X_train, y_train, X_test, y_test (or None), test row ids, feature names."""
-    import numpy as np
+    import numpy as np  # lazy: keeps --help light
 
     if (args.test is None) == (args.holdout is None):
         raise CommandError("give exactly one of --test TEST.csv or --holdout F")
@@ -391,8 +391,8 @@ def _categorical_indices(names: str | None, features: list[str]) -> list[int]:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    import numpy as np
-    import pandas as pd
+    import numpy as np  # lazy: keeps --help light
+    import pandas as pd  # lazy: keeps --help light
 
     _check_predict_out(args)
     requested = _requested_settings(args)
@@ -404,12 +404,13 @@ def _predict(args: argparse.Namespace) -> int:
     _check_target_name(args.target, _output_columns(output_type, quantiles))
     X_train, y_train, X_test, y_test, rows, features = _load_predict_data(args)
     categorical = _categorical_indices(args.categorical, features)
-    _check_model_argument(args.model)  # after the cheap local checks: it may download
+    resolved = _check_model_argument(args.model)  # after the cheap local checks: it may download
 
-    from retrofit import OTabPFNRegressor
+    from retrofit import OTabPFNRegressor  # lazy: keeps --help light
 
-    # The estimator resolves the settings (a saved directory's, else the host's defaults).
-    params: dict[str, Any] = {**requested, "model_path": args.model, "random_state": args.seed}
+    # The estimator resolves the settings (a saved directory's, else the host's defaults)
+    # from the model resolved above: a saved directory is hashed once.
+    params: dict[str, Any] = {**requested, "model_path": resolved, "random_state": args.seed}
     if args.n_estimators is not None:
         params["n_estimators"] = args.n_estimators
     if args.device is not None:
@@ -453,7 +454,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 def _check_patch_out(args: argparse.Namespace) -> Path:
     """``--out`` may replace only a saved directory or a file (``--force``), never ``--model``."""
-    from retrofit import saved
+    from retrofit.models import saved  # lazy: keeps --help light
 
     out = Path(args.out).expanduser()
     saved.remove_leftovers(out)  # a killed patch's temp folder, or its moved-aside DIR
@@ -468,7 +469,7 @@ def _check_patch_out(args: argparse.Namespace) -> Path:
 
 
 def _patch(args: argparse.Namespace) -> int:
-    from retrofit import saving
+    from retrofit.models import saving  # lazy: keeps --help light
 
     requested = _requested_settings(args)
     out = _check_patch_out(args)
@@ -493,9 +494,9 @@ def run_predict(args: argparse.Namespace) -> int:
 
 def run_predict_batch(args: argparse.Namespace) -> int:
     """Runs ``predict-batch`` on parsed arguments; returns the exit status."""
-    from retrofit import cli_batch  # pandas, torch and the estimator, when it runs
+    from retrofit.cli import predict_batch  # pandas, torch and the estimator, when it runs
 
-    return cli_batch.run(args)
+    return predict_batch.run(args)
 
 
 def run_patch(args: argparse.Namespace) -> int:

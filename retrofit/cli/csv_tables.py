@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrofit.console import one_line
+from retrofit.cli.console import one_line
 from retrofit.errors import CommandError
 from retrofit.files import atomic_path
 
@@ -55,7 +55,7 @@ def read_csv_table(path_text: str | Path, role: str) -> pd.DataFrame:
         CommandError: If the file is missing, empty, unreadable as CSV, has no
             data rows, or names a column twice.
     """
-    import pandas as pd
+    import pandas as pd  # lazy: keeps --help light
 
     path = Path(path_text).expanduser()
     if not path.is_file():
@@ -91,8 +91,8 @@ def numeric_target(
         CommandError: If a cell is not a number, is infinite, or is empty where
             ``allow_missing`` is False.
     """
-    import numpy as np
-    import pandas as pd
+    import numpy as np  # lazy: keeps --help light
+    import pandas as pd  # lazy: keeps --help light
 
     values = pd.to_numeric(frame[target], errors="coerce").to_numpy(dtype=np.float64)
     bad = np.isnan(values) & frame[target].notna().to_numpy()
@@ -116,7 +116,7 @@ def refuse_infinite_features(frame: pd.DataFrame, path: str | Path) -> None:
     Raises:
         CommandError: Naming the column and the first data row with an infinite value.
     """
-    import numpy as np
+    import numpy as np  # lazy: keeps --help light
 
     for name in frame.columns:
         if frame[name].dtype.kind in "fiu":

@@ -1,0 +1,274 @@
+"""Every private tabpfn name the retrofit uses, resolved once, in one place.
+
+tabpfn's internals move between releases. Each name here is looked up when
+this module is imported; a name the installed tabpfn lacks is replaced by a
+stand-in that raises :class:`~retrofit.errors.TabPFNInternalsError` (one line
+naming the name, the feature that needs it and the installed tabpfn version)
+when used, so a missing helper breaks only the feature that uses it, never
+``import retrofit``. ``tests/test_tabpfn_private_api.py`` pins every name here
+(signature and source digest) against tabpfn 9.2.0.
+
+Four kinds of names:
+
+* :data:`PRIVATE_NAMES`: functions and values imported from tabpfn modules
+  (the helpers of ragged ``predict_batched`` and the model-cache probe), each
+  available here under the name without its leading underscore;
+* :data:`PRIVATE_METHODS`: private methods and attributes of tabpfn's classes
+  that the retrofit calls, overrides (``retrofit/estimator.py``,
+  ``retrofit/hosts/icl_host.py``) or reads (the hosts' ICL stages); the
+  regressor's are called through the functions at the end of this module;
+* :data:`PRIVATE_ATTRIBUTES`: private attributes of tabpfn's objects that
+  the retrofit reads (an ensemble member's model index, v3's NaN guard);
+* :data:`PRIVATE_MODULES`: tabpfn modules whose contents are internal to
+  tabpfn's own ``predict``; only this module imports from them
+  (``tests/test_layout.py`` checks).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from retrofit.errors import TabPFNInternalsError
+from retrofit.versions import package_versions
+
+__all__ = [
+    "PRIVATE_ATTRIBUTES",
+    "PRIVATE_METHODS",
+    "PRIVATE_MODULES",
+    "PRIVATE_NAMES",
+    "RAGGED_BATCHING",
+    "TABPFN_VERSION",
+    "MissingTabPFNName",
+    "batch_member_inputs",
+    "check_input_shape_matches",
+    "clean_data_transform",
+    "decode_batched_dataset",
+    "default_save_peak_memory_factor",
+    "ensure_compatible_predict_input_sklearn",
+    "estimator_batch_budget",
+    "feature_modality",
+    "get_autocast_context",
+    "get_built_model_cache_size",
+    "handle_constant_target",
+    "maybe_run_gpu_preprocessing",
+    "member_model_index",
+    "members_per_forward",
+    "missing_names",
+    "models_may_be_shared",
+    "prepare_model_inputs",
+    "require",
+    "should_save_peak_mem",
+    "translate_batched_logits",
+    "usable_output_types",
+    "uses_majority_downsample",
+]
+
+#: The feature that the helpers of ragged batching serve (named in the error).
+RAGGED_BATCHING = "ragged predict_batched"
+
+#: tabpfn modules internal to its ``predict``; import from them only here.
+PRIVATE_MODULES: tuple[str, ...] = (
+    "tabpfn.inference",
+    "tabpfn.memory",
+    "tabpfn.preprocessing.clean",
+    "tabpfn.validation",
+)
+
+#: Name here -> (tabpfn module, name there, the feature that needs it).
+PRIVATE_NAMES: dict[str, tuple[str, str, str]] = {
+    "batch_member_inputs": ("tabpfn.inference", "_batch_member_inputs", RAGGED_BATCHING),
+    "estimator_batch_budget": ("tabpfn.inference", "_estimator_batch_budget", RAGGED_BATCHING),
+    "maybe_run_gpu_preprocessing": (
+        "tabpfn.inference",
+        "_maybe_run_gpu_preprocessing",
+        RAGGED_BATCHING,
+    ),
+    "members_per_forward": ("tabpfn.inference", "_members_per_forward", RAGGED_BATCHING),
+    "prepare_model_inputs": ("tabpfn.inference", "_prepare_model_inputs", RAGGED_BATCHING),
+    "usable_output_types": ("tabpfn.regressor", "_USABLE_OUTPUT_TYPES", RAGGED_BATCHING),
+    "should_save_peak_mem": ("tabpfn.memory", "should_save_peak_mem", RAGGED_BATCHING),
+    "clean_data_transform": ("tabpfn.preprocessing.clean", "clean_data_transform", RAGGED_BATCHING),
+    "feature_modality": ("tabpfn.preprocessing.datamodel", "FeatureModality", RAGGED_BATCHING),
+    "get_autocast_context": ("tabpfn.utils", "get_autocast_context", RAGGED_BATCHING),
+    "check_input_shape_matches": (
+        "tabpfn.validation",
+        "check_input_shape_matches",
+        RAGGED_BATCHING,
+    ),
+    "ensure_compatible_predict_input_sklearn": (
+        "tabpfn.validation",
+        "ensure_compatible_predict_input_sklearn",
+        RAGGED_BATCHING,
+    ),
+    "default_save_peak_memory_factor": (
+        "tabpfn.constants",
+        "DEFAULT_SAVE_PEAK_MEMORY_FACTOR",
+        RAGGED_BATCHING,
+    ),
+    "get_built_model_cache_size": (
+        "tabpfn.model_loading",
+        "_get_built_model_cache_size",
+        "model loading",
+    ),
+}
+
+#: ``module.Class`` -> the private methods and attributes the retrofit relies on.
+PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
+    "tabpfn.regressor.TabPFNRegressor": (
+        "_initialize_model_variables",  # overridden by OTabPFNRegressor
+        "_get_tuning_regressor",  # overridden by OTabPFNRegressor
+        "_uses_majority_downsample",
+        "_handle_constant_target",
+        "_translate_batched_logits",
+        "_decode_batched_dataset",
+    ),
+    "tabpfn.architectures.tabpfn_v2.TabPFNV2": (
+        "_pad_and_group_features",
+        "_embed_targets",
+        "_embed_features",
+        "_decode",
+    ),
+    "tabpfn.architectures.tabpfn_v2_5.TabPFNV2p5": (
+        "_preprocess_and_embed_features",
+        "_preprocess_and_embed_targets",
+        "_decode",
+    ),
+    "tabpfn.architectures.tabpfn_v2_6.TabPFNV2p6": (
+        "_preprocess_and_embed_features",
+        "_preprocess_and_embed_targets",
+        "_decode",
+    ),
+    "tabpfn.architectures.tabpfn_v3.TabPFNV3": ("_stages_0_to_2", "_prepare_y", "_embed_icl_y"),
+    "tabpfn.architectures.tabpfn_v3_5.TabPFNV3p5": (
+        "_stages_0_to_2",
+        "_prepare_y",
+        "_embed_icl_y",
+    ),
+}
+
+
+#: ``module.Class`` -> private instance attributes or fields the retrofit reads.
+PRIVATE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    "tabpfn.architectures.tabpfn_v3.TabPFNV3": ("_nan_safe_output",),
+    "tabpfn.architectures.tabpfn_v3_5.TabPFNV3p5": ("_nan_safe_output",),
+    "tabpfn.preprocessing.configs.EnsembleConfig": ("_model_index",),
+}
+
+
+#: The installed tabpfn's version, as error messages and patch reports name it.
+TABPFN_VERSION = package_versions(["tabpfn"])["tabpfn"]
+
+
+class MissingTabPFNName:
+    """Stands in for a private tabpfn name the installed tabpfn lacks; any use raises."""
+
+    def __init__(self, module: str, name: str, feature: str) -> None:
+        self.module = module
+        self.name = name
+        self.feature = feature
+
+    def error(self) -> TabPFNInternalsError:
+        """The one-line error a use of this name raises."""
+        return TabPFNInternalsError(
+            f"{self.feature} needs {self.module}.{self.name}, which tabpfn {TABPFN_VERSION} "
+            "lacks (tabpfn-retrofit supports tabpfn 9.2.x)"
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Raises :meth:`error`: the name is missing."""
+        raise self.error()
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise self.error()
+
+    def __contains__(self, item: Any) -> bool:
+        raise self.error()
+
+    def __repr__(self) -> str:
+        return f"<missing {self.module}.{self.name}>"
+
+
+def _resolve(name: str) -> Any:
+    # A dynamic import, so that a tabpfn module that moved is one missing name too.
+    module, attr, feature = PRIVATE_NAMES[name]
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return MissingTabPFNName(module, attr, feature)
+
+
+batch_member_inputs = _resolve("batch_member_inputs")
+estimator_batch_budget = _resolve("estimator_batch_budget")
+maybe_run_gpu_preprocessing = _resolve("maybe_run_gpu_preprocessing")
+members_per_forward = _resolve("members_per_forward")
+prepare_model_inputs = _resolve("prepare_model_inputs")
+usable_output_types = _resolve("usable_output_types")
+should_save_peak_mem = _resolve("should_save_peak_mem")
+clean_data_transform = _resolve("clean_data_transform")
+feature_modality = _resolve("feature_modality")
+get_autocast_context = _resolve("get_autocast_context")
+check_input_shape_matches = _resolve("check_input_shape_matches")
+ensure_compatible_predict_input_sklearn = _resolve("ensure_compatible_predict_input_sklearn")
+default_save_peak_memory_factor = _resolve("default_save_peak_memory_factor")
+get_built_model_cache_size = _resolve("get_built_model_cache_size")
+
+
+def missing_names(feature: str | None = None) -> list[MissingTabPFNName]:
+    """The names (of ``feature``, or all) that the installed tabpfn lacks."""
+    found = [globals()[name] for name in PRIVATE_NAMES]
+    return [
+        value
+        for value in found
+        if isinstance(value, MissingTabPFNName) and feature in (None, value.feature)
+    ]
+
+
+def require(feature: str) -> None:
+    """Raises the first missing name's error if ``feature`` lacks a tabpfn name.
+
+    Raises:
+        TabPFNInternalsError: One line naming the name and the tabpfn version.
+    """
+    missing = missing_names(feature)
+    if missing:
+        raise missing[0].error()
+
+
+def models_may_be_shared() -> bool:
+    """Whether tabpfn's built-model cache may hand the same model to several loads.
+
+    True when ``TABPFN_MODEL_CACHE_SIZE`` turns the cache on, and when the
+    installed tabpfn lacks the probe (the caller then patches a copy: always
+    correct, only slower).
+    """
+    if isinstance(get_built_model_cache_size, MissingTabPFNName):
+        return True
+    return get_built_model_cache_size() > 0
+
+
+def member_model_index(config: Any) -> int:
+    """Which of the regressor's models an ensemble member's config runs."""
+    return config._model_index
+
+
+def uses_majority_downsample(regressor: Any) -> bool:
+    """Whether a fitted ``TabPFNRegressor`` subsamples per dataset (batching refuses it)."""
+    return regressor._uses_majority_downsample()
+
+
+def handle_constant_target(regressor: Any, n_test: int, output_type: str, quantiles: Any) -> Any:
+    """What ``predict`` returns for a constant target (answered without the model)."""
+    return regressor._handle_constant_target(n_test, output_type, quantiles)
+
+
+def translate_batched_logits(regressor: Any, **kwargs: Any) -> Any:
+    """One member's logits in the dataset's target space, as ``predict_batched`` does."""
+    return regressor._translate_batched_logits(**kwargs)
+
+
+def decode_batched_dataset(regressor: Any, **kwargs: Any) -> Any:
+    """One dataset's averaged logits decoded to ``predict``'s output."""
+    return regressor._decode_batched_dataset(**kwargs)
