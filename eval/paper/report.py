@@ -682,7 +682,7 @@ def build_report(
     agg = aggregate(table)
     stored_taus = sorted({a["tau"] for a in agg if a["tau"] is not None})
     if stored_taus and tau not in stored_taus:
-        # Issue 15 item 10: an empty table would replace the store's summary.
+        # Without this, an empty table would replace the store's summary.
         raise ReportError(
             f"no stored runs at tau {tau:g}; the store has tau "
             + ", ".join(f"{t:g}" for t in stored_taus)

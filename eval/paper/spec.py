@@ -301,7 +301,7 @@ def make_tasks(
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
     if n_estimators is not None and (isinstance(n_estimators, bool) or n_estimators < 1):
-        # Issue 15 item 8: would store every case as failed and be skipped later.
+        # Otherwise every case would be stored as failed, and skipped by later runs.
         raise ValueError(f"n_estimators must be an integer >= 1, got {n_estimators!r}")
     if taus is None:
         taus = [host_default_tau(model_path)]
