@@ -77,6 +77,10 @@ def test_a_ragged_batch_under_auto_with_bf16_autocast_is_within_1e_2_of_the_targ
     probe.fit(*ragged_tables(SHAPES[:1], seed=5)[0][:2])
     if not probe.use_autocast_:
         pytest.skip("tabpfn's 'auto' runs float32 on this CPU (no hardware bf16)")
+    if not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
+        # tabpfn checks the hardware, but ATen's bf16 kernels need its AVX-512 code
+        # paths: .ci/run forces AVX2 on a bf16 CPU, a pairing no real CPU has.
+        pytest.skip("ATen runs below AVX-512 here (forced), without its bf16 kernels")
     alone, batched, stds = _gaps(inference_precision="auto")
     worst = _worst_relative_to_std(alone, batched, stds)
     # Beyond float32's rounding (so bf16 did run), within the stated bound.
