@@ -5,7 +5,7 @@ this module is imported; a name the installed tabpfn lacks is replaced by a
 stand-in that raises :class:`~retrofit.errors.TabPFNInternalsError` (one line
 naming the name, the feature that needs it and the installed tabpfn version)
 when used, so a missing helper breaks only the feature that uses it, never
-``import retrofit``. ``tests/test_tabpfn_private_api.py`` pins every name here
+``import retrofit``. ``tests/retrofit/test_tabpfn_private_api.py`` pins every name here
 (signature and source digest) against tabpfn 9.2.0.
 
 Four kinds of names:
@@ -21,7 +21,7 @@ Four kinds of names:
   the retrofit reads (an ensemble member's model index, v3's NaN guard);
 * :data:`PRIVATE_MODULES`: tabpfn modules whose contents are internal to
   tabpfn's own ``predict``; only this module imports from them
-  (``tests/test_layout.py`` checks).
+  (``tests/repo/test_layout.py`` checks).
 """
 
 from __future__ import annotations
