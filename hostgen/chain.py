@@ -327,7 +327,7 @@ def run_link(
     else:
         if not state_path.exists():
             raise FileNotFoundError(f"no chain state at {state_path}")
-        state = torch.load(state_path, weights_only=False)
+        state = torch.load(state_path, weights_only=True)
         cfg = ChainConfig(**state["config"])
         if replan_total_steps is not None and replan_total_steps != cfg.total_steps:
             cfg = replan(cfg, state["step"], replan_total_steps)
@@ -596,7 +596,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         if not (args.dir / STATE_FILE).exists():
             raise CommandError(f"no chain state at {args.dir / STATE_FILE}")
         if args.total_steps is not None:
-            state = torch.load(args.dir / STATE_FILE, weights_only=False)
+            state = torch.load(args.dir / STATE_FILE, weights_only=True)
             try:
                 replan(ChainConfig(**state["config"]), state["step"], args.total_steps)
             except ValueError as exc:

@@ -187,7 +187,7 @@ def evaluate(
 
 def model_from_state(path: str | Path, *, averaged: bool = True) -> tabpfn_v3.TabPFNV3:
     """The chain's model with its averaged (or raw) weights, in eval mode."""
-    state = torch.load(path, weights_only=False)
+    state = torch.load(path, weights_only=True)
     model = build_model(state["model_config"], seed=0)
     weights = dict(state["model"])
     if averaged and state["config"].get("ema_decay", 0) > 0:

@@ -303,7 +303,7 @@ def train(
     resumed_at: list[int] = []  # steps a run continued from its state file
     ema: float | None = None  # smoothed loss of the log; carried across a resume
     if resume and state_path.exists():
-        state = torch.load(state_path, weights_only=False)
+        state = torch.load(state_path, weights_only=True)
         model.load_state_dict(state["model"])
         optim.load_state_dict(state["optim"])
         step, tasks_seen, prior_wall = (
