@@ -22,6 +22,7 @@ from eval.paper.protocol import (
     DEFAULT_MODES,
     DEFAULT_SUPPORT,
     SUITE_SOURCE,
+    SUITE_TASK,
     SWEEP_TAUS,
 )
 from retrofit.cli import commands as retrofit_cli
@@ -169,6 +170,10 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> int:
+    if SUITE_TASK[args.suite] == "classification":
+        from eval.paper.classification_report import classification_report_command
+
+        return classification_report_command(args)
     from eval.paper.report import report_command
 
     return report_command(args)

@@ -32,6 +32,13 @@ from tqdm.auto import tqdm
 
 from eval.errors import CheckpointChangedError, StoreError, StoreWarning
 from eval.paper.datasets import load_dataset, split
+from eval.paper.estimators import (
+    classification_metrics,
+    estimator_class,
+    metric_fields,
+    regression_metrics,
+    suite_task,
+)
 from eval.paper.executors import Executor, LostTask, SerialExecutor
 from eval.paper.protocol import SUITE_SOURCE
 from eval.paper.spec import (
@@ -44,7 +51,6 @@ from eval.paper.spec import (
 )
 from eval.paper.store import claim_run, read_row, release_claim, run_path, utc_now, write_row
 from eval.provenance import provenance_dict
-from retrofit.estimator import OTabPFNRegressor
 from retrofit.versions import package_versions
 
 __all__ = ["RunSummary", "build_estimator", "case_data", "lost_row", "run_suite", "run_task"]
@@ -69,11 +75,15 @@ def case_data(spec: RunSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 
 
 def build_estimator(spec: RunSpec, model_path: str, **extra: Any) -> Any:
-    """A fresh, unfitted ``retrofit.OTabPFNRegressor`` configured by ``spec`` (and ``extra``)."""
+    """A fresh, unfitted retrofit estimator configured by ``spec`` (and ``extra``).
+
+    ``retrofit.OTabPFNRegressor`` for a regression suite, ``OTabPFNClassifier``
+    for a classification suite (:func:`eval.paper.estimators.estimator_class`).
+    """
     kwargs: dict[str, Any] = {}
     if spec.mode != "none":
         kwargs = {"tau": spec.tau, "support": spec.support, "eps_den": spec.eps_den}
-    return OTabPFNRegressor(
+    return estimator_class(suite_task(spec.suite))(
         mode=spec.mode,
         model_path=model_path,
         n_estimators=spec.n_estimators,
@@ -87,7 +97,7 @@ def build_estimator(spec: RunSpec, model_path: str, **extra: Any) -> Any:
 
 
 def _resolved_precision(estimator: Any) -> dict[str, Any]:
-    inner = estimator  # OTabPFNRegressor is the fitted TabPFNRegressor
+    inner = estimator  # the retrofit's estimators are the fitted tabpfn estimators
     forced = getattr(inner, "forced_inference_dtype_", None)
     devices = getattr(inner, "devices_", None)
     return {
@@ -148,14 +158,17 @@ def _fit_predict(task: Task, row: dict[str, Any]) -> Any:
         estimator.fit(X_train, y_train)
         row["fit_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        pred = np.asarray(estimator.predict(X_test), dtype=np.float64)
+        classify = suite_task(spec.suite) == "classification"
+        predict = estimator.predict_proba if classify else estimator.predict
+        pred = np.asarray(predict(X_test), dtype=np.float64)
         row["predict_s"] = time.perf_counter() - t0
         finite = np.isfinite(pred)
         row["nonfinite_predictions"] = int((~finite).sum())
         if finite.all():
-            err = pred - y_test
-            row["rmse"] = float(np.sqrt(np.mean(err**2)))
-            row["mae"] = float(np.mean(np.abs(err)))
+            if classify:
+                row.update(classification_metrics(pred, np.asarray(estimator.classes_), y_test))
+            else:
+                row.update(regression_metrics(pred, y_test))
             row["status"] = "ok"
         else:
             row["status"] = "nonfinite"
@@ -223,8 +236,7 @@ def _new_row(task: Task) -> dict[str, Any]:
         "model": task.model_label,
         "state_dict_sha256": task.state_hash,
         "status": "failed",
-        "rmse": None,
-        "mae": None,
+        **metric_fields(suite_task(spec.suite)),
         "n_train": None,
         "n_test": None,
         "n_features": None,

@@ -14,6 +14,7 @@ __all__ = [
     "DEFAULT_SUPPORT",
     "PAPER_MEAN_DELTA_PCT",
     "SUITE_SOURCE",
+    "SUITE_TASK",
     "SWEEP_TAUS",
 ]
 
@@ -32,4 +33,15 @@ SWEEP_TAUS: tuple[float, ...] = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)
 PAPER_MEAN_DELTA_PCT: dict[str, float] = {"oattention": 0.088, "full-o": 0.177}
 
 #: Each suite and where its data comes from (``eval.paper.datasets``).
-SUITE_SOURCE: dict[str, str] = {"offline18": "offline", "openml18": "openml"}
+SUITE_SOURCE: dict[str, str] = {
+    "offline18": "offline",
+    "openml18": "openml",
+    "offline_cls6": "offline",
+}
+
+#: What each suite's host predicts: the runner's estimator and metrics follow it.
+SUITE_TASK: dict[str, str] = {
+    "offline18": "regression",
+    "openml18": "regression",
+    "offline_cls6": "classification",
+}

@@ -31,6 +31,7 @@ from tabpfn.preprocessing.ensemble import DEFAULT_N_ESTIMATORS
 import patches
 import retrofit
 from eval.paper.datasets import load_dataset, suite_cases
+from eval.paper.estimators import check_host_task, estimator_class, suite_task
 from eval.paper.protocol import (
     DEFAULT_EPS_DEN,
     DEFAULT_MODES,
@@ -127,7 +128,7 @@ class RunSpec:
     """The full config of one stored run; its hash is the run's key.
 
     Attributes:
-        suite: ``"offline18"`` or ``"openml18"``.
+        suite: A suite of :data:`~eval.paper.protocol.SUITE_SOURCE`.
         dataset: Dataset short name.
         seed: Split seed and TabPFN ``random_state``.
         mode: One of :data:`MODES`.
@@ -294,9 +295,12 @@ def make_tasks(
     Raises:
         ValueError: On an unknown suite, mode, dataset or seed, or invalid
             retrofit settings (``retrofit.InvalidPatchConfigError``).
+        EstimatorUnavailableError: The suite's task has no retrofit estimator
+            in this install.
     """
     if suite not in SUITE_SOURCE:
         raise ValueError(f"unknown suite {suite!r}; valid suites: {', '.join(SUITE_SOURCE)}")
+    estimator_class(suite_task(suite))  # before any run is planned, not once per stored row
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
@@ -323,6 +327,7 @@ def make_tasks(
         if (datasets is None or c.dataset in datasets) and (seeds is None or c.seed in seeds)
     ]
     model_path = str(Path(model_path).resolve())
+    check_host_task(model_path, suite)
     ckpt_sha = sha256_file(model_path)
     state_hash = state_dict_sha256(model_path)
     n_est = resolve_n_estimators(model_path) if n_estimators is None else int(n_estimators)

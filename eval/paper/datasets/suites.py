@@ -39,7 +39,7 @@ SEEDS: tuple[int, ...] = (0, 1, 2)
 TEST_SIZE = 0.25
 """Held-out fraction of :func:`split`."""
 
-SUITES: tuple[str, ...] = ("offline18", "openml18")
+SUITES: tuple[str, ...] = ("offline18", "openml18", "offline_cls6")
 """Valid suite names; suite ``s`` is stored in ``SUITES_DIR / f"{s}.json"``."""
 
 SUITES_DIR = Path(__file__).resolve().parents[1] / "suites"
@@ -64,7 +64,7 @@ def load_suite(suite: str, suites_dir: Path | None = None) -> dict[str, Any]:
     """Read a committed suite file.
 
     Args:
-        suite: ``"offline18"`` or ``"openml18"``.
+        suite: One of :data:`SUITES`.
         suites_dir: Directory holding ``<suite>.json``; default
             :data:`SUITES_DIR`.
 
@@ -101,10 +101,10 @@ def suite_cases(suite: str) -> list[Case]:
     """All cases of a suite: every dataset under every seed, dataset-major.
 
     Args:
-        suite: ``"offline18"`` or ``"openml18"``.
+        suite: One of :data:`SUITES`.
 
     Returns:
-        ``[Case(d, s) for d in datasets for s in seeds]`` (18 cases).
+        ``[Case(d, s) for d in datasets for s in seeds]`` (18 cases each).
 
     Raises:
         ValueError: If ``suite`` is unknown (the message lists valid suites).
@@ -151,15 +151,20 @@ def verify_against_suite(
 def split(ds: Dataset, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Deterministic 75/25 train/test split of a dataset.
 
+    A classification dataset is split stratified by class, so that every
+    class (glass has one of 9 rows) is in both parts and every test label is
+    one the model saw: log loss and ROC AUC are defined on every case.
+
     Args:
         ds: The dataset.
         seed: ``random_state`` of the split (one of :data:`SEEDS` in suites).
 
     Returns:
         ``(X_train, X_test, y_train, y_test)`` exactly as
-        ``train_test_split(ds.X, ds.y, test_size=0.25, random_state=seed)``.
+        ``train_test_split(ds.X, ds.y, test_size=0.25, random_state=seed)``,
+        with ``stratify=ds.y`` for classification.
     """
     X_train, X_test, y_train, y_test = train_test_split(
-        ds.X, ds.y, test_size=TEST_SIZE, random_state=seed
+        ds.X, ds.y, test_size=TEST_SIZE, random_state=seed, stratify=ds.y if ds.classes else None
     )
     return X_train, X_test, y_train, y_test
