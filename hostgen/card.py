@@ -26,19 +26,28 @@ from retrofit.models.embedded import EMBEDDED_FILENAME
 _EMBEDDED_DIR = Path("retrofit", "embedded")
 _QUALITY_DIR = Path("results", "host_quality")
 
-__all__ = ["main", "plot_loss_curve", "write_card"]
+__all__ = ["main", "plot_loss_curve", "read_log", "write_card"]
 
 
-def _read_log(path: Path) -> list[dict[str, Any]]:
+def read_log(path: Path) -> list[dict[str, Any]]:
+    """The records of a training log (JSON lines)."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def plot_loss_curve(log: list[dict[str, Any]], png: Path) -> None:
+def plot_loss_curve(
+    log: list[dict[str, Any]],
+    png: Path,
+    *,
+    loss_name: str = "bar-distribution NLL",
+    title: str = "Embedded TabPFN-v3 host: pretraining on the synthetic prior",
+) -> None:
     """Plot the smoothed training loss and learning rate against steps.
 
     Args:
         log: Records of the training log (``step``, ``loss_ema``, ``lr``).
         png: Output image.
+        loss_name: What the loss is (the y-axis label).
+        title: The figure's title.
     """
     import matplotlib
 
@@ -49,12 +58,12 @@ def plot_loss_curve(log: list[dict[str, Any]], png: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
     ax.plot(steps, [r["loss_ema"] for r in log], color="tab:blue")
     ax.set_xlabel("optimiser step")
-    ax.set_ylabel("bar-distribution NLL (EMA 0.98)", color="tab:blue")
+    ax.set_ylabel(f"{loss_name} (EMA 0.98)", color="tab:blue")
     ax.grid(alpha=0.3)
     ax2 = ax.twinx()
     ax2.plot(steps, [r["lr"] for r in log], color="tab:orange", alpha=0.6)
     ax2.set_ylabel("learning rate", color="tab:orange")
-    ax.set_title("Embedded TabPFN-v3 host: pretraining on the synthetic prior")
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(png)
     plt.close(fig)
@@ -139,7 +148,7 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
 
     header = Checkpoint(checkpoint).load()
     training = header.get("training", {})
-    log = _read_log(log_path)
+    log = read_log(log_path)
     plot_loss_curve(log, out.with_name("loss_curve.png"))
     n_params = sum(
         int(v.numel()) for k, v in header["state_dict"].items() if k != "regression_borders"

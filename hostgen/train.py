@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -35,6 +35,8 @@ from retrofit.files import atomic_path, sha256_file, write_text_atomic
 __all__ = [
     "DEFAULT_MODEL_CONFIG",
     "TINY_MODEL_CONFIG",
+    "Objective",
+    "RegressionObjective",
     "TrainConfig",
     "build_model",
     "inference_config_dict",
@@ -251,6 +253,52 @@ def _lr_factor(step: int, cfg: TrainConfig, wall_s: float) -> float:
     return 0.02 + 0.98 * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+class Objective(Protocol):
+    """What a training run learns: the model it builds and the loss of one step's batch."""
+
+    def build(self, model_config: dict[str, Any], seed: int) -> tabpfn_v3.TabPFNV3:
+        """The freshly initialised model (training mode)."""
+        ...
+
+    def loss(self, model: tabpfn_v3.TabPFNV3, rng: np.random.Generator) -> tuple[torch.Tensor, int]:
+        """The mean loss of one batch drawn from ``rng``, and how many tasks it held."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able fields for the checkpoint's training record."""
+        ...
+
+
+@dataclasses.dataclass
+class RegressionObjective:
+    """The regressor's objective: ``FullSupportBarDistribution`` NLL on the query rows.
+
+    Attributes:
+        prior: The regression prior the batches come from.
+    """
+
+    prior: PriorConfig = dataclasses.field(default_factory=PriorConfig)
+    _criterion: FullSupportBarDistribution | None = dataclasses.field(default=None, repr=False)
+
+    def build(self, model_config: dict[str, Any], seed: int) -> tabpfn_v3.TabPFNV3:
+        """:func:`build_model`, and the bar distribution over its borders."""
+        model = build_model(model_config, seed=seed)
+        self._criterion = FullSupportBarDistribution(model.regression_borders.clone())
+        return model
+
+    def loss(self, model: tabpfn_v3.TabPFNV3, rng: np.random.Generator) -> tuple[torch.Tensor, int]:
+        """Mean bar-distribution NLL of the query rows of one prior batch."""
+        if self._criterion is None:
+            raise RuntimeError("build the model first")
+        batch = sample_batch(rng, self.prior)
+        logits_TBK = model(batch.x_RBC, batch.y_train_NB)
+        return self._criterion(logits_TBK, batch.y_test_TB).mean(), int(batch.x_RBC.shape[1])
+
+    def describe(self) -> dict[str, Any]:
+        """The prior's settings."""
+        return {"prior": dataclasses.asdict(self.prior)}
+
+
 def batch_rng(seed: int, step: int) -> np.random.Generator:
     """The generator of one step's batch: depends only on (seed, step)."""
     return np.random.default_rng([seed, step])
@@ -265,6 +313,7 @@ def train(
     inference_config: dict[str, Any] | None = None,
     log: Callable[[str], None] = print,
     resume: bool = True,
+    objective: Objective | None = None,
 ) -> dict[str, Any]:
     """Pretrain a host and write it to ``out``.
 
@@ -281,16 +330,17 @@ def train(
         inference_config: Stored inference config.
         log: Where progress lines go.
         resume: Continue from ``<out>.state.pt`` if present.
+        objective: What is learned; default :class:`RegressionObjective` over
+            ``prior`` (a classifier: ``hostgen.train_classifier``).
 
     Returns:
         Summary: steps done, tasks seen, wall seconds, final loss, SHA-256.
     """
     out = Path(out)
     model_config = dict(model_config or DEFAULT_MODEL_CONFIG)
-    prior = prior or PriorConfig()
+    objective = objective or RegressionObjective(prior or PriorConfig())
     torch.set_num_threads(cfg.threads)
-    model = build_model(model_config, seed=cfg.seed)
-    criterion = FullSupportBarDistribution(model.regression_borders.clone())
+    model = objective.build(model_config, cfg.seed)
     optim = torch.optim.AdamW(
         model.parameters(),
         lr=cfg.lr,
@@ -339,7 +389,7 @@ def train(
             "time_aware_schedule": cfg.time_aware_schedule,
             "stopped_by": "steps" if step >= cfg.steps else "time",
             "resumed_at_steps": resumed_at,
-            "prior": dataclasses.asdict(prior),
+            **objective.describe(),
         }
 
     def checkpoint() -> None:
@@ -363,18 +413,16 @@ def train(
 
     with log_path.open("a") as log_fh:
         while step < cfg.steps and wall() < cfg.max_minutes * 60:
-            batch = sample_batch(batch_rng(cfg.seed, step), prior)
             for group in optim.param_groups:
                 group["lr"] = cfg.lr * _lr_factor(step, cfg, wall())
-            logits_TBK = model(batch.x_RBC, batch.y_train_NB)
-            loss = criterion(logits_TBK, batch.y_test_TB).mean()
+            loss, batch_tasks = objective.loss(model, batch_rng(cfg.seed, step))
             optim.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             if torch.isfinite(grad_norm):
                 optim.step()
             step += 1
-            tasks_seen += batch.x_RBC.shape[1]
+            tasks_seen += batch_tasks
             value = float(loss.detach())
             ema = value if ema is None else 0.98 * ema + 0.02 * value
             if step % cfg.log_every == 0 or step == cfg.steps:

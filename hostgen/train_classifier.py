@@ -1,0 +1,225 @@
+r"""The embedded classifier host's recipe: a TabPFN-v3 classifier trained on the class prior.
+
+The model is ``tabpfn``'s own ``TabPFNV3`` with ``max_num_classes = 10``: the
+regressor host's backbone (cell embedding, distribution embedder, column
+aggregator, ICL blocks, output norm), class embeddings
+(``TrainableOrthogonalEmbedding``) in place of the two target encoders, and the
+``ManyClassDecoder`` (retrieval attention from query rows over the context
+rows' embeddings with one-hot labels as values) in place of the bar-distribution
+head. The loss is the cross-entropy of the query rows' labels under the
+decoder's log-probabilities; query rows of classes the context lacks are not
+scored (:data:`hostgen.class_prior.IGNORE`). The checkpoint is written by
+``hostgen.train.save_checkpoint`` with an explicit inference config, so
+``tabpfn.TabPFNClassifier(model_path=...)`` loads it like any other v3 file.
+
+Warm start (``--init-from``): every tensor of a regressor checkpoint whose name
+and shape match is copied before training; the target encoders and the head,
+whose shapes differ, start from tabpfn's initialisation. Whether this is sound:
+the copied stages read features only through the target-aware column
+embedding and the ICL target embedding, both of which are replaced, so what
+carries over is how cells, columns and rows are embedded and mixed, not how a
+target is read; it can only help as far as the regressor learned those stages
+(the shipped one is 0.71 of the train-mean RMSE on the offline suite, worse
+than random forest), and the ICL blocks must relearn what a label embedding
+means. Whether it beats a cold start at equal steps is measured, not assumed:
+``--init-from none`` runs the cold arm of that comparison.
+
+Commands (one-thread, ``nice``; a run resumes from ``<out>.state.pt``)::
+
+    python -m hostgen.train_classifier --out PATH_v3.safetensors --steps N --minutes M \
+        --init-from retrofit/models/embedded/tabpfn_v3_embedded_regressor.safetensors
+
+Shape suffixes: ``R`` rows, ``B`` tasks, ``C`` features, ``N`` context rows,
+``T`` query rows, ``K`` classes (``max_num_classes``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tabpfn.architectures import tabpfn_v3
+
+from hostgen.class_prior import IGNORE, ClassPriorConfig, sample_class_batch
+from hostgen.train import (
+    DEFAULT_MODEL_CONFIG,
+    TINY_MODEL_CONFIG,
+    TrainConfig,
+    build_model,
+    inference_config_dict,
+    train,
+)
+from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.errors import CommandError
+from retrofit.models.checkpoints import load_checkpoint
+
+__all__ = [
+    "CLASSIFIER_MODEL_CONFIG",
+    "TINY_CLASSIFIER_CONFIG",
+    "ClassificationObjective",
+    "main",
+    "warm_start",
+]
+
+_CLASSIFIER_FIELDS: dict[str, Any] = {
+    "max_num_classes": 10,
+    "decoder_head_dim": 32,
+    "decoder_num_heads": 4,
+}
+CLASSIFIER_MODEL_CONFIG: dict[str, Any] = {**DEFAULT_MODEL_CONFIG, **_CLASSIFIER_FIELDS}
+"""The embedded classifier: the regressor host's size, 10 classes, a 4 x 32 decoder."""
+
+TINY_CLASSIFIER_CONFIG: dict[str, Any] = {
+    **TINY_MODEL_CONFIG,
+    **_CLASSIFIER_FIELDS,
+    "decoder_head_dim": 4,
+    "decoder_num_heads": 2,
+}
+"""A classifier small enough for tests."""
+
+
+def warm_start(model: tabpfn_v3.TabPFNV3, checkpoint: str | Path) -> dict[str, list[str]]:
+    """Copy into ``model`` every tensor of ``checkpoint`` with the same name and shape.
+
+    Args:
+        model: A freshly built classifier.
+        checkpoint: A v3 checkpoint (read weights-only), normally the regressor host.
+
+    Returns:
+        ``copied``, ``kept`` (the model's own init: no tensor of that name and
+        shape in the checkpoint) and ``ignored`` (checkpoint tensors the model
+        has no place for), each a sorted list of names.
+    """
+    source = load_checkpoint(checkpoint)["state_dict"]
+    target = model.state_dict()
+    copied = sorted(n for n, t in target.items() if n in source and source[n].shape == t.shape)
+    with torch.no_grad():
+        for name in copied:
+            target[name].copy_(source[name].to(target[name].dtype))
+    return {
+        "copied": copied,
+        "kept": sorted(set(target) - set(copied)),
+        "ignored": sorted(set(source) - set(copied)),
+    }
+
+
+@dataclasses.dataclass
+class ClassificationObjective:
+    """Cross-entropy of the query rows' labels under the many-class decoder.
+
+    Attributes:
+        prior: The classification prior the batches come from.
+        init_from: A checkpoint to warm-start from (:func:`warm_start`), or None.
+    """
+
+    prior: ClassPriorConfig = dataclasses.field(default_factory=ClassPriorConfig)
+    init_from: str | None = None
+    transfer: dict[str, list[str]] | None = dataclasses.field(default=None, repr=False)
+
+    def build(self, model_config: dict[str, Any], seed: int) -> tabpfn_v3.TabPFNV3:
+        """The classifier, warm-started when ``init_from`` names a checkpoint."""
+        if int(model_config.get("max_num_classes", -1)) < self.prior.max_classes:
+            raise ValueError("the model's max_num_classes is below the prior's max_classes")
+        model = build_model(model_config, seed=seed)
+        if self.init_from is not None:
+            self.transfer = warm_start(model, self.init_from)
+        return model
+
+    def loss(self, model: tabpfn_v3.TabPFNV3, rng: np.random.Generator) -> tuple[torch.Tensor, int]:
+        """Mean cross-entropy over the scorable query rows of one class-prior batch."""
+        batch = sample_class_batch(rng, self.prior)
+        logits_TBK = model(batch.x_RBC, batch.y_train_NB)
+        loss = F.cross_entropy(
+            logits_TBK.reshape(-1, logits_TBK.shape[-1]),
+            batch.y_test_TB.reshape(-1),
+            ignore_index=IGNORE,
+        )
+        return loss, int(batch.x_RBC.shape[1])
+
+    def describe(self) -> dict[str, Any]:
+        """The task, the prior and what the warm start copied."""
+        record: dict[str, Any] = {
+            "task": "classification",
+            "prior": dataclasses.asdict(self.prior),
+            "init_from": Path(self.init_from).name if self.init_from else None,
+        }
+        if self.transfer is not None:
+            record["warm_start"] = {k: len(v) for k, v in self.transfer.items()}
+        return record
+
+
+DEFAULT_INIT = "retrofit/models/embedded/tabpfn_v3_embedded_regressor.safetensors"
+"""The warm start of the recipe, relative to the repository root."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Train the embedded classifier host (see the module docstring)."""
+    return run_main(_parser, _run, argv)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = OneLineArgumentParser(
+        prog="python -m hostgen.train_classifier",
+        description="Train a TabPFN-v3 classifier host on the classification prior.",
+    )
+    p.add_argument("--out", type=Path, required=True, help="checkpoint (.safetensors, name has v3)")
+    p.add_argument("--steps", type=int, default=20_000, help="planned steps (cosine spans them)")
+    p.add_argument("--minutes", type=float, default=100.0, help="wall-clock cap of this run")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup-steps", type=int, default=300)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--log-every", type=int, default=25)
+    p.add_argument("--checkpoint-minutes", type=float, default=10.0)
+    p.add_argument("--model", choices=("default", "tiny"), default="default")
+    p.add_argument(
+        "--init-from",
+        default=DEFAULT_INIT,
+        help="checkpoint whose matching tensors start the model ('none': cold start)",
+    )
+    p.add_argument("--n-estimators", type=int, default=4, help="stored N_ESTIMATORS")
+    p.add_argument("--no-resume", action="store_true", help="ignore an existing state file")
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
+    if "v3" not in args.out.name or args.out.suffix != ".safetensors":
+        raise CommandError("--out must be a .safetensors file whose name contains 'v3'")
+    init = None if args.init_from == "none" else args.init_from
+    if init is not None and not Path(init).is_file():
+        raise CommandError(f"--init-from {init}: no such checkpoint")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    model_config = CLASSIFIER_MODEL_CONFIG if args.model == "default" else TINY_CLASSIFIER_CONFIG
+    cfg = TrainConfig(
+        steps=args.steps,
+        max_minutes=args.minutes,
+        lr=args.lr,
+        warmup_steps=min(args.warmup_steps, max(1, args.steps // 10)),
+        seed=args.seed,
+        threads=args.threads,
+        log_every=args.log_every,
+        checkpoint_every_s=args.checkpoint_minutes * 60,
+    )
+    summary = train(
+        args.out,
+        cfg,
+        model_config=model_config,
+        inference_config=inference_config_dict(n_estimators=args.n_estimators),
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+        resume=not args.no_resume,
+        objective=ClassificationObjective(init_from=init),
+    )
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
