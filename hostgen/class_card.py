@@ -30,11 +30,13 @@ _SUITES = {
     "dev": "development suite (inference settings are chosen here)",
     "offline_cls6": "evaluation suite `offline_cls6` (reported, never used to choose)",
 }
-_MODELS = ("host", "logreg", "rf", "hgb")
+_MODELS = ("host", "prior", "logreg", "rf", "hgb")
 
 
 def training_command(checkpoint: Path, training: dict[str, Any]) -> str:
-    """The ``hostgen.train_classifier`` command a training record describes."""
+    """The ``hostgen.train_classifier`` command of a training record (rebuilt if unrecorded)."""
+    if training.get("command"):
+        return str(training["command"])
     init = training.get("init_from")
     return (
         f"python -m hostgen.train_classifier --out {checkpoint.name} "
@@ -57,7 +59,7 @@ def _quality_lines(quality: Path | None) -> list[str]:
         for metric in ("log_loss", "accuracy"):
             rows.append(
                 [what, part.get("tasks", part.get("cases")), metric.replace("_", " ")]
-                + [f"{part[m][metric]:.4f}" for m in _MODELS]
+                + [f"{part[m][metric]:.4f}" if m in part else "-" for m in _MODELS]
             )
     return markdown_table(("comparison", "n", "metric", *_MODELS), rows)
 

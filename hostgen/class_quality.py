@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from sklearn.dummy import DummyClassifier
 from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import log_loss
@@ -56,11 +57,12 @@ __all__ = [
 ]
 
 BASELINES: dict[str, Callable[[int], Any]] = {
+    "prior": lambda seed: DummyClassifier(strategy="prior"),
     "logreg": lambda seed: make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)),
     "rf": lambda seed: RandomForestClassifier(n_estimators=300, random_state=seed, n_jobs=1),
     "hgb": lambda seed: HistGradientBoostingClassifier(random_state=seed),
 }
-"""Baseline classifiers, built per seed."""
+"""Baseline classifiers, built per seed (``prior``: the context's class frequencies)."""
 
 _BINARY = ("pima", "ionosphere", "haberman", "bupa", "saheart")
 _KEEL = {

@@ -24,10 +24,19 @@ than random forest), and the ICL blocks must relearn what a label embedding
 means. Whether it beats a cold start at equal steps is measured, not assumed:
 ``--init-from none`` runs the cold arm of that comparison.
 
-Commands (one-thread, ``nice``; a run resumes from ``<out>.state.pt``)::
+Commands (one-thread, ``nice``; a run resumes from ``<out>.state.pt`` when
+started again with the same arguments)::
 
     python -m hostgen.train_classifier --out PATH_v3.safetensors --steps N --minutes M \
         --init-from retrofit/models/embedded/tabpfn_v3_embedded_regressor.safetensors
+    python -m hostgen.class_quality --checkpoint PATH_v3.safetensors \
+        --suite in-prior dev --out QUALITY.json
+    python -m hostgen.class_card --checkpoint PATH_v3.safetensors --quality QUALITY.json
+
+The default size runs about one optimiser step per CPU second on one thread
+(45 steps in 40-42 CPU seconds here), so a 100-CPU-minute background link
+plans about 6,000 steps. A host ships only once it beats logistic regression
+on the held-out prior tasks (``class_quality --suite in-prior``).
 
 Shape suffixes: ``R`` rows, ``B`` tasks, ``C`` features, ``N`` context rows,
 ``T`` query rows, ``K`` classes (``max_num_classes``).
@@ -38,6 +47,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -118,10 +128,12 @@ class ClassificationObjective:
     Attributes:
         prior: The classification prior the batches come from.
         init_from: A checkpoint to warm-start from (:func:`warm_start`), or None.
+        command: The command line that runs this training (for the card).
     """
 
     prior: ClassPriorConfig = dataclasses.field(default_factory=ClassPriorConfig)
     init_from: str | None = None
+    command: str | None = None
     transfer: dict[str, list[str]] | None = dataclasses.field(default=None, repr=False)
 
     def build(self, model_config: dict[str, Any], seed: int) -> tabpfn_v3.TabPFNV3:
@@ -150,6 +162,7 @@ class ClassificationObjective:
             "task": "classification",
             "prior": dataclasses.asdict(self.prior),
             "init_from": Path(self.init_from).name if self.init_from else None,
+            "command": self.command,
         }
         if self.transfer is not None:
             record["warm_start"] = {k: len(v) for k, v in self.transfer.items()}
@@ -162,7 +175,7 @@ DEFAULT_INIT = "retrofit/models/embedded/tabpfn_v3_embedded_regressor.safetensor
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Train the embedded classifier host (see the module docstring)."""
-    return run_main(_parser, _run, argv)
+    return run_main(_parser, lambda args: _run(args, argv), argv)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -190,7 +203,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _run(args: argparse.Namespace) -> int:
+def _command(argv: Sequence[str] | None) -> str:
+    """This run's command line, with the output's file name only (no absolute path)."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    for i, word in enumerate(words[:-1]):
+        if word == "--out":
+            words[i + 1] = Path(words[i + 1]).name
+    return shlex.join(["python", "-m", "hostgen.train_classifier", *words])
+
+
+def _run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     if "v3" not in args.out.name or args.out.suffix != ".safetensors":
         raise CommandError("--out must be a .safetensors file whose name contains 'v3'")
     init = None if args.init_from == "none" else args.init_from
@@ -215,7 +237,7 @@ def _run(args: argparse.Namespace) -> int:
         inference_config=inference_config_dict(n_estimators=args.n_estimators),
         log=lambda line: print(line, file=sys.stderr, flush=True),
         resume=not args.no_resume,
-        objective=ClassificationObjective(init_from=init),
+        objective=ClassificationObjective(init_from=init, command=_command(argv)),
     )
     print(json.dumps(summary))
     return 0

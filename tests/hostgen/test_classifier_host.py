@@ -93,13 +93,14 @@ def test_a_short_run_writes_a_classifier_that_tabpfn_loads_and_its_card(
 
     quality = tmp_path / "quality.json"
     scores = class_quality.in_prior(load_model(checkpoint=out), count=2)
-    assert set(scores) == {"tasks", "host", "logreg", "rf", "hgb"}
+    assert set(scores) == {"tasks", "host", "prior", "logreg", "rf", "hgb"}
     quality.write_text(json.dumps({"in-prior": scores}), encoding="utf-8")
     card = tmp_path / "card" / "MODEL_CARD.md"
     assert class_card.main(["--checkpoint", str(out), "--quality", str(quality),
                             "--out", str(card)]) == 0  # fmt: skip
     text = card.read_text(encoding="utf-8")
     assert "--init-from none" in text and "held-out prior tasks" in text
+    assert "--out cls_v3.safetensors --model tiny" in text  # the run's own command
     assert (card.parent / "loss_curve.png").is_file()
 
 
@@ -107,3 +108,13 @@ def test_held_out_class_tasks_use_seed_keys_no_training_run_reaches() -> None:
     first = class_quality.heldout_class_tasks(2)
     assert [t[2] for t in first] == [t[2] for t in class_quality.heldout_class_tasks(2)]
     assert HELDOUT_KEY > 2**30  # training seeds are small integers
+
+
+def test_the_dev_suite_shares_no_dataset_with_offline_cls6() -> None:
+    from eval.paper.datasets import OFFLINE_CLS6_DATASETS, load_dataset
+
+    evaluation = {load_dataset(name).shape for name in OFFLINE_CLS6_DATASETS}
+    for name in class_quality.DEV_DATASETS:
+        X, y = class_quality.load_dev_dataset(name)
+        assert X.shape not in evaluation and name not in OFFLINE_CLS6_DATASETS
+        assert 2 <= len(np.unique(y)) <= 10
