@@ -81,14 +81,6 @@ class OICLModelMixin:
     #: Where the classifier decoder sits (absent from a v3 regressor).
     decoder_path: ClassVar[str]
 
-    def _decoder(self) -> OManyClassDecoder | None:
-        """The patched classifier decoder, None where the host has none."""
-        try:
-            decoder = self.get_submodule(self.decoder_path)
-        except AttributeError:
-            return None
-        return decoder if isinstance(decoder, OManyClassDecoder) else None
-
     def forward(
         self, x: Any, y: Any, *args: Any, task_type: Any = _NOT_GIVEN, **kwargs: Any
     ) -> Any:
@@ -100,7 +92,7 @@ class OICLModelMixin:
         """
         if task_type is not _NOT_GIVEN:
             kwargs["task_type"] = task_type
-        decoder = self._decoder()
+        decoder = _patched_decoder(self)
         cache_in = kwargs.get("kv_cache")
         if decoder is not None and cache_in is not None and not cache_in.is_empty():
             # The decoder reads the cached keys: their presence comes from the cache.
@@ -148,6 +140,15 @@ class OICLModelMixin:
         p_BN = p_BR[:, : y_BN.shape[1]]
         # OInject: the host adds h + g(y); gating g by p(h) makes it h + p(h) g(y).
         return emb_BND * p_BN.unsqueeze(-1).to(emb_BND.dtype)
+
+
+def _patched_decoder(model: nn.Module) -> OManyClassDecoder | None:
+    """``model``'s patched classifier decoder, None where the host has none."""
+    try:
+        decoder = model.get_submodule(model.decoder_path)
+    except AttributeError:
+        return None
+    return decoder if isinstance(decoder, OManyClassDecoder) else None
 
 
 class ICLHostPatcher(HostPatcher):

@@ -16,7 +16,9 @@ classifier) and its zero-initialised projections perturbed
   it null (OInject of the class embedding).
 
 The unpatched host fails each proof (the control), an identity-configured
-patch reproduces the host and a real one changes it. Bounds: other rows
+patch reproduces the host and a real one changes it. The same proofs at each
+class's published size with random weights and 10 classes are marked slow
+(``-m slow``), as the regressor's are. Bounds: other rows
 within ``MODEL_ULPS[float64]`` ulps of their largest magnitude (a sequence
 one row longer is blocked differently by the BLAS; tests/helpers/exactness.py).
 
@@ -33,6 +35,7 @@ from tabpfn.architectures.tabpfn_v3 import ManyClassDecoder, TabPFNV3
 from tabpfn.architectures.tabpfn_v3_5 import TabPFNV3p5
 
 import retrofit
+from eval.calibration import PUBLISHED_CONFIGS, build_random_host
 from retrofit.hosts.many_class_decoder import OManyClassDecoder
 from tests.helpers.exactness import MODEL_ULPS, assert_exactly_zero, deviation_in_ulps
 from tests.helpers.null_row_hooks import FinalCarriers, LastBlockOutput, NullRowAtBlockEntry
@@ -299,3 +302,46 @@ def test_a_null_train_row_in_the_kv_cache_changes_no_logit(monkeypatch, name, kv
     assert cache.decoder_presence.shape == (B, N + 1)
     assert bool((cache.decoder_presence[:, POS] == 0).all())
     assert _drift(out, ref) <= F64_ULPS
+
+
+# ---- the published classifier configurations, random weights (slow) ------------------------
+
+#: Each class at its published size as a classifier (``eval.calibration.PUBLISHED_CONFIGS``
+#: with 10 classes; v3 and v3.5 with the decoder's length scaling on, the harder case).
+PUBLISHED_CLASSIFIERS = {
+    name: {
+        **PUBLISHED_CONFIGS[name],
+        "max_num_classes": 10,
+        **({"decoder_use_softmax_scaling": True} if name in V3_FAMILY else {}),
+    }
+    for name in PUBLISHED_CONFIGS
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PUBLISHED_CLASSIFIERS))
+def test_a_published_size_classifier_keeps_a_null_train_row_null(monkeypatch, name):
+    torch.set_num_threads(2)
+    model = build_random_host(name, PUBLISHED_CLASSIFIERS[name]).double()
+    x, y = _data()
+    for mode in retrofit.PATCH_MODES:
+        retrofit.patch(model, mode)
+        if name in V3_FAMILY:
+            ref, out, null = _v3_run(monkeypatch, model)
+        else:
+            thinking = getattr(getattr(model, "add_thinking_rows", None), "num_thinking_rows", 0)
+            with torch.inference_mode():
+                rec = LastBlockOutput(model)
+                try:
+                    model(x, y)
+                finally:
+                    rec.close()
+                ins = NullRowAtBlockEntry(model, thinking + POS, as_train=True)
+                try:
+                    model(x, y)
+                finally:
+                    ins.close()
+            ref, out, null = rec.final, ins.final, ins.null
+        retrofit.unpatch(model)
+        assert _drift(out, ref) <= F64_ULPS, (name, mode)
+        assert_exactly_zero(null)
