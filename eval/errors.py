@@ -10,7 +10,6 @@ __all__ = [
     "DatasetIntegrityError",
     "DatasetUnavailableError",
     "DatasetWarning",
-    "EstimatorUnavailableError",
     "ExecutorUnavailableError",
     "ReportError",
     "StoreError",
@@ -28,10 +27,6 @@ class DatasetUnavailableError(RetrofitError, RuntimeError):
 
 class DatasetIntegrityError(RetrofitError, ValueError):
     """Loaded data does not match its suite file (shape, SHA-256 or columns)."""
-
-
-class EstimatorUnavailableError(RetrofitError, RuntimeError):
-    """A suite's task needs an estimator this install of the retrofit does not have."""
 
 
 class ExecutorUnavailableError(RetrofitError, RuntimeError):

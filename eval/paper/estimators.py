@@ -14,18 +14,16 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import log_loss, roc_auc_score
 
-import retrofit
-from eval.errors import EstimatorUnavailableError
 from eval.paper.protocol import SUITE_TASK
+from retrofit.classifier import OTabPFNClassifier
 from retrofit.estimator import OTabPFNRegressor
 from retrofit.models.loading import load_host
 
 __all__ = [
-    "CLASSIFIER_NAME",
+    "ESTIMATORS",
     "METRICS",
     "check_host_task",
     "classification_metrics",
-    "estimator_class",
     "metric_fields",
     "regression_metrics",
     "suite_task",
@@ -37,8 +35,11 @@ METRICS: dict[str, tuple[str, ...]] = {
 }
 """The metric fields of a run row, by task."""
 
-CLASSIFIER_NAME = "OTabPFNClassifier"
-"""The retrofit's classifier, a ``tabpfn.TabPFNClassifier`` subclass (issue 24, item 1)."""
+ESTIMATORS: dict[str, type] = {
+    "regression": OTabPFNRegressor,
+    "classification": OTabPFNClassifier,
+}
+"""The retrofit estimator a task's runs fit."""
 
 
 def suite_task(suite: str) -> str:
@@ -48,25 +49,6 @@ def suite_task(suite: str) -> str:
     except KeyError:
         valid = ", ".join(SUITE_TASK)
         raise ValueError(f"unknown suite {suite!r}; valid suites: {valid}") from None
-
-
-def estimator_class(task: str) -> type:
-    """The retrofit estimator a task's runs fit.
-
-    Raises:
-        EstimatorUnavailableError: The classifier is asked for and this
-            install's ``retrofit`` does not provide it (it is looked up by name
-            so that the regression suites run on every install).
-    """
-    if task == "regression":
-        return OTabPFNRegressor
-    cls = getattr(retrofit, CLASSIFIER_NAME, None)
-    if cls is None:
-        raise EstimatorUnavailableError(
-            f"a classification suite needs retrofit.{CLASSIFIER_NAME}, which this install "
-            "of tabpfn-retrofit does not provide yet"
-        )
-    return cls
 
 
 def check_host_task(model_path: str, suite: str) -> None:

@@ -33,8 +33,8 @@ from tqdm.auto import tqdm
 from eval.errors import CheckpointChangedError, StoreError, StoreWarning
 from eval.paper.datasets import load_dataset, split
 from eval.paper.estimators import (
+    ESTIMATORS,
     classification_metrics,
-    estimator_class,
     metric_fields,
     regression_metrics,
     suite_task,
@@ -78,12 +78,12 @@ def build_estimator(spec: RunSpec, model_path: str, **extra: Any) -> Any:
     """A fresh, unfitted retrofit estimator configured by ``spec`` (and ``extra``).
 
     ``retrofit.OTabPFNRegressor`` for a regression suite, ``OTabPFNClassifier``
-    for a classification suite (:func:`eval.paper.estimators.estimator_class`).
+    for a classification suite (:data:`eval.paper.estimators.ESTIMATORS`).
     """
     kwargs: dict[str, Any] = {}
     if spec.mode != "none":
         kwargs = {"tau": spec.tau, "support": spec.support, "eps_den": spec.eps_den}
-    return estimator_class(suite_task(spec.suite))(
+    return ESTIMATORS[suite_task(spec.suite)](
         mode=spec.mode,
         model_path=model_path,
         n_estimators=spec.n_estimators,

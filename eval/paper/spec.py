@@ -31,7 +31,7 @@ from tabpfn.preprocessing.ensemble import DEFAULT_N_ESTIMATORS
 import patches
 import retrofit
 from eval.paper.datasets import load_dataset, suite_cases
-from eval.paper.estimators import check_host_task, estimator_class, suite_task
+from eval.paper.estimators import check_host_task
 from eval.paper.protocol import (
     DEFAULT_EPS_DEN,
     DEFAULT_MODES,
@@ -295,12 +295,10 @@ def make_tasks(
     Raises:
         ValueError: On an unknown suite, mode, dataset or seed, or invalid
             retrofit settings (``retrofit.InvalidPatchConfigError``).
-        EstimatorUnavailableError: The suite's task has no retrofit estimator
-            in this install.
+            A classification suite given a checkpoint that is not a classifier.
     """
     if suite not in SUITE_SOURCE:
         raise ValueError(f"unknown suite {suite!r}; valid suites: {', '.join(SUITE_SOURCE)}")
-    estimator_class(suite_task(suite))  # before any run is planned, not once per stored row
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")

@@ -2,25 +2,18 @@
 
 Runs use a tiny perturbed v3 classifier checkpoint (``ManyClassDecoder``, up
 to 10 classes) and one case cut to a few rows, so each fit takes a fraction of
-a second. Until ``retrofit.OTabPFNClassifier`` exists (issue 24 item 1), the
-runner is driven through a stand-in that runs tabpfn's classifier for mode
-``"none"`` only; the test of the patched modes runs once the class is there.
+a second.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from sklearn.metrics import roc_auc_score
-from tabpfn import TabPFNClassifier
 
-import retrofit
-from eval.errors import EstimatorUnavailableError
 from eval.paper.classification_report import (
     CLASSIFICATION_CASE_COLUMNS,
     build_classification_report,
@@ -34,7 +27,7 @@ from eval.paper.datasets import (
     split,
     suite_cases,
 )
-from eval.paper.estimators import CLASSIFIER_NAME, classification_metrics
+from eval.paper.estimators import classification_metrics
 from eval.paper.execution import run_suite
 from eval.paper.spec import RunSpec, make_tasks
 from eval.paper.store import load_rows
@@ -49,28 +42,11 @@ EXPECTED = {
     "segment": (2310, 19, [330] * 7),
     "digits": (1797, 64, [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]),
 }
-HAS_CLASSIFIER = hasattr(retrofit, CLASSIFIER_NAME)
 
 
 @pytest.fixture(scope="module")
 def classifier_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_v3_classifier_checkpoint(tmp_path_factory.mktemp("tiny_classifier"))
-
-
-class _UnpatchedClassifier(TabPFNClassifier):
-    """tabpfn's classifier under the retrofit's constructor, for mode ``"none"`` only."""
-
-    def __init__(self, mode: str = "none", **kwargs: Any) -> None:
-        if mode != "none":
-            raise AssertionError("the stand-in runs the unpatched host only")
-        super().__init__(**kwargs)
-
-
-@pytest.fixture
-def classifier_class(monkeypatch: pytest.MonkeyPatch) -> type:
-    if not HAS_CLASSIFIER:
-        monkeypatch.setattr(retrofit, CLASSIFIER_NAME, _UnpatchedClassifier, raising=False)
-    return getattr(retrofit, CLASSIFIER_NAME)
 
 
 def test_six_datasets_with_two_to_ten_classes_and_their_recorded_counts() -> None:
@@ -139,34 +115,29 @@ def _tasks(path: Path, modes: tuple[str, ...]) -> list:
     )  # fmt: skip
 
 
-def test_planning_a_classification_suite_without_the_classifier_fails_before_any_run(
-    classifier_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delattr(retrofit, CLASSIFIER_NAME, raising=False)
-    with pytest.raises(EstimatorUnavailableError, match=CLASSIFIER_NAME):
-        _tasks(classifier_path, ("none",))
-
-
-def test_a_regressor_checkpoint_is_refused_for_a_classification_suite(
-    tiny_v3_path: Path, classifier_class: type
-) -> None:
+def test_a_regressor_checkpoint_is_refused_for_a_classification_suite(tiny_v3_path: Path) -> None:
     with pytest.raises(ValueError, match="not a classifier"):
         _tasks(tiny_v3_path, ("none",))
 
 
-def test_the_unpatched_classifier_runs_through_the_runner_into_the_store(
-    classifier_path: Path, classifier_class: type, tmp_path: Path
+def test_the_classifier_runs_through_the_runner_and_both_retrofits_move_its_log_loss(
+    classifier_path: Path, tmp_path: Path
 ) -> None:
-    tasks = _tasks(classifier_path, ("none",))
+    tasks = _tasks(classifier_path, ("none", "oattention", "full-o"))
     summary = run_suite(tasks, tmp_path, progress=False)
-    assert (summary.computed, summary.failed) == (1, 0)
-    (row,) = load_rows(tmp_path)
-    assert row["status"] == "ok", row["error"]
-    assert "rmse" not in row and (row["n_train"], row["n_test"]) == (60, 30)
-    assert 0.0 < row["log_loss"] < 10.0 and 0.0 <= row["accuracy"] <= 1.0
-    assert 0.0 <= row["roc_auc"] <= 1.0
-    # The same case again is read back, not recomputed.
-    assert run_suite(tasks, tmp_path, progress=False).skipped == 1
+    assert (summary.computed, summary.failed, summary.nonfinite) == (3, 0, 0)
+    rows = {r["mode"]: r for r in load_rows(tmp_path)}
+    for row in rows.values():
+        assert row["status"] == "ok", row["error"]
+        assert "rmse" not in row and (row["n_train"], row["n_test"]) == (60, 30)
+        assert 0.0 < row["log_loss"] < 10.0 and 0.0 <= row["accuracy"] <= 1.0
+        assert 0.0 <= row["roc_auc"] <= 1.0
+    for mode in ("oattention", "full-o"):  # a real patch changes the output
+        assert rows[mode]["log_loss"] != rows["none"]["log_loss"]
+        assert rows[mode]["baseline_key"] == rows["none"]["key"]
+    assert run_suite(tasks, tmp_path, progress=False).skipped == 3  # read back, not recomputed
+    text = build_classification_report(tmp_path, "offline_cls6", tau=1.0)["summary.md"]
+    assert "| OAttention | 1 |" in text.read_text(encoding="utf-8")
 
 
 def test_the_report_pairs_each_retrofit_with_its_unpatched_case(tmp_path: Path) -> None:
@@ -187,17 +158,3 @@ def test_the_report_pairs_each_retrofit_with_its_unpatched_case(tmp_path: Path) 
     assert lines[0].split(",") == list(CLASSIFICATION_CASE_COLUMNS)
     summary = written["summary.md"].read_text(encoding="utf-8")
     assert "| Full-O | 1 | +2.000 % | +2.000 % | -2.000 pp | +0.0000 | 1 | 0 |" in summary
-
-
-@pytest.mark.skipif(not HAS_CLASSIFIER, reason=f"retrofit.{CLASSIFIER_NAME} not merged yet")
-def test_both_retrofits_run_and_move_the_tiny_classifier_s_log_loss(
-    classifier_path: Path, tmp_path: Path
-) -> None:
-    torch.manual_seed(0)
-    run_suite(_tasks(classifier_path, ("none", "oattention", "full-o")), tmp_path, progress=False)
-    rows = {r["mode"]: r for r in load_rows(tmp_path)}
-    assert all(r["status"] == "ok" for r in rows.values()), [r["error"] for r in rows.values()]
-    for mode in ("oattention", "full-o"):  # a real patch changes the output
-        assert rows[mode]["log_loss"] != rows["none"]["log_loss"]
-    text = build_classification_report(tmp_path, "offline_cls6", tau=1.0)["summary.md"]
-    assert "| OAttention | 1 |" in text.read_text(encoding="utf-8")
