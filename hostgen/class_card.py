@@ -116,7 +116,8 @@ def write_class_card(checkpoint: Path, log_path: Path, quality: Path | None, out
         f"{training.get('stopped_by')}), {training.get('tasks_seen', 0):,} synthetic tasks, "
         f"wall time {training.get('wall_s', 0.0) / 60:.1f} min on {training.get('threads')} "
         f"CPU thread(s) of {platform.machine()} (the machine that wrote this card)",
-        f"- warm start: `{training.get('init_from')}`; tensors copied {warm.get('copied')}, "
+        f"- warm start: `{training.get('init_from')}` (sha256 "
+        f"`{training.get('init_from_sha256')}`); tensors copied {warm.get('copied')}, "
         f"kept from tabpfn's init {warm.get('kept')}, not used {warm.get('ignored')}",
         f"- class prior: `{json.dumps(training.get('prior'))}`",
         "",
