@@ -36,7 +36,7 @@ embedding, N train rows, M test rows, T thinking rows, O decoder outputs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from tabpfn.architectures.interface import PerformanceOptions
@@ -51,6 +51,11 @@ __all__ = ["V2ICLStage", "V2p5ICLStage"]
 
 class V2ICLStage:
     """:class:`retrofit.hosts.base.ICLStage` of a patched ``TabPFNV2``."""
+
+    #: The decoder reads each test row alone (a classifier's ``max_num_classes``
+    #: logits too), so a classifier decodes its padded batch here as well
+    #: (:func:`retrofit.batching.classify.decodes_classes_per_row`).
+    decodes_classes_per_row: ClassVar[bool] = True
 
     def embed(
         self,
@@ -89,7 +94,7 @@ class V2ICLStage:
         return x_BRCD
 
     def decode(self, model: TabPFNV2, x_BMCD: torch.Tensor) -> torch.Tensor:
-        """The regression head on the test rows' target cells: ``(M, B, O)``."""
+        """The decoder on the test rows' target cells: ``(M, B, O)`` (bins or class logits)."""
         return model._decode(x_BMCD, 0, only_return_standard_out=True)
 
 
@@ -120,7 +125,7 @@ class V2p5ICLStage(V2ICLStage):
         return x_BRCD
 
     def decode(self, model: TabPFNV2p5 | TabPFNV2p6, x_BMCD: torch.Tensor) -> torch.Tensor:
-        """The regression head on the test rows' target cells: ``(M, B, O)``."""
+        """The decoder on the test rows' target cells: ``(M, B, O)`` (bins or class logits)."""
         return model._decode(
             x_BMCD, test_start=0, train_start=0, train_end=0, only_return_standard_out=True
         )
