@@ -1,9 +1,9 @@
-"""Retrofit a frozen pretrained TabPFN regressor so the zero vector is a true NULL.
+"""Retrofit a frozen pretrained TabPFN model so the zero vector is a true NULL.
 
 Public API: :func:`patch` / :func:`unpatch` (in place, one patch table per
-host architecture), :class:`PatchReport`, the scikit-learn estimator
-:class:`OTabPFNRegressor`, model loading (:func:`resolve_checkpoint`,
-:func:`load_host`) and :func:`embedded_model_path`.
+host architecture), :class:`PatchReport`, the scikit-learn estimators
+:class:`OTabPFNRegressor` and :class:`OTabPFNClassifier`, model loading
+(:func:`resolve_checkpoint`, :func:`load_host`) and :func:`embedded_model_path`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     "PatchConfig": "retrofit.settings",
     "RetrofitSettings": "retrofit.settings",
     "OTabPFNRegressor": "retrofit.estimator",
+    "OTabPFNClassifier": "retrofit.classifier",
     "ResolvedModel": "retrofit.models.loading",
     "load_host": "retrofit.models.loading",
     "resolve_checkpoint": "retrofit.models.loading",

@@ -7,8 +7,9 @@ loading differs: tabpfn loads the model(s) as usual, then each fresh model is
 patched in place (:func:`retrofit.patch`); ``mode="none"`` patches nothing and
 is tabpfn itself.
 
-Two private tabpfn methods are overridden, both here and nowhere else
-(``tests/retrofit/test_tabpfn_private_api.py`` fails when tabpfn changes either):
+Two private tabpfn methods are overridden (``tests/retrofit/test_tabpfn_private_api.py``
+fails when tabpfn changes either), both shared with ``OTabPFNClassifier`` in
+:mod:`retrofit.estimator_base`:
 
 * ``_initialize_model_variables``, where every fit (and
   ``get_inference_config``) loads the models: tabpfn is given the translated
@@ -21,23 +22,15 @@ Two private tabpfn methods are overridden, both here and nowhere else
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
-from os import PathLike
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
-from sklearn.base import clone
-from tabpfn import ModelSpecs, TabPFNRegressor
+from tabpfn import TabPFNRegressor
 
 from retrofit.batching.predict import check_batch_lists, is_ragged, predict_batched
-from retrofit.errors import SettingsConflictError
-from retrofit.models.loading import ResolvedModel, resolve_for_tabpfn
-from retrofit.models.saved import check_patch_digest
-from retrofit.patcher import PatchReport, patch, resolve_for_model
-from retrofit.settings import SETTING_NAMES, check_given
-from retrofit.tabpfn_surface import models_may_be_shared
+from retrofit.estimator_base import ModelPath, RetrofitEstimatorMixin
 from retrofit.validation import check_numeric_target
 
 if TYPE_CHECKING:
@@ -48,14 +41,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ModelPath", "OTabPFNRegressor"]
 
-#: What ``model_path`` takes: tabpfn's kinds plus "embedded", the aliases, saved
-#: directories and a model resolved once (:func:`retrofit.resolve_model`).
-ModelPath = (
-    str | PathLike | ModelSpecs | ResolvedModel | list[str | PathLike | ModelSpecs | ResolvedModel]
-)
 
-
-class OTabPFNRegressor(TabPFNRegressor):
+class OTabPFNRegressor(RetrofitEstimatorMixin, TabPFNRegressor):
     """TabPFN regression with the zero vector as a true NULL state.
 
     Every argument but the first four is ``tabpfn.TabPFNRegressor``'s, with its
@@ -109,6 +96,8 @@ class OTabPFNRegressor(TabPFNRegressor):
         models_: tabpfn's fitted attribute: the (patched) models in use; every
             other fitted attribute is tabpfn's too.
     """
+
+    tabpfn_class = TabPFNRegressor
 
     def __init__(
         self,
@@ -171,32 +160,6 @@ class OTabPFNRegressor(TabPFNRegressor):
         self.support = support
         self.eps_den = eps_den
 
-    @property
-    def patch_report_(self) -> PatchReport | None:
-        """The patch report of the single model; None for ``mode="none"``.
-
-        Raises:
-            AttributeError: Before the model is loaded.
-            ValueError: With several models (use ``patch_reports_``), as
-                tabpfn's ``model_`` does.
-        """
-        reports = self.__dict__.get("patch_reports_")
-        if reports is None:
-            raise AttributeError("patch_report_ is set when the model is loaded (in fit)")
-        if len(self.models_) > 1:
-            raise ValueError("several models are in use; read patch_reports_ instead")
-        return reports[0] if reports else None
-
-    def _saved_settings(self, saved_settings: list[dict]) -> dict | None:
-        """The one set of settings the saved directories in ``model_path`` carry, if any."""
-        distinct = {tuple(sorted(s.items())) for s in saved_settings}
-        if len(distinct) > 1:
-            raise SettingsConflictError(
-                "the saved directories in model_path were retrofitted with different "
-                f"settings: {'; '.join(str(dict(s)) for s in sorted(distinct))}"
-            )
-        return saved_settings[0] if saved_settings else None
-
     def fit(self, X: Any, y: Any) -> OTabPFNRegressor:
         """``TabPFNRegressor.fit``, refusing a target that is not numbers first.
 
@@ -207,44 +170,6 @@ class OTabPFNRegressor(TabPFNRegressor):
             InvalidInputError: On a target that is not numbers ("y must be numeric").
         """
         return super().fit(X, check_numeric_target(y))
-
-    def _initialize_model_variables(self) -> int:
-        """Loads the models as tabpfn does, from the translated ``model_path``, and patches them."""
-        requested = {name: getattr(self, name) for name in SETTING_NAMES}
-        check_given(requested)  # a bad setting fails before anything is loaded
-        resolved = resolve_for_tabpfn(self.model_path)
-        saved = self._saved_settings([dict(s.settings) for s in resolved.saved])
-        requested_path = self.model_path
-        self.model_path = resolved.value
-        try:
-            byte_size = super()._initialize_model_variables()
-        finally:
-            self.model_path = requested_path
-        # One resolution per model: an unset tau is each host class's default.
-        label = self.model_path
-        if isinstance(label, ResolvedModel):
-            label = label.label
-        where = f"saved model {label}"
-        settings = [
-            resolve_for_model(model, requested, saved, where=where) for model in self.models_
-        ]
-        reports: list[PatchReport] = []
-        if settings[0].mode != "none":
-            # Built models are shared when tabpfn's model cache is on, and ModelSpecs
-            # models are the caller's: the patch goes to a copy then.
-            shared = resolved.by_reference or models_may_be_shared()
-            if shared:
-                self.models_ = [copy.deepcopy(model) for model in self.models_]
-            reports = [
-                patch(model, **config.to_dict())
-                for model, config in zip(self.models_, settings, strict=True)
-            ]
-        digests = [report.digest() for report in reports] or [None]
-        for found in resolved.saved:
-            check_patch_digest(found, digests)
-        self.settings_ = settings[0].to_dict()
-        self.patch_reports_ = reports
-        return byte_size
 
     def predict_batched(
         self,
@@ -294,36 +219,6 @@ class OTabPFNRegressor(TabPFNRegressor):
             quantiles=quantiles,
         ).results
 
-    def batched_host(self) -> TabPFNRegressor:
-        """A plain ``TabPFNRegressor`` over a model loaded and patched from the current parameters.
-
-        The model is loaded on a clone, as tabpfn's own ``predict_batched`` fits
-        a clone: parameters changed with ``set_params`` after ``fit`` apply, and
-        ``self`` is left unchanged.
-        """
-        source = clone(self)
-        source._initialize_model_variables()
-        names = TabPFNRegressor._get_param_names()
-        params = {k: v for k, v in self.get_params(deep=False).items() if k in names}
-        specs = [
-            ModelSpecs(
-                model=model,
-                architecture_config=config,
-                inference_config=source.inference_config_,
-                norm_criterion=source.znorm_space_bardist_,
-            )
-            for model, config in zip(source.models_, source.configs_, strict=True)
-        ]
-        params["model_path"] = specs[0] if len(specs) == 1 else specs
-        return TabPFNRegressor(**params)
-
     def _get_tuning_regressor(self, **overwrite_kwargs: Any) -> OTabPFNRegressor:
         """The holdout regressor tabpfn builds for ``tuning_config``, as one of this class."""
-        # tabpfn builds it from get_params(), which here holds the four retrofit
-        # settings that TabPFNRegressor does not take: let tabpfn build it from a
-        # TabPFNRegressor view of this estimator, then add them back.
-        view = copy.copy(self)
-        view.__class__ = TabPFNRegressor
-        plain = TabPFNRegressor._get_tuning_regressor(view, **overwrite_kwargs)
-        settings = {name: getattr(self, name) for name in SETTING_NAMES}
-        return type(self)(**plain.get_params(deep=False), **settings)
+        return self._tuning_estimator(TabPFNRegressor._get_tuning_regressor, **overwrite_kwargs)

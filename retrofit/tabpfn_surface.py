@@ -14,7 +14,8 @@ Four kinds of names:
   (the helpers of ragged ``predict_batched`` and the model-cache probe), each
   available here under the name without its leading underscore;
 * :data:`PRIVATE_METHODS`: private methods and attributes of tabpfn's classes
-  that the retrofit calls, overrides (``retrofit/estimator.py``,
+  that the retrofit calls, overrides (``retrofit/estimator_base.py`` for both
+  estimators, ``retrofit/estimator.py``, ``retrofit/classifier.py``,
   ``retrofit/hosts/icl_host.py``) or reads (the hosts' ICL stages); the
   regressor's are called through the functions at the end of this module;
 * :data:`PRIVATE_ATTRIBUTES`: private attributes of tabpfn's objects that
@@ -122,6 +123,10 @@ PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
         "_handle_constant_target",
         "_translate_batched_logits",
         "_decode_batched_dataset",
+    ),
+    "tabpfn.classifier.TabPFNClassifier": (
+        "_initialize_model_variables",  # overridden by OTabPFNClassifier
+        "_get_tuning_classifier",  # overridden by OTabPFNClassifier
     ),
     "tabpfn.architectures.tabpfn_v2.TabPFNV2": (
         "_pad_and_group_features",

@@ -34,11 +34,13 @@ from tabpfn.model_loading import ModelSource
 from retrofit.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
+    EmbeddedCheckpointError,
     InvalidModelPathError,
 )
 from retrofit.models import saved, weights
 from retrofit.models.checkpoints import check_checkpoint
 from retrofit.models.embedded import embedded_model_path
+from retrofit.models.weights import Which
 from retrofit.tabpfn_surface import models_may_be_shared
 
 __all__ = [
@@ -60,6 +62,17 @@ def _embedded(model_path: ModelPathLike) -> Path | None:
     if model_path != "embedded":
         return None
     return embedded_model_path()
+
+
+def _embedded_for(model_path: ModelPathLike, which: Which) -> Path | None:
+    """``"embedded"`` for an estimator kind: only a regressor host is shipped so far."""
+    if model_path != "embedded" or which == "regressor":
+        return _embedded(model_path)
+    raise EmbeddedCheckpointError(
+        "model_path='embedded': no embedded classifier host is shipped yet; give a "
+        "classifier checkpoint file, 'auto' or a version alias ('v2' ... 'v3.5', whose "
+        "weights tabpfn downloads into its model cache), or a tabpfn.ModelSpecs"
+    )
 
 
 def _version_alias(model_path: ModelPathLike) -> Path | None:
@@ -169,8 +182,10 @@ def resolve_checkpoint(model_path: ModelPathLike | ResolvedModel) -> Path:
     return resolve_model(model_path).checkpoint
 
 
-def load_host(model_path: ModelPathLike | ResolvedModel = "embedded") -> ModelSpecs:
-    """A freshly built host model with its configs, ready for ``TabPFNRegressor``.
+def load_host(
+    model_path: ModelPathLike | ResolvedModel = "embedded", *, which: Which = "regressor"
+) -> ModelSpecs:
+    """A freshly built host model with its configs, ready for ``TabPFNRegressor`` (or ``which``).
 
     tabpfn's per-path limit on CPU training rows (``MAX_CPU_SAMPLES``, by
     version: 1,000 before v3, 5,000 from v3), which its loader sets only for
@@ -180,6 +195,7 @@ def load_host(model_path: ModelPathLike | ResolvedModel = "embedded") -> ModelSp
 
     Args:
         model_path: See :func:`resolve_model`.
+        which: The estimator kind tabpfn loads the checkpoint for.
 
     Returns:
         ``ModelSpecs(model, architecture_config, inference_config,
@@ -196,7 +212,7 @@ def load_host(model_path: ModelPathLike | ResolvedModel = "embedded") -> ModelSp
     check_checkpoint(path)
     try:
         model, criterion, arch_config, inference_config = model_loading.load_model(
-            path=path, estimator_type="regressor"
+            path=path, estimator_type=which
         )
     except Exception as err:
         first = (str(err).strip().splitlines() or [""])[0][:200]
@@ -224,8 +240,8 @@ def _tabpfn_file_names() -> frozenset[str]:
     return frozenset(name for source in sources for name in source.filenames)
 
 
-def _tabpfn_entry(entry: Any) -> tuple[Any, saved.SavedRetrofit | None]:
-    """One ``model_path`` entry in tabpfn's terms, and its saved directory if any."""
+def _tabpfn_entry(entry: Any, which: Which) -> tuple[Any, saved.SavedRetrofit | None]:
+    """One ``model_path`` entry in tabpfn's terms (for a ``which``), and its saved directory."""
     if isinstance(entry, ModelSpecs) or entry is None:
         return entry, None
     if isinstance(entry, ResolvedModel):  # resolved (and hashed) once, at the boundary
@@ -233,13 +249,18 @@ def _tabpfn_entry(entry: Any) -> tuple[Any, saved.SavedRetrofit | None]:
     if entry == "auto":
         # tabpfn's default version, through its own resolver and downloader, with
         # the one-line offline error naming where to place the file.
-        return str(weights.default_weights("auto")), None
+        return str(weights.default_weights("auto", which=which)), None
     if not isinstance(entry, (str, os.PathLike)):
         raise InvalidModelPathError(
             "model_path must be 'auto', 'embedded', a version alias, a path, a ModelSpecs "
             f"or a list of these; got {type(entry).__name__}"
         )
-    for resolver in (_embedded, _version_alias, _saved_directory):
+    resolvers = (
+        lambda e: _embedded_for(e, which),
+        lambda e: weights.default_weights(e, which=which) if weights.is_version_alias(e) else None,
+        _saved_directory,
+    )
+    for resolver in resolvers:
         found = resolver(entry)
         if isinstance(found, saved.SavedRetrofit):
             return str(found.checkpoint), found
@@ -247,7 +268,7 @@ def _tabpfn_entry(entry: Any) -> tuple[Any, saved.SavedRetrofit | None]:
             return str(found), None
     if Path(entry).expanduser().is_dir():
         _local_file(entry)  # a directory without retrofit.json: raises, naming the file
-    where = model_loading.resolve_model_path(entry, which="regressor")[0][0]
+    where = model_loading.resolve_model_path(entry, which=which)[0][0]
     if where.is_file():
         check_checkpoint(where)  # weights-only, before tabpfn unpickles it
     if where.is_file() or Path(entry).name in _tabpfn_file_names():
@@ -275,8 +296,8 @@ class TabPFNModelPath:
     by_reference: bool = False
 
 
-def resolve_for_tabpfn(model_path: Any) -> TabPFNModelPath:
-    """Translate an estimator's ``model_path`` into tabpfn's.
+def resolve_for_tabpfn(model_path: Any, which: Which = "regressor") -> TabPFNModelPath:
+    """Translate an estimator's ``model_path`` into tabpfn's, for a regressor or a classifier.
 
     ``"embedded"``, ``"v3"``/``"v2"`` and saved directories become their
     checkpoint files; ``"auto"``, checkpoint files, tabpfn's own checkpoint
@@ -285,7 +306,11 @@ def resolve_for_tabpfn(model_path: Any) -> TabPFNModelPath:
     tabpfn refuses) has its files loaded by :func:`load_host`.
 
     Args:
-        model_path: What ``OTabPFNRegressor(model_path=...)`` was given.
+        model_path: What ``OTabPFNRegressor(model_path=...)`` (or the
+            classifier's) was given.
+        which: The estimator's kind: ``"regressor"`` or ``"classifier"``
+            (which default checkpoints the aliases name; ``"embedded"`` is a
+            regressor only, so far).
 
     Returns:
         The translation, with the saved directories it named.
@@ -296,16 +321,19 @@ def resolve_for_tabpfn(model_path: Any) -> TabPFNModelPath:
             downloads.
         SavedModelError: A saved directory fails its check.
         WeightsUnavailableError: ``"v3"``/``"v2"`` weights cannot be had.
+        EmbeddedCheckpointError: ``"embedded"`` for a classifier.
     """
     if not isinstance(model_path, list):
-        value, found = _tabpfn_entry(model_path)
+        value, found = _tabpfn_entry(model_path, which)
         return TabPFNModelPath(value, (found,) if found else (), isinstance(value, ModelSpecs))
-    pairs = [_tabpfn_entry(entry) for entry in model_path]
+    pairs = [_tabpfn_entry(entry, which) for entry in model_path]
     values = [value for value, _ in pairs]
     by_reference = any(isinstance(value, ModelSpecs) for value in values)
     if by_reference:
         values = [
-            v if isinstance(v, ModelSpecs) else load_host(ResolvedModel(str(v), Path(v)))
+            v
+            if isinstance(v, ModelSpecs)
+            else load_host(ResolvedModel(str(v), Path(v)), which=which)
             for v in values
         ]
     return TabPFNModelPath(values, tuple(f for _, f in pairs if f is not None), by_reference)

@@ -1,7 +1,8 @@
-"""Real TabPFN weights: the published regressors of every version tabpfn ships.
+"""Real TabPFN weights: the published regressors and classifiers of every version tabpfn ships.
 
 ``"v2"``, ``"v2.5"``, ``"v2.6"``, ``"v3"`` and ``"v3.5"`` name tabpfn's own
-default regressor checkpoint for that version; ``"auto"`` is tabpfn's own
+default regressor (or, with ``which="classifier"``, classifier) checkpoint for
+that version; ``"auto"`` is tabpfn's own
 default version (``tabpfn.settings``: v3.5 unless ``TABPFN_MODEL_VERSION`` says
 otherwise), resolved by tabpfn's resolver, as ``TabPFNRegressor()`` does. The
 file lives in tabpfn's model cache (:func:`tabpfn.model_loading.get_cache_dir`,
@@ -21,6 +22,7 @@ import os
 import socket
 import threading
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlparse
 
 from tabpfn import model_loading
@@ -31,6 +33,7 @@ from retrofit.errors import UnknownVersionError, WeightsUnavailableError
 __all__ = [
     "AUTO",
     "DEFAULT_VERSIONS",
+    "Which",
     "default_checkpoint_path",
     "default_weights",
     "hub_reachable",
@@ -38,7 +41,10 @@ __all__ = [
     "resolve_version",
 ]
 
-#: The version aliases this package resolves to tabpfn's default regressor.
+#: Which of tabpfn's two estimator kinds a checkpoint is for (tabpfn's own ``which``).
+Which = Literal["regressor", "classifier"]
+
+#: The version aliases this package resolves to tabpfn's default checkpoint.
 DEFAULT_VERSIONS: dict[str, ModelVersion] = {
     "v2": ModelVersion.V2,
     "v2.5": ModelVersion.V2_5,
@@ -52,6 +58,7 @@ AUTO = "auto"
 # Where a user fetches each default file by hand (the Hugging Face repository
 # tabpfn downloads from; every one but v2 is gated behind the licence acceptance).
 _MANUAL_URL = {
+    "v2-classifier": "https://huggingface.co/Prior-Labs/TabPFN-v2-clf",
     "v2": "https://huggingface.co/Prior-Labs/TabPFN-v2-reg",
     "v2.5": "https://huggingface.co/Prior-Labs/tabpfn_2_5",
     "v2.6": "https://huggingface.co/Prior-Labs/tabpfn_2_6",
@@ -92,11 +99,12 @@ def resolve_version(version: str) -> str:
     return version
 
 
-def default_checkpoint_path(version: str) -> Path:
-    """Where tabpfn keeps its default regressor checkpoint for ``version``.
+def default_checkpoint_path(version: str, which: Which = "regressor") -> Path:
+    """Where tabpfn keeps its default ``which`` checkpoint for ``version``.
 
     Args:
         version: A key of :data:`DEFAULT_VERSIONS`, or ``"auto"``.
+        which: ``"regressor"`` or ``"classifier"``.
 
     Returns:
         ``<tabpfn cache dir>/<tabpfn's default file name>``, e.g.
@@ -107,7 +115,7 @@ def default_checkpoint_path(version: str) -> Path:
     """
     version = resolve_version(version)
     paths, _dirs, _names, _which = model_loading.resolve_model_path(
-        None, which="regressor", version=DEFAULT_VERSIONS[version].value
+        None, which=which, version=DEFAULT_VERSIONS[version].value
     )
     return paths[0]
 
@@ -147,16 +155,17 @@ def hub_reachable(timeout_s: float = _REACH_TIMEOUT_S) -> bool:
     return reached.is_set()
 
 
-def _unavailable(version: str, path: Path, why: str) -> WeightsUnavailableError:
+def _unavailable(version: str, path: Path, why: str, which: Which) -> WeightsUnavailableError:
+    url = _MANUAL_URL.get(f"{version}-{which}", _MANUAL_URL[version])
     return WeightsUnavailableError(
-        f"TabPFN {version} regressor weights are not available ({why}); "
-        f"download {path.name} from {_MANUAL_URL[version]} and place it at {path} "
+        f"TabPFN {version} {which} weights are not available ({why}); "
+        f"download {path.name} from {url} and place it at {path} "
         "(or set TABPFN_MODEL_CACHE_DIR to the folder holding it)"
     )
 
 
-def default_weights(version: str, *, download: bool = True) -> Path:
-    """The path of tabpfn's default regressor for ``version``, downloading it if needed.
+def default_weights(version: str, *, download: bool = True, which: Which = "regressor") -> Path:
+    """The path of tabpfn's default ``which`` checkpoint for ``version``, downloading if needed.
 
     The download is tabpfn's own (:func:`tabpfn.model_loading.download_model`):
     v2 comes from Hugging Face or tabpfn's public mirror, the others need the
@@ -167,6 +176,7 @@ def default_weights(version: str, *, download: bool = True) -> Path:
     Args:
         version: A key of :data:`DEFAULT_VERSIONS`, or ``"auto"``.
         download: Whether to let tabpfn download a missing file.
+        which: ``"regressor"`` or ``"classifier"``.
 
     Returns:
         The checkpoint path, which exists.
@@ -176,27 +186,25 @@ def default_weights(version: str, *, download: bool = True) -> Path:
             the message names the exact path and file name to place by hand.
     """
     version = resolve_version(version)
-    path = default_checkpoint_path(version)
+    path = default_checkpoint_path(version, which)
     if path.is_file():
         return path
     if not download:
-        raise _unavailable(version, path, "not in the model cache and downloading is off")
+        raise _unavailable(version, path, "not in the model cache and downloading is off", which)
     if _offline_requested():
-        raise _unavailable(version, path, "not in the model cache and HF_HUB_OFFLINE is set")
+        raise _unavailable(version, path, "not in the model cache and HF_HUB_OFFLINE is set", which)
     if not hub_reachable():
         raise _unavailable(
-            version, path, f"not in the model cache and {_hub_host()} cannot be reached"
+            version, path, f"not in the model cache and {_hub_host()} cannot be reached", which
         )
     try:
-        result = model_loading.download_model(
-            path, version=DEFAULT_VERSIONS[version], which="regressor"
-        )
+        result = model_loading.download_model(path, version=DEFAULT_VERSIONS[version], which=which)
     except Exception as exc:  # tabpfn's downloader reports most failures by value
         result = [exc]
     if result != "ok" or not path.is_file():
         cause = result[0] if isinstance(result, list) and result else None
         first_line = str(cause).strip().splitlines()[0] if cause else "download failed"
         raise _unavailable(
-            version, path, f"download failed: {type(cause).__name__}: {first_line}"
+            version, path, f"download failed: {type(cause).__name__}: {first_line}", which
         ) from cause
     return path

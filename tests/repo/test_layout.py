@@ -93,7 +93,8 @@ RETROFIT_FLOORS: tuple[tuple[str, ...], ...] = (
     ("hosts",),
     ("batching", "patcher"),
     ("models",),
-    ("estimator",),
+    ("estimator_base",),
+    ("estimator", "classifier"),
     ("cli",),
 )
 

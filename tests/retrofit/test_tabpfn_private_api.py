@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tabpfn import ModelSpecs, TabPFNRegressor
+from tabpfn import ModelSpecs, TabPFNClassifier, TabPFNRegressor
 
-from retrofit import OTabPFNRegressor, load_host, tabpfn_surface
+from retrofit import OTabPFNClassifier, OTabPFNRegressor, load_host, tabpfn_surface
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,6 +110,14 @@ PINNED = {
         " y_mean, y_std, output_type, quantiles)",
         "0ed5ee3b542bee0e0815f138b6840b2d9b3c59da2c18c4f2b8b03d8fa5d20d11",
     ),
+    "tabpfn.classifier.TabPFNClassifier._initialize_model_variables": (
+        "(self)",
+        "1da50ca2c640aebd8e66226809c2b42431c5b08f0360713324bcf3844d88cc7d",
+    ),
+    "tabpfn.classifier.TabPFNClassifier._get_tuning_classifier": (
+        "(self, **overwrite_kwargs)",
+        "42633220b593764dc8ba4d07b2ea57338592a515beeda7bf216e10bf840eca32",
+    ),
     "tabpfn.architectures.tabpfn_v2.TabPFNV2._pad_and_group_features": (
         "(self, x_RBC)",
         "cddd781f2288e0d1bae732377ce242c265f9af471632bf53e72a27eeef757021",
@@ -191,7 +199,20 @@ PINNED_VALUES = {
     ),
     "tabpfn.constants.DEFAULT_SAVE_PEAK_MEMORY_FACTOR": 8,
 }
-OVERRIDDEN = ("_initialize_model_variables", "_get_tuning_regressor")
+#: Per estimator: (tabpfn's class, the private methods overridden, the documented
+#: default that differs from tabpfn's).
+ESTIMATORS = {
+    OTabPFNRegressor: (
+        TabPFNRegressor,
+        ("_initialize_model_variables", "_get_tuning_regressor"),
+        {"model_path": ("embedded", "auto")},
+    ),
+    OTabPFNClassifier: (
+        TabPFNClassifier,
+        ("_initialize_model_variables", "_get_tuning_classifier"),
+        {},  # "auto": no embedded classifier host is shipped yet
+    ),
+}
 RETROFIT_PARAMETERS = ("mode", "tau", "support", "eps_den")
 
 
@@ -262,9 +283,11 @@ def test_the_private_attributes_the_retrofit_reads_are_still_set(owner, attribut
     assert attribute in inspect.getsource(_lookup(owner))
 
 
-def test_otabpfnregressor_takes_every_tabpfn_parameter_with_its_default_in_order():
-    ours = list(inspect.signature(OTabPFNRegressor.__init__).parameters.values())[1:]
-    theirs = list(inspect.signature(TabPFNRegressor.__init__).parameters.values())[1:]
+@pytest.mark.parametrize("ours_class", list(ESTIMATORS), ids=lambda c: c.__name__)
+def test_each_estimator_takes_every_tabpfn_parameter_with_its_default_in_order(ours_class):
+    theirs_class, _, documented = ESTIMATORS[ours_class]
+    ours = list(inspect.signature(ours_class.__init__).parameters.values())[1:]
+    theirs = list(inspect.signature(theirs_class.__init__).parameters.values())[1:]
     assert tuple(p.name for p in ours[: len(RETROFIT_PARAMETERS)]) == RETROFIT_PARAMETERS
     rest = ours[len(RETROFIT_PARAMETERS) :]
     assert [p.name for p in rest] == [p.name for p in theirs]
@@ -273,26 +296,32 @@ def test_otabpfnregressor_takes_every_tabpfn_parameter_with_its_default_in_order
         for p, q in zip(rest, theirs, strict=True)
         if p.default != q.default
     }
-    assert differs == {"model_path": ("embedded", "auto")}  # the documented difference
+    assert differs == documented
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in ours)
 
 
-def test_the_overridden_methods_have_the_signatures_the_overrides_assume():
-    init = inspect.signature(TabPFNRegressor._initialize_model_variables)
+@pytest.mark.parametrize("ours_class", list(ESTIMATORS), ids=lambda c: c.__name__)
+def test_the_overridden_methods_have_the_signatures_the_overrides_assume(ours_class):
+    theirs_class, overridden, _ = ESTIMATORS[ours_class]
+    init = inspect.signature(theirs_class._initialize_model_variables)
     assert list(init.parameters) == ["self"]
     assert init.return_annotation in (int, "int")
-    tuning = inspect.signature(TabPFNRegressor._get_tuning_regressor)
+    tuning = inspect.signature(getattr(theirs_class, overridden[1]))
     assert [(p.name, p.kind) for p in tuning.parameters.values()] == [
         ("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
         ("overwrite_kwargs", inspect.Parameter.VAR_KEYWORD),
     ]
-    own = {name for name, value in vars(OTabPFNRegressor).items() if callable(value)}
-    private_overrides = {
-        n
-        for n in own
-        if n.startswith("_") and not n.startswith("__") and hasattr(TabPFNRegressor, n)
+    # The estimator's own methods and those of the shared mixin it inherits.
+    own = {
+        name
+        for klass in ours_class.__mro__[: ours_class.__mro__.index(theirs_class)]
+        for name, value in vars(klass).items()
+        if callable(value)
     }
-    assert private_overrides == set(OVERRIDDEN)
+    private_overrides = {
+        n for n in own if n.startswith("_") and not n.startswith("__") and hasattr(theirs_class, n)
+    }
+    assert private_overrides == set(overridden)
 
 
 _WITHOUT_A_HELPER = """

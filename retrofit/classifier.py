@@ -1,0 +1,168 @@
+"""``OTabPFNClassifier``: ``tabpfn.TabPFNClassifier`` with the zero vector as a true NULL state.
+
+The estimator *is* a ``TabPFNClassifier`` (a subclass), as ``OTabPFNRegressor``
+is a ``TabPFNRegressor``: every constructor parameter, method (``predict``,
+``predict_proba``, ``predict_logits``, ``predict_raw_logits``,
+``predict_proba_batched``, ...), fitted attribute, input and error is tabpfn's,
+plus the four retrofit settings. Model loading and patching are the
+regressor's, shared in :mod:`retrofit.estimator_base`; ``mode="none"`` patches
+nothing and is tabpfn itself.
+
+Two private tabpfn methods are overridden (pinned in
+``tests/retrofit/test_tabpfn_private_api.py``): ``_initialize_model_variables``
+(the shared loader) and ``_get_tuning_classifier``, which builds the holdout
+classifiers of ``tuning_config``: here they are of this class, so they load
+and patch the same way.
+
+``model_path`` defaults to tabpfn's ``"auto"`` (tabpfn's default classifier,
+v3.5 unless ``TABPFN_MODEL_VERSION`` says otherwise), not ``"embedded"``: no
+embedded classifier host is shipped yet, so nothing runs offline by default.
+Offline, ``"auto"`` fails with one :class:`~retrofit.WeightsUnavailableError`
+naming the file and where to place it; a classifier checkpoint file or a
+``tabpfn.ModelSpecs`` runs anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import torch
+from tabpfn import TabPFNClassifier
+
+from retrofit.estimator_base import ModelPath, RetrofitEstimatorMixin
+
+if TYPE_CHECKING:
+    from tabpfn.constants import MemorySavingMode
+    from tabpfn.inference_config import InferenceConfig
+    from tabpfn.inference_tuning import ClassifierEvalMetrics, ClassifierTuningConfig
+    from tabpfn.utils import DevicesSpecification
+
+__all__ = ["OTabPFNClassifier"]
+
+
+class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
+    """TabPFN classification with the zero vector as a true NULL state.
+
+    Every argument but the first four is ``tabpfn.TabPFNClassifier``'s, with
+    its default and meaning.
+
+    Args:
+        mode: ``"none"`` (tabpfn's unpatched model), ``"oattention"`` or
+            ``"full-o"``. None: the saved directory's, else ``"full-o"``.
+        tau: Presence temperature ``> 0``. None: saved, else the host class's
+            default (``retrofit.settings.DEFAULT_TAU_BY_HOST``; 1.0 for v3).
+        support: ``n_eff`` of the learned length scalings (ICL blocks and the
+            v3/v3.5 many-class decoder), ``"count"`` or ``"mass"``. None:
+            saved, else ``"count"``.
+        eps_den: OAttention denominator floor ``>= 0``. None: saved, else 1e-6.
+        model_path: ``"auto"`` (tabpfn's default classifier), a version alias
+            ``"v2"`` ... ``"v3.5"`` (tabpfn's default classifier of that
+            version), a classifier checkpoint file, a saved retrofit directory
+            of a classifier, a ``tabpfn.ModelSpecs`` (patched as a copy), a
+            :class:`~retrofit.ResolvedModel`, or a list of these.
+            ``"embedded"`` is refused with an error naming these choices (no
+            embedded classifier is shipped yet).
+        n_estimators: See ``tabpfn.TabPFNClassifier``.
+        auto_scale_n_estimators: See ``tabpfn.TabPFNClassifier``.
+        categorical_features_indices: See ``tabpfn.TabPFNClassifier``.
+        softmax_temperature: See ``tabpfn.TabPFNClassifier``.
+        balance_probabilities: See ``tabpfn.TabPFNClassifier``.
+        average_before_softmax: See ``tabpfn.TabPFNClassifier``.
+        device: See ``tabpfn.TabPFNClassifier``.
+        ignore_pretraining_limits: See ``tabpfn.TabPFNClassifier``.
+        inference_precision: See ``tabpfn.TabPFNClassifier``.
+        fit_mode: See ``tabpfn.TabPFNClassifier``.
+        memory_saving_mode: See ``tabpfn.TabPFNClassifier``.
+        enable_torch_compile: See ``tabpfn.TabPFNClassifier``.
+        keep_cache_on_device: See ``tabpfn.TabPFNClassifier``.
+        kv_cache_precision: See ``tabpfn.TabPFNClassifier``.
+        random_state: See ``tabpfn.TabPFNClassifier``.
+        n_jobs: Deprecated in tabpfn; see ``tabpfn.TabPFNClassifier``.
+        n_preprocessing_jobs: See ``tabpfn.TabPFNClassifier``.
+        inference_config: See ``tabpfn.TabPFNClassifier``.
+        differentiable_input: See ``tabpfn.TabPFNClassifier``.
+        eval_metric: See ``tabpfn.TabPFNClassifier``.
+        tuning_config: See ``tabpfn.TabPFNClassifier`` (its holdout
+            classifiers are patched too).
+        show_progress_bar: See ``tabpfn.TabPFNClassifier``.
+
+    Attributes:
+        settings_: The resolved ``mode``, ``tau``, ``support``, ``eps_den`` (of
+            the first model; with several, each model's tau is in ``patch_reports_``).
+        patch_reports_: One :class:`~retrofit.PatchReport` per model in
+            ``models_``; empty for ``mode="none"``.
+        patch_report_: The report of the single model (None for ``"none"``).
+        models_: tabpfn's fitted attribute: the (patched) models in use; every
+            other fitted attribute is tabpfn's too.
+    """
+
+    tabpfn_class = TabPFNClassifier
+
+    def __init__(
+        self,
+        *,
+        mode: str | None = None,
+        tau: float | None = None,
+        support: str | None = None,
+        eps_den: float | None = None,
+        n_estimators: int | Literal["auto"] = "auto",
+        auto_scale_n_estimators: bool = True,
+        categorical_features_indices: Sequence[int] | None = None,
+        softmax_temperature: float | Literal["auto"] = "auto",
+        balance_probabilities: bool = False,
+        average_before_softmax: bool = False,
+        model_path: ModelPath = "auto",
+        device: DevicesSpecification = "auto",
+        ignore_pretraining_limits: bool = False,
+        inference_precision: torch.dtype | Literal["autocast", "auto"] = "auto",
+        fit_mode: Literal[
+            "low_memory", "fit_preprocessors", "fit_with_cache", "batched"
+        ] = "fit_preprocessors",
+        memory_saving_mode: MemorySavingMode = "auto",
+        enable_torch_compile: bool = False,
+        keep_cache_on_device: bool = True,
+        kv_cache_precision: Literal["auto", "int8", "fp8", "adaptive"] | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = 0,
+        n_jobs: int | None = None,
+        n_preprocessing_jobs: int = 1,
+        inference_config: dict | InferenceConfig | None = None,
+        differentiable_input: bool = False,
+        eval_metric: str | ClassifierEvalMetrics | None = None,
+        tuning_config: dict | ClassifierTuningConfig | None = None,
+        show_progress_bar: bool = False,
+    ) -> None:
+        super().__init__(
+            n_estimators=n_estimators,
+            auto_scale_n_estimators=auto_scale_n_estimators,
+            categorical_features_indices=categorical_features_indices,
+            softmax_temperature=softmax_temperature,
+            balance_probabilities=balance_probabilities,
+            average_before_softmax=average_before_softmax,
+            model_path=model_path,
+            device=device,
+            ignore_pretraining_limits=ignore_pretraining_limits,
+            inference_precision=inference_precision,
+            fit_mode=fit_mode,
+            memory_saving_mode=memory_saving_mode,
+            enable_torch_compile=enable_torch_compile,
+            keep_cache_on_device=keep_cache_on_device,
+            kv_cache_precision=kv_cache_precision,
+            random_state=random_state,
+            n_jobs=n_jobs,
+            n_preprocessing_jobs=n_preprocessing_jobs,
+            inference_config=inference_config,
+            differentiable_input=differentiable_input,
+            eval_metric=eval_metric,
+            tuning_config=tuning_config,
+            show_progress_bar=show_progress_bar,
+        )
+        self.mode = mode
+        self.tau = tau
+        self.support = support
+        self.eps_den = eps_den
+
+    def _get_tuning_classifier(self, **overwrite_kwargs: Any) -> OTabPFNClassifier:
+        """The holdout classifier tabpfn builds for ``tuning_config``, as one of this class."""
+        return self._tuning_estimator(TabPFNClassifier._get_tuning_classifier, **overwrite_kwargs)

@@ -1,0 +1,160 @@
+"""What ``OTabPFNRegressor`` and ``OTabPFNClassifier`` share: loading, patching, settings.
+
+Both estimators *are* tabpfn's (``class OTabPFNRegressor(RetrofitEstimatorMixin,
+TabPFNRegressor)``, the same for the classifier): every constructor parameter,
+method, fitted attribute, input and error is tabpfn's, plus four retrofit
+settings (``mode``, ``tau``, ``support``, ``eps_den``). Only model loading
+differs, and it lives here once for both:
+
+* ``_initialize_model_variables`` (tabpfn's one loading point: every fit and
+  ``get_inference_config``): tabpfn is given the translated ``model_path``
+  (:func:`retrofit.models.loading.resolve_for_tabpfn`, for the estimator's kind)
+  and the models it loaded are patched before anything runs them;
+* the saved-settings check (several saved directories must agree) and the
+  patch digest check of each saved directory;
+* :meth:`RetrofitEstimatorMixin.batched_host`, a plain tabpfn estimator over
+  the patched models (for the null-padded batched predictions);
+* :meth:`RetrofitEstimatorMixin._tuning_estimator`, which each class's override
+  of tabpfn's holdout-estimator builder (``_get_tuning_regressor``,
+  ``_get_tuning_classifier``) calls.
+
+The private tabpfn methods overridden are listed in
+:data:`retrofit.tabpfn_surface.PRIVATE_METHODS` and pinned by
+``tests/retrofit/test_tabpfn_private_api.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+from os import PathLike
+from typing import Any, ClassVar
+
+from sklearn.base import BaseEstimator, clone
+from tabpfn import ModelSpecs
+
+from retrofit.errors import SettingsConflictError
+from retrofit.models.loading import ResolvedModel, resolve_for_tabpfn
+from retrofit.models.saved import check_patch_digest
+from retrofit.patcher import PatchReport, patch, resolve_for_model
+from retrofit.settings import SETTING_NAMES, check_given
+from retrofit.tabpfn_surface import models_may_be_shared
+
+__all__ = ["ModelPath", "RetrofitEstimatorMixin"]
+
+#: What ``model_path`` takes: tabpfn's kinds plus "embedded", the aliases, saved
+#: directories and a model resolved once (:func:`retrofit.resolve_model`).
+ModelPath = (
+    str | PathLike | ModelSpecs | ResolvedModel | list[str | PathLike | ModelSpecs | ResolvedModel]
+)
+
+
+class RetrofitEstimatorMixin:
+    """Mixed in before a tabpfn estimator class; a subclass names ``tabpfn_class``.
+
+    Attributes:
+        tabpfn_class: The tabpfn estimator class the subclass extends
+            (``TabPFNRegressor`` or ``TabPFNClassifier``).
+    """
+
+    tabpfn_class: ClassVar[type[BaseEstimator]]
+
+    @property
+    def patch_report_(self) -> PatchReport | None:
+        """The patch report of the single model; None for ``mode="none"``.
+
+        Raises:
+            AttributeError: Before the model is loaded.
+            ValueError: With several models (use ``patch_reports_``), as
+                tabpfn's ``model_`` does.
+        """
+        reports = self.__dict__.get("patch_reports_")
+        if reports is None:
+            raise AttributeError("patch_report_ is set when the model is loaded (in fit)")
+        if len(self.models_) > 1:
+            raise ValueError("several models are in use; read patch_reports_ instead")
+        return reports[0] if reports else None
+
+    def _saved_settings(self, saved_settings: list[dict]) -> dict | None:
+        """The one set of settings the saved directories in ``model_path`` carry, if any."""
+        distinct = {tuple(sorted(s.items())) for s in saved_settings}
+        if len(distinct) > 1:
+            raise SettingsConflictError(
+                "the saved directories in model_path were retrofitted with different "
+                f"settings: {'; '.join(str(dict(s)) for s in sorted(distinct))}"
+            )
+        return saved_settings[0] if saved_settings else None
+
+    def _initialize_model_variables(self) -> int:
+        """Loads the models as tabpfn does, from the translated ``model_path``, and patches them."""
+        requested = {name: getattr(self, name) for name in SETTING_NAMES}
+        check_given(requested)  # a bad setting fails before anything is loaded
+        resolved = resolve_for_tabpfn(self.model_path, which=self.estimator_type)
+        saved = self._saved_settings([dict(s.settings) for s in resolved.saved])
+        requested_path = self.model_path
+        self.model_path = resolved.value
+        try:
+            byte_size = super()._initialize_model_variables()
+        finally:
+            self.model_path = requested_path
+        # One resolution per model: an unset tau is each host class's default.
+        label = self.model_path
+        if isinstance(label, ResolvedModel):
+            label = label.label
+        where = f"saved model {label}"
+        settings = [
+            resolve_for_model(model, requested, saved, where=where) for model in self.models_
+        ]
+        reports: list[PatchReport] = []
+        if settings[0].mode != "none":
+            # Built models are shared when tabpfn's model cache is on, and ModelSpecs
+            # models are the caller's: the patch goes to a copy then.
+            shared = resolved.by_reference or models_may_be_shared()
+            if shared:
+                self.models_ = [copy.deepcopy(model) for model in self.models_]
+            reports = [
+                patch(model, **config.to_dict())
+                for model, config in zip(self.models_, settings, strict=True)
+            ]
+        digests = [report.digest() for report in reports] or [None]
+        for found in resolved.saved:
+            check_patch_digest(found, digests)
+        self.settings_ = settings[0].to_dict()
+        self.patch_reports_ = reports
+        return byte_size
+
+    def batched_host(self) -> BaseEstimator:
+        """A plain tabpfn estimator over a model loaded and patched from the current parameters.
+
+        The model is loaded on a clone, as tabpfn's own batched predictions fit
+        a clone: parameters changed with ``set_params`` after ``fit`` apply, and
+        ``self`` is left unchanged.
+        """
+        source = clone(self)
+        source._initialize_model_variables()
+        names = self.tabpfn_class._get_param_names()
+        params = {k: v for k, v in self.get_params(deep=False).items() if k in names}
+        specs = [
+            ModelSpecs(
+                model=model,
+                architecture_config=config,
+                inference_config=source.inference_config_,
+                # The regressor's bar distribution; a classifier has none.
+                norm_criterion=getattr(source, "znorm_space_bardist_", None),
+            )
+            for model, config in zip(source.models_, source.configs_, strict=True)
+        ]
+        params["model_path"] = specs[0] if len(specs) == 1 else specs
+        return self.tabpfn_class(**params)
+
+    def _tuning_estimator(self, tabpfn_builder: Any, **overwrite_kwargs: Any) -> Any:
+        """The holdout estimator tabpfn's ``tabpfn_builder`` builds, as one of this class.
+
+        tabpfn builds it from ``get_params()``, which here holds the four
+        retrofit settings that its class does not take: tabpfn builds it from a
+        plain view of this estimator, then the settings are added back.
+        """
+        view = copy.copy(self)
+        view.__class__ = self.tabpfn_class
+        plain = tabpfn_builder(view, **overwrite_kwargs)
+        settings = {name: getattr(self, name) for name in SETTING_NAMES}
+        return type(self)(**plain.get_params(deep=False), **settings)
