@@ -24,10 +24,12 @@ from tests.helpers.tiny_models import perturb_zero_init, tiny_inference
 
 __all__ = [
     "TINY",
+    "TINY_MAX_CLASSES",
     "TINY_V2",
     "build_host",
     "build_tiny_v2",
     "save_tiny_v2_checkpoint",
+    "tiny_classifier_specs",
     "tiny_host_specs",
 ]
 
@@ -137,3 +139,25 @@ def save_tiny_v2_checkpoint(model: TabPFNV2, path, **overrides):
     state.update({f"criterion.{k}": v for k, v in criterion.state_dict().items()})
     save_as_safetensors({"state_dict": state, "config": dataclasses.asdict(parsed)}, path)
     return path
+
+
+#: Classes a tiny v2-family classifier scores (the published v2 checkpoints: 10).
+TINY_MAX_CLASSES = 10
+
+
+def tiny_classifier_specs(name: str = "tabpfn_v2", n_estimators: int = 3, seed: int = 0):
+    """A fresh tiny ``name`` classifier (v2, v2.5 or v2.6) as ``ModelSpecs``, zero-inits perturbed.
+
+    Its decoder outputs :data:`TINY_MAX_CLASSES` logits per test row. A fresh
+    model per estimator, as :func:`tiny_host_specs` (same seed, same weights).
+    """
+    overrides = {"max_num_classes": TINY_MAX_CLASSES}
+    if name == "tabpfn_v2":
+        model = build_tiny_v2(seed, **overrides)
+        parsed, _ = tabpfn_v2.parse_config({**TINY_V2, **overrides})
+    else:
+        model = build_host(name, seed, **overrides)
+        parsed, _ = ARCHITECTURES[name].parse_config({**TINY[name], **overrides})
+    return ModelSpecs(
+        model=model, architecture_config=parsed, inference_config=tiny_inference(n_estimators)
+    )
