@@ -64,8 +64,8 @@ from retrofit.batching.padding import DEFAULT_MAX_ROWS_PER_FORWARD, PaddingStats
 from retrofit.batching.predict import (
     BatchedPrediction,
     Progress,
-    _models_of,
     check_batch_lists,
+    models_of,
     run_padded,
     tabpfn_batched,
     takes_padded_path,
@@ -143,7 +143,7 @@ def _classify(
             results = [_labels(p, y) for p, y in zip(results, y_train_list, strict=True)]
         return BatchedPrediction(results, False, PaddingStats(), [])
     _refuse_per_dataset_state(classifier)
-    for model in _models_of(classifier):
+    for model in models_of(classifier):
         if not decodes_classes_per_row(model):
             raise UnsupportedArchitectureError(
                 f"{type(model).__name__}: its classifier decoder reads the train rows "

@@ -84,6 +84,7 @@ __all__ = [
     "PaddedRun",
     "check_batch_lists",
     "is_ragged",
+    "models_of",
     "predict_batched",
     "run_padded",
     "tabpfn_batched",
@@ -358,7 +359,7 @@ def _embed_dataset(
     return data, worker
 
 
-def _models_of(estimator: Estimator) -> list[Any]:
+def models_of(estimator: Estimator) -> list[Any]:
     """The models in ``estimator``'s ``model_path``: one, or each of a list."""
     model_path = estimator.get_params(deep=False)["model_path"]
     entries = model_path if isinstance(model_path, list) else [model_path]
@@ -511,7 +512,7 @@ def takes_padded_path(
         is_ragged(X_train_list, X_test_list)
         or estimator.get_params(deep=False)["inference_precision"] == torch.float64
     )
-    return needs_padding and all(supports_padded_icl(m) for m in _models_of(estimator))
+    return needs_padding and all(supports_padded_icl(m) for m in models_of(estimator))
 
 
 def tabpfn_batched(
@@ -579,7 +580,7 @@ def run_padded(
         UnsupportedArchitectureError: A model without a null-padded ICL stage.
     """
     require(RAGGED_BATCHING)  # one line naming a tabpfn helper this tabpfn lacks
-    for model in _models_of(estimator):  # a host without a stage fails here, not per dataset
+    for model in models_of(estimator):  # a host without a stage fails here, not per dataset
         icl_stage_for(model)
     # One copy of a caller's RandomState or Generator for the whole batch, consumed
     # dataset after dataset as tabpfn's predict_batched consumes its clone's: the
