@@ -174,7 +174,7 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
         """``TabPFNClassifier.predict_proba_batched``, for datasets of other shapes and classes too.
 
         Same-shape input is tabpfn's own method, in every mode (one class set
-        required, its errors). Ragged input on a patched v2, v2.5 or v2.6 host
+        required, its errors). Ragged input on a patched host of any class
         runs each dataset's stages before ICL as ``predict_proba`` does and its
         ICL stage in zero-padded, length-bucketed forwards, exact by the
         retrofit; each dataset is scored over its own classes, so class sets may

@@ -24,20 +24,25 @@ mechanism (:func:`retrofit.batching.predict.run_padded`):
 Class sets. Each dataset is scored over its own classes, so they may differ
 (a dataset of 2 classes beside one of 7, labels of any kind), and each result
 has that dataset's columns (its ``classes_``, sorted as tabpfn sorts them).
-What still binds every dataset is the model's class limit: the v2-family
-decoders (v2, v2.5, v2.6) read one test row at a time and output a fixed
-``max_num_classes`` logits (10 for the published checkpoints), of which
-tabpfn keeps the first ``n_classes_``; a dataset with more classes is refused
-by tabpfn's own ``fit``, named by its index. tabpfn's same-class-set rule
+What still binds every dataset is the model's class limit,
+``max_num_classes``: the v2-family decoders (v2, v2.5, v2.6) read one test row
+at a time and output a fixed ``max_num_classes`` logits (10 for the published
+v2 checkpoints), of which tabpfn keeps the first ``n_classes_``; v3's and
+v3.5's many-class decoders score the classes present in the dataset's own
+train rows, padded to ``max_num_classes`` columns. A dataset with more classes
+is refused by tabpfn's own ``fit``, named by its index. tabpfn's same-class-set rule
 still applies to same-shape input that reaches tabpfn's own method (below),
 because that method scores the whole batch with one ``n_classes_``.
 
-Hosts. The padded path needs a host whose ICL stage is registered and whose
-decoder reads only test rows (:func:`decodes_classes_per_row`): the patched
-v2, v2.5 and v2.6 classifiers. v3 and v3.5 classifiers decode with
-``ManyClassDecoder``, a retrieval attention over the train rows with one-hot
-targets; their stages do not decode classes yet, so the padded path refuses
-them (``UnsupportedArchitectureError``) rather than run a regression head.
+Hosts. Every patched classifier host with a registered ICL stage: v2, v2.5
+and v2.6, whose decoder reads each test row alone, and v3 and v3.5, whose
+``ManyClassDecoder`` is a retrieval attention from the test rows over the
+train rows with one-hot labels as values; their stages decode each dataset
+from its own train rows cut from the padded batch, so no padding row is a key
+of the decoder (``retrofit/hosts/v3_icl_stage.py``). A stage without
+``decode_classes`` is refused (``UnsupportedArchitectureError``). v3's and
+v3.5's many-class decoders score any class count up to ``max_num_classes``,
+as in ``predict_proba``.
 
 Same-shape input in float32 or auto precision, and any input on a model
 without a null-padded stage (``mode="none"``), is handed to tabpfn's
@@ -71,23 +76,10 @@ from retrofit.batching.predict import (
     takes_padded_path,
 )
 from retrofit.errors import UnsupportedArchitectureError
-from retrofit.hosts.base import icl_stage_for
+from retrofit.hosts.base import decodes_classes, icl_stage_for
 from retrofit.settings import check_max_padded_fraction
 
-__all__ = ["decodes_classes_per_row", "predict_batched_labels", "predict_proba_batched"]
-
-
-def decodes_classes_per_row(model: torch.nn.Module) -> bool:
-    """Whether ``model``'s null-padded ICL stage decodes classes from the test rows alone.
-
-    True for the v2-family stages (their decoder is a per-row MLP over
-    ``max_num_classes`` logits); False for v3 and v3.5, whose classifier decoder
-    reads the train rows too.
-
-    Raises:
-        UnsupportedArchitectureError: If ``model`` has no null-padded ICL stage.
-    """
-    return bool(getattr(icl_stage_for(model), "decodes_classes_per_row", False))
+__all__ = ["predict_batched_labels", "predict_proba_batched"]
 
 
 class _ReplayedOutputs:
@@ -144,11 +136,10 @@ def _classify(
         return BatchedPrediction(results, False, PaddingStats(), [])
     _refuse_per_dataset_state(classifier)
     for model in models_of(classifier):
-        if not decodes_classes_per_row(model):
+        if not decodes_classes(icl_stage_for(model)):
             raise UnsupportedArchitectureError(
-                f"{type(model).__name__}: its classifier decoder reads the train rows "
-                "(ManyClassDecoder), which the null-padded path does not decode yet; "
-                "predict each dataset with predict_proba"
+                f"{type(model).__name__}: its null-padded ICL stage decodes no classes "
+                "(no decode_classes); predict each dataset with predict_proba"
             )
     run = run_padded(
         classifier, X_train_list, y_train_list, X_test_list, max_padded_fraction, max_rows, progress
@@ -198,8 +189,7 @@ def predict_proba_batched(
 
     Args:
         classifier: A ``tabpfn.TabPFNClassifier`` whose ``model_path`` holds the
-            model (for the padded path a patched v2, v2.5 or v2.6 host); it is
-            left unchanged.
+            model (for the padded path a patched host); it is left unchanged.
         X_train_list: Training features, one array per dataset.
         y_train_list: Training labels, one array per dataset; class sets may
             differ on the padded path (module docstring).
@@ -225,8 +215,8 @@ def predict_proba_batched(
             majority downsampling (as tabpfn's ``predict_proba_batched``).
         ValueError: Ragged input, or same-shape input with differing class
             sets, on a host whose ICL stage is not closed (tabpfn's errors).
-        UnsupportedArchitectureError: The padded path on a v3 or v3.5
-            classifier, or ``padded=True`` on an unpatched host.
+        UnsupportedArchitectureError: ``padded=True`` on an unpatched host, or
+            a host whose stage decodes no classes.
     """
     return _classify(
         classifier,

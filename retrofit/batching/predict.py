@@ -231,7 +231,9 @@ class _Unit:
     """Members of one dataset that share a model and a prepared shape.
 
     Their stages before ICL run as one forward, as in ``predict``; their
-    carriers ``(B, R, D)`` are one entry of a padded ICL batch.
+    carriers ``(B, R, D)`` are one entry of a padded ICL batch. ``y_NB`` are
+    their train targets as the forward got them (a classifier's decoder reads
+    them).
     """
 
     dataset: int
@@ -239,6 +241,7 @@ class _Unit:
     model: torch.nn.Module
     carriers_BRD: torch.Tensor | None
     num_keys: int
+    y_NB: torch.Tensor
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -272,6 +275,11 @@ def _worker_for(estimator: Estimator, random_state: Any) -> Estimator:
     worker = base(**{k: v for k, v in params.items() if k in names})
     worker.fit_mode = "fit_preprocessors"
     return worker
+
+
+def _task_type(estimator: Estimator) -> str:
+    """The estimator's task as tabpfn names it: ``"multiclass"`` or ``"regression"``."""
+    return "multiclass" if isinstance(estimator, TabPFNClassifier) else "regression"
 
 
 def _is_constant_target(worker: Estimator) -> bool:
@@ -351,10 +359,14 @@ def _embed_dataset(
                 torch.inference_mode(),
             ):
                 carriers_BRD = icl_stage_for(model).embed(
-                    model, X_RBC, y_NB, performance_options=_options(model, save_peak_mem)
+                    model,
+                    X_RBC,
+                    y_NB,
+                    performance_options=_options(model, save_peak_mem),
+                    task_type=_task_type(worker),
                 )
             num_keys = key_rows(carriers_BRD, X_RBC.shape[0] - y_NB.shape[0])
-            unit = _Unit(index, [c[0] for c in chunk], model, carriers_BRD, num_keys)
+            unit = _Unit(index, [c[0] for c in chunk], model, carriers_BRD, num_keys, y_NB)
             data.units.append(unit)
     return data, worker
 
@@ -608,7 +620,13 @@ def run_padded(
             device = next(iter(embedded.values())).worker.devices_[0]
             max_padded_fraction = default_max_padded_fraction(device)
         run.outputs = _run_icl(
-            embedded, max_padded_fraction, max_rows, run.stats, run.buckets, progress
+            embedded,
+            max_padded_fraction,
+            max_rows,
+            run.stats,
+            run.buckets,
+            progress,
+            classify=_task_type(estimator) == "multiclass",
         )
     return run
 
@@ -620,8 +638,14 @@ def _run_icl(
     stats: PaddingStats,
     buckets: list[list[int]],
     progress: Progress | None,
+    *,
+    classify: bool = False,
 ) -> dict[int, list[torch.Tensor | None]]:
-    """The padded ICL forwards, one per bucket of units; ``(M, O)`` per member."""
+    """The padded ICL forwards, one per bucket of units; ``(M, O)`` per member.
+
+    ``classify``: decode with the stages' ``decode_classes`` (a classifier's
+    logits, from each unit's own train rows and labels) instead of ``decode``.
+    """
     # One forward needs one model and one trailing carrier shape (v2: its cells).
     by_model: dict[tuple, list[_Unit]] = {}
     for data in embedded.values():
@@ -655,6 +679,7 @@ def _run_icl(
                 [u.carriers_BRD for u in bucket],
                 [u.num_keys for u in bucket],
                 stats=stats,
+                decode=_class_decoder(model, bucket) if classify else None,
                 performance_options=_options(model, save_peak),
             )
         for unit, out_MBO in zip(bucket, outs, strict=True):
@@ -664,6 +689,18 @@ def _run_icl(
         if progress is not None:
             progress("icl", done, len(plans))
     return outputs
+
+
+def _class_decoder(
+    model: torch.nn.Module, bucket: list[_Unit]
+) -> Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``decode(d, keys, test)`` for :func:`run_padded_icl`: class logits of unit ``d``."""
+    stage = icl_stage_for(model)
+
+    def decode(d: int, keys: torch.Tensor, test: torch.Tensor) -> torch.Tensor:
+        return stage.decode_classes(model, keys, test, bucket[d].y_NB)
+
+    return decode
 
 
 def _decode(

@@ -36,7 +36,7 @@ embedding, N train rows, M test rows, T thinking rows, O decoder outputs.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from tabpfn.architectures.interface import PerformanceOptions
@@ -51,11 +51,6 @@ __all__ = ["V2ICLStage", "V2p5ICLStage"]
 
 class V2ICLStage:
     """:class:`retrofit.hosts.base.ICLStage` of a patched ``TabPFNV2``."""
-
-    #: The decoder reads each test row alone (a classifier's ``max_num_classes``
-    #: logits too), so a classifier decodes its padded batch here as well
-    #: (:func:`retrofit.batching.classify.decodes_classes_per_row`).
-    decodes_classes_per_row: ClassVar[bool] = True
 
     def embed(
         self,
@@ -96,6 +91,16 @@ class V2ICLStage:
     def decode(self, model: TabPFNV2, x_BMCD: torch.Tensor) -> torch.Tensor:
         """The decoder on the test rows' target cells: ``(M, B, O)`` (bins or class logits)."""
         return model._decode(x_BMCD, 0, only_return_standard_out=True)
+
+    def decode_classes(
+        self, model: TabPFNV2, keys_BNCD: torch.Tensor, x_BMCD: torch.Tensor, y_NB: torch.Tensor
+    ) -> torch.Tensor:
+        """A classifier's ``max_num_classes`` logits ``(M, B, O)``: :meth:`decode`.
+
+        The v2-family decoder reads each test row alone, so neither the key
+        rows nor the labels enter.
+        """
+        return self.decode(model, x_BMCD)
 
 
 class V2p5ICLStage(V2ICLStage):

@@ -20,7 +20,12 @@ from tabpfn.architectures.tabpfn_v2 import TabPFNV2
 from tabpfn.checkpoint import save_as_safetensors
 
 from eval.calibration import build_random_host
-from tests.helpers.tiny_models import perturb_zero_init, tiny_inference
+from tests.helpers.tiny_models import (
+    build_tiny_v3,
+    perturb_zero_init,
+    tiny_inference,
+    tiny_v3_config,
+)
 
 __all__ = [
     "TINY",
@@ -146,15 +151,22 @@ TINY_MAX_CLASSES = 10
 
 
 def tiny_classifier_specs(name: str = "tabpfn_v2", n_estimators: int = 3, seed: int = 0):
-    """A fresh tiny ``name`` classifier (v2, v2.5 or v2.6) as ``ModelSpecs``, zero-inits perturbed.
+    """A fresh tiny ``name`` classifier as ``ModelSpecs``, zero-inits perturbed.
 
-    Its decoder outputs :data:`TINY_MAX_CLASSES` logits per test row. A fresh
-    model per estimator, as :func:`tiny_host_specs` (same seed, same weights).
+    ``name``: ``tabpfn_v2``, ``tabpfn_v2_5``, ``tabpfn_v2_6`` (a decoder of
+    :data:`TINY_MAX_CLASSES` logits per test row), ``tabpfn_v3`` or
+    ``tabpfn_v3_5`` (a many-class decoder over the train rows, up to as many
+    classes). A fresh model per estimator, as :func:`tiny_host_specs` (same
+    seed, same weights).
     """
     overrides = {"max_num_classes": TINY_MAX_CLASSES}
     if name == "tabpfn_v2":
         model = build_tiny_v2(seed, **overrides)
         parsed, _ = tabpfn_v2.parse_config({**TINY_V2, **overrides})
+    elif name == "tabpfn_v3":
+        config = tiny_v3_config(**overrides)
+        model = build_tiny_v3(config, seed)
+        parsed, _ = ARCHITECTURES[name].parse_config(config)
     else:
         model = build_host(name, seed, **overrides)
         parsed, _ = ARCHITECTURES[name].parse_config({**TINY[name], **overrides})

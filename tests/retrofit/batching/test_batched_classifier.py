@@ -2,19 +2,23 @@
 
 The claims, each a test here:
 
+* one dataset through a classifier's split stage (``embed``, ``run_blocks``,
+  ``decode_classes``) equals the host's ``forward`` bit for bit, on every
+  classifier host class (fails when tabpfn's forward changes under the split);
 * five datasets of different rows, features and class counts, padded with
-  zero ICL rows and run in fused forwards on a patched tiny v2 (and v2.5)
-  classifier, give each dataset's own ``predict_proba``: within
-  ``CLASSIFIER_PROBA_ULPS`` of ``tests/helpers/exactness.py`` in float64 (the
-  reference OAttention kernel) and in float32 (the fast kernel);
+  zero ICL rows and run in fused forwards on a patched tiny classifier of
+  every host class (v2, v2.5, v2.6 decode per row; v3 and v3.5 with the
+  many-class decoder over each dataset's own train rows), give each dataset's
+  own ``predict_proba``: within ``CLASSIFIER_PROBA_ULPS`` of
+  ``tests/helpers/exactness.py`` in float64 (the reference OAttention kernel)
+  and in float32 (the fast kernel);
 * the same padding on the unpatched host moves the probabilities far beyond
   that bound (the control that keeps the equivalence from passing vacuously);
 * class sets may differ on the padded path (each dataset keeps its classes as
   columns; labels equal ``predict``'s); the model's class limit still binds;
 * same-shape input is tabpfn's own method in every mode, its class-set rule
   included, and ``mode="none"`` keeps tabpfn's ragged error;
-* a v3 classifier, whose decoder reads the train rows, is refused by the
-  padded path instead of decoded wrongly.
+* a host whose stage decodes no classes is refused, never decoded wrongly.
 """
 
 from __future__ import annotations
@@ -24,22 +28,23 @@ import contextlib
 import numpy as np
 import pytest
 import torch
-from tabpfn import ModelSpecs, TabPFNClassifier
-from tabpfn.architectures import tabpfn_v3
+from tabpfn import TabPFNClassifier
 
 import retrofit
 import retrofit.hosts.base
 from retrofit import OTabPFNClassifier
 from retrofit.batching.classify import predict_batched_labels, predict_proba_batched
 from retrofit.errors import BatchInputError, UnsupportedArchitectureError
+from retrofit.hosts.base import icl_stage_for
+from retrofit.hosts.v2_icl_stage import V2ICLStage
 from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE
 from tests.helpers.exactness import CLASSIFIER_PROBA_ULPS, assert_within_ulps, deviation_in_ulps
 from tests.helpers.padding import reference_kernel
 from tests.helpers.tiny_hosts import TINY_MAX_CLASSES, tiny_classifier_specs
-from tests.helpers.tiny_models import build_tiny_v3, tiny_inference, tiny_v3_config
 
 # (train rows, test rows, features, classes): five shapes, four class counts.
 RAGGED = [(30, 7, 3, 2), (50, 12, 4, 4), (12, 3, 3, 3), (40, 9, 4, 7), (22, 5, 6, 5)]
+HOSTS = ["tabpfn_v2", "tabpfn_v2_5", "tabpfn_v2_6", "tabpfn_v3", "tabpfn_v3_5"]
 
 
 @pytest.fixture(autouse=True)
@@ -84,9 +89,32 @@ def _alone(sets, method="predict_proba", **kwargs):
     return [getattr(_plain(**kwargs).fit(X, y), method)(Xt) for X, y, Xt in sets]
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("mode", ["oattention", "full-o"])
-@pytest.mark.parametrize("name", ["tabpfn_v2", "tabpfn_v2_5"])
+@pytest.mark.parametrize("name", HOSTS)
+def test_one_dataset_through_the_split_classifier_stage_equals_the_host_forward(name, mode):
+    model = tiny_classifier_specs(name).model.double()
+    retrofit.patch(model, mode)
+    stage = icl_stage_for(model)
+    task = {"task_type": "multiclass"} if name == "tabpfn_v3_5" else {}
+    g = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        for n, m, c, k in RAGGED[:3]:
+            x = torch.randn(n + m, 2, c, generator=g, dtype=torch.float64)
+            y = torch.randint(0, k, (n, 2), generator=g).double()
+            carriers = stage.embed(model, x, y, task_type="multiclass")
+            keys = carriers.shape[1] - m
+            out = stage.run_blocks(model, carriers, keys)
+            split = stage.decode_classes(model, out[:, :keys], out[:, keys:], y)
+            assert torch.equal(split, model(x, y, **task))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    # Both modes on one host per decoder kind; Full-O, the default, on the others.
+    [(name, "full-o") for name in HOSTS]
+    + [("tabpfn_v2", "oattention"), ("tabpfn_v3", "oattention")],
+)
 def test_ragged_predict_proba_batched_equals_each_datasets_predict_proba(name, mode, dtype):
     sets = _datasets()
     kernel = reference_kernel() if dtype == torch.float64 else contextlib.nullcontext()
@@ -215,13 +243,7 @@ def test_per_dataset_state_and_missing_labels_are_refused(change, error, match):
         predict_proba_batched(_plain(**change), X_tr, y_tr, X_te)
 
 
-def test_a_v3_classifier_whose_decoder_reads_the_train_rows_is_refused():
-    config = tiny_v3_config(max_num_classes=TINY_MAX_CLASSES)
-    model = build_tiny_v3(config)
-    retrofit.patch(model, "full-o")
-    parsed, _ = tabpfn_v3.parse_config(config)
-    host = TabPFNClassifier(
-        model_path=ModelSpecs(model, parsed, tiny_inference(2)), device="cpu", n_estimators=2
-    )
-    with pytest.raises(UnsupportedArchitectureError, match="ManyClassDecoder"):
-        predict_proba_batched(host, *_lists(_datasets()))
+def test_a_host_whose_stage_decodes_no_classes_is_refused(monkeypatch):
+    monkeypatch.delattr(V2ICLStage, "decode_classes")
+    with pytest.raises(UnsupportedArchitectureError, match="decodes no classes"):
+        predict_proba_batched(_plain(), *_lists(_datasets()))
