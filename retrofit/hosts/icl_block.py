@@ -41,7 +41,7 @@ from retrofit.errors import (
     UnsupportedArchitectureError,
 )
 from retrofit.hosts.presence_cache import PresenceKVCacheEntry
-from retrofit.hosts.row_attention import oattend_rows, oattend_train_then_test
+from retrofit.hosts.row_attention import oattend_rows, oattend_train_then_test, scale_queries
 
 __all__ = ["SUPPORTED_ICL_BLOCKS", "OICLBlock"]
 
@@ -284,22 +284,8 @@ class OICLBlock(nn.Module):
         """OAttention of ``L`` receivers over ``N`` sources, with ``n_eff`` scaling."""
         scaling = self.icl_attention.softmax_scaling_layer
         if scaling is not None:
-            q_BLHD = _scale_queries(scaling, q_BLHD, support_size(p_BN, self.support))
+            q_BLHD = scale_queries(scaling, q_BLHD, support_size(p_BN, self.support))
         if q_BLHD.dtype != v_BNJD.dtype or k_BNJD.dtype != v_BNJD.dtype:
             # float32 q/k norms under autocast; the host's attention casts the same way.
             q_BLHD, k_BNJD = q_BLHD.to(v_BNJD.dtype), k_BNJD.to(v_BNJD.dtype)
         return oattend_rows(q_BLHD, k_BNJD, v_BNJD, p_BL, p_BN, eps_den=self.eps_den)
-
-
-def _scale_queries(scaling: nn.Module, q_BLHD: torch.Tensor, n_eff_B: torch.Tensor) -> torch.Tensor:
-    """The host's learned log-n query scaling with a per-batch ``n_eff``.
-
-    ``SoftmaxScalingMLP`` reshapes ``log n`` to ``(1, 1)``, so it is called once
-    per distinct ``n_eff`` (once in total when every batch element agrees,
-    as in an unpatched-equivalent run) on the matching batch elements.
-    """
-    if q_BLHD.shape[0] == 0 or bool((n_eff_B == n_eff_B[0]).all()):
-        return scaling(q_BLHD, n_eff_B[0] if n_eff_B.numel() else n_eff_B.new_ones(()))
-    return torch.cat(
-        [scaling(q_BLHD[b : b + 1], n_eff_B[b]) for b in range(q_BLHD.shape[0])], dim=0
-    )

@@ -15,7 +15,14 @@ tabpfn for the two model-level parts of the retrofit:
   otherwise revive a null train row).
 * Presence-carrying KV caches: a cache built by ``forward(...,
   return_kv_cache=True)`` is returned as the host's presence cache class
-  (:mod:`retrofit.hosts.presence_cache`).
+  (:mod:`retrofit.hosts.presence_cache`), with the classifier decoder's train
+  presence (``decoder_presence``) beside its cached keys; a forward from such a
+  cache hands that presence back to the decoder.
+
+A classifier (v3 with ``task_type="multiclass"``; every v3.5, whose heads serve
+both tasks) also gets its ``ManyClassDecoder`` swapped for an
+:class:`~retrofit.hosts.many_class_decoder.OManyClassDecoder` (OAttention over
+the train rows, ``n_eff`` in its length scaling), in both modes.
 
 These are the only overrides of tabpfn methods for these hosts, and the only
 place they live; ``tests/retrofit/hosts/test_host_overrides.py`` pins the source of every
@@ -46,6 +53,7 @@ from retrofit.hosts.base import (
     swap_each,
 )
 from retrofit.hosts.icl_block import SUPPORTED_ICL_BLOCKS, OICLBlock
+from retrofit.hosts.many_class_decoder import TRAIN_PRESENCE_ATTR, OManyClassDecoder
 from retrofit.hosts.presence_cache import PresenceCacheMixin
 from retrofit.settings import PatchConfig
 
@@ -70,6 +78,8 @@ class OICLModelMixin:
     """
 
     presence_cache_class: ClassVar[type[PresenceCacheMixin]]
+    #: Where the classifier decoder sits (absent from a v3 regressor).
+    decoder_path: ClassVar[str]
 
     def forward(
         self, x: Any, y: Any, *args: Any, task_type: Any = _NOT_GIVEN, **kwargs: Any
@@ -82,14 +92,26 @@ class OICLModelMixin:
         """
         if task_type is not _NOT_GIVEN:
             kwargs["task_type"] = task_type
+        decoder = _patched_decoder(self)
+        cache_in = kwargs.get("kv_cache")
+        if decoder is not None and cache_in is not None and not cache_in.is_empty():
+            # The decoder reads the cached keys: their presence comes from the cache.
+            decoder_presence = getattr(cache_in, "decoder_presence", None)
+            if decoder_presence is not None:
+                decoder.__dict__[TRAIN_PRESENCE_ATTR] = decoder_presence
         try:
             result = super().forward(x, y, *args, **kwargs)
+            decoder_presence = None if decoder is None else decoder.train_presence_or_none()
         finally:
             self.__dict__.pop(CARRIER_PRESENCE_ATTR, None)
+            if decoder is not None:
+                decoder.__dict__.pop(TRAIN_PRESENCE_ATTR, None)
         if kwargs.get("return_kv_cache"):
             output, cache = result
             if cache is not None and not isinstance(cache, self.presence_cache_class):
                 cache = self.presence_cache_class.from_cache(cache)
+            if cache is not None and cache.decoder_keys is not None:
+                cache.decoder_presence = decoder_presence
             return output, cache
         return result
 
@@ -120,12 +142,22 @@ class OICLModelMixin:
         return emb_BND * p_BN.unsqueeze(-1).to(emb_BND.dtype)
 
 
+def _patched_decoder(model: nn.Module) -> OManyClassDecoder | None:
+    """``model``'s patched classifier decoder, None where the host has none."""
+    try:
+        decoder = model.get_submodule(model.decoder_path)
+    except AttributeError:
+        return None
+    return decoder if isinstance(decoder, OManyClassDecoder) else None
+
+
 class ICLHostPatcher(HostPatcher):
     """The patch table of an ICL host: ``icl_blocks.i`` -> :class:`OICLBlock`, plus the class swap.
 
     A subclass names ``host_class``, ``patched_class`` (the host class with
-    :class:`OICLModelMixin` mixed in) and ``injection_modules``, the submodules
-    ``_embed_icl_y`` runs (gated by OInject in Full-O).
+    :class:`OICLModelMixin` mixed in), ``injection_modules``, the submodules
+    ``_embed_icl_y`` runs (gated by OInject in Full-O); the classifier
+    ``ManyClassDecoder`` at ``patched_class.decoder_path`` is swapped when present.
     """
 
     patched_class: ClassVar[type[nn.Module]]
@@ -153,7 +185,20 @@ class ICLHostPatcher(HostPatcher):
                 path=path,
             )
 
-        return swap_each(getattr(model, "icl_blocks", []), "icl_blocks", build)
+        swaps = swap_each(getattr(model, "icl_blocks", []), "icl_blocks", build)
+        path = self.patched_class.decoder_path
+        try:
+            decoder = model.get_submodule(path)
+        except AttributeError:  # a v3 regressor has no classifier decoder
+            return swaps
+        replacement = OManyClassDecoder.from_module(
+            decoder,
+            tau=config.tau,
+            support=config.support,
+            eps_den=config.eps_den,
+            path=path,
+        )
+        return [*swaps, Swap(path=path, original=decoder, replacement=replacement)]
 
     def overrides(self, model: nn.Module, config: PatchConfig) -> list[ReplacedModule]:
         """The class swap, and in Full-O the gated target injection."""

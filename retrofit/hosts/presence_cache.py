@@ -9,7 +9,9 @@ entry along: ``at_storage_dtype``/``quantize`` (int8 or fp8 by default),
 (and ``TabPFNV3p5Cache``'s) calls the *base* entry classes' ``concatenate``,
 which would drop the field, and v3.5's ``to``/``quantize`` rebuild the cache as
 the host's class, so each host's cache class is subclassed as well, with the
-same :class:`PresenceCacheMixin`.
+same :class:`PresenceCacheMixin`. A classifier's cache also holds its
+many-class decoder keys, whose train presence travels beside them
+(``decoder_presence``, ``(B, N)``; None for a regressor).
 
 Shape letters: B batch (ensemble members), N train rows, J key/value heads,
 D head dimension.
@@ -112,11 +114,12 @@ def _to(t: torch.Tensor | None, device: torch.device | str) -> torch.Tensor | No
 
 
 def _cat_presence(entries: Sequence[object]) -> torch.Tensor:
-    parts = [getattr(e, "presence", None) for e in entries]
+    return _cat_required([getattr(e, "presence", None) for e in entries], "KV cache entries")
+
+
+def _cat_required(parts: Sequence[torch.Tensor | None], what: str) -> torch.Tensor:
     if any(p is None for p in parts):
-        raise MissingPresenceError(
-            "cannot concatenate KV cache entries of which some carry no presence"
-        )
+        raise MissingPresenceError(f"cannot concatenate {what} of which some carry no presence")
     return torch.cat(parts)
 
 
@@ -133,29 +136,43 @@ class PresenceCacheMixin:
         """The same cache (same tensors) as this class."""
         return cls(**{f.name: getattr(cache, f.name) for f in dataclasses.fields(cache)})
 
+    def _with_decoder_presence(self, cache: KVCache, decoder_presence) -> KVCache:
+        """``cache`` as this class, with the decoder keys' presence set."""
+        rebuilt = self.from_cache(cache)
+        rebuilt.decoder_presence = decoder_presence
+        return rebuilt
+
     def to(self, device: torch.device | str) -> KVCache:
         """Moves every cached tensor, presence included, to ``device``."""
-        return self.from_cache(super().to(device))
+        return self._with_decoder_presence(super().to(device), _to(self.decoder_presence, device))
 
     def quantize(self, dtype: torch.dtype = QUANTIZED_KV_DTYPE) -> KVCache:
-        """Quantizes the ICL entries; presence stays in float."""
-        return self.from_cache(super().quantize(dtype))
+        """Quantizes the ICL entries; presence (and the decoder keys) stay in float."""
+        return self._with_decoder_presence(super().quantize(dtype), self.decoder_presence)
 
     @classmethod
     def concatenate(cls, caches: Sequence[KVCache]) -> KVCache:
         """One cache holding the batch elements of ``caches`` in order (consumes them)."""
         layers = list(caches[0].kv)
         presence = {idx: _cat_presence([c.kv[idx] for c in caches]) for idx in layers}
+        decoder_parts = [getattr(c, "decoder_presence", None) for c in caches]
         merged = super().concatenate(caches)
         merged.kv = {idx: with_presence(e, presence[idx]) for idx, e in merged.kv.items()}
-        return cls.from_cache(merged)
+        merged = cls.from_cache(merged)
+        if merged.decoder_keys is not None:
+            merged.decoder_presence = _cat_required(decoder_parts, "decoder keys")
+        return merged
 
 
 @dataclasses.dataclass
 class PresenceTabPFNV3Cache(PresenceCacheMixin, TabPFNV3Cache):
-    """A ``TabPFNV3Cache`` whose per-layer entries keep their presence."""
+    """A ``TabPFNV3Cache`` whose per-layer entries (and decoder keys) keep their presence."""
+
+    decoder_presence: torch.Tensor | None = None
 
 
 @dataclasses.dataclass
 class PresenceTabPFNV3p5Cache(PresenceCacheMixin, TabPFNV3p5Cache):
-    """A ``TabPFNV3p5Cache`` whose per-layer entries keep their presence."""
+    """A ``TabPFNV3p5Cache`` whose per-layer entries (and decoder keys) keep their presence."""
+
+    decoder_presence: torch.Tensor | None = None

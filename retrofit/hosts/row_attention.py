@@ -5,7 +5,9 @@ and read the output in that layout; :func:`oattend_rows` runs
 :func:`patches.oattention` on them (heads first) and returns the same layout.
 :func:`oattend_train_then_test` is the split both hosts make when test queries
 read fewer key/value heads than train queries (v2's multi-query test
-attention, v3's ``num_kv_heads_test``).
+attention, v3's ``num_kv_heads_test``); :func:`scale_queries` is the learned
+log-n query scaling with a per-batch ``n_eff`` (v3's ICL blocks and many-class
+decoder).
 
 Shape letters: B attention batch (ensemble members; v2: members x columns),
 R rows (train then test), N train rows (the keys), L query rows, H query
@@ -17,10 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch import nn
 
 from patches import oattention
 
-__all__ = ["Attend", "oattend_rows", "oattend_train_then_test"]
+__all__ = ["Attend", "oattend_rows", "oattend_train_then_test", "scale_queries"]
 
 #: ``attend(q_BLHD, k_BNJD, v_BNJD, p_BL, p_BN) -> o_BLHD``: a block's OAttention.
 Attend = Callable[
@@ -73,3 +76,17 @@ def oattend_train_then_test(
         q_BRHD[:, N:], k_BNJD[:, :, :test_heads], v_BNJD[:, :, :test_heads], p_BR[:, N:], p_BN
     )
     return torch.cat([o_train, o_test], dim=1)
+
+
+def scale_queries(scaling: nn.Module, q_BLHD: torch.Tensor, n_eff_B: torch.Tensor) -> torch.Tensor:
+    """The host's learned log-n query scaling with a per-batch ``n_eff``.
+
+    ``SoftmaxScalingMLP`` reshapes ``log n`` to ``(1, 1)``, so it is called once
+    per distinct ``n_eff`` (once in total when every batch element agrees,
+    as in an unpatched-equivalent run) on the matching batch elements.
+    """
+    if q_BLHD.shape[0] == 0 or bool((n_eff_B == n_eff_B[0]).all()):
+        return scaling(q_BLHD, n_eff_B[0] if n_eff_B.numel() else n_eff_B.new_ones(()))
+    return torch.cat(
+        [scaling(q_BLHD[b : b + 1], n_eff_B[b]) for b in range(q_BLHD.shape[0])], dim=0
+    )

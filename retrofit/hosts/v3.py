@@ -22,6 +22,7 @@ class OTabPFNV3(OICLModelMixin, TabPFNV3):
     """A patched ``TabPFNV3``; only ever created by :func:`retrofit.patch`."""
 
     presence_cache_class = PresenceTabPFNV3Cache
+    decoder_path = "many_class_decoder"
 
 
 class V3Patcher(ICLHostPatcher):

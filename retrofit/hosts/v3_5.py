@@ -35,6 +35,7 @@ class OTabPFNV3p5(OICLModelMixin, TabPFNV3p5):
     """A patched ``TabPFNV3p5``; only ever created by :func:`retrofit.patch`."""
 
     presence_cache_class = PresenceTabPFNV3p5Cache
+    decoder_path = "heads.many_class_decoder"
 
 
 class V3p5Patcher(ICLHostPatcher):

@@ -16,7 +16,7 @@ from tabpfn.inference_config import InferenceConfig
 from tabpfn.model_loading import prepend_cache_path
 
 import retrofit
-import retrofit.estimator
+import retrofit.estimator_base
 from retrofit import OTabPFNRegressor, is_patched, load_host, save_patched
 from retrofit.hosts.v3 import OTabPFNV3
 from retrofit.models.loading import resolve_for_tabpfn
@@ -149,13 +149,13 @@ def test_an_architecture_without_a_patch_table_is_refused_by_name(monkeypatch):
 
 def test_tuning_regressors_are_patched_too(checkpoints, monkeypatch):
     patched = []
-    original = retrofit.estimator.patch
+    original = retrofit.estimator_base.patch
 
     def counting(model, **kwargs):
         patched.append(kwargs["mode"])
         return original(model, **kwargs)
 
-    monkeypatch.setattr(retrofit.estimator, "patch", counting)
+    monkeypatch.setattr(retrofit.estimator_base, "patch", counting)
     tuning = {"calibrate_temperature": True, "tuning_holdout_frac": 0.5, "tuning_n_folds": 1}
     X, y = _data(n=90)
     est = _est(checkpoints[0], mode="oattention", tuning_config=tuning)

@@ -1,8 +1,8 @@
-"""Which of tabpfn's regressor tests the runner leaves out or expects to fail, and why.
+"""Which of tabpfn's regressor and classifier tests the runner leaves out or expects to fail.
 
 Patterns are matched (``fnmatch``) against a test's name with its parameters,
-e.g. ``test_get_embeddings[train]``. Everything not listed must pass, for every
-target.
+e.g. ``test_get_embeddings[train]``, in the lists of its module
+(:data:`EXPECTATIONS`). Everything not listed must pass, for every target.
 """
 
 from __future__ import annotations
@@ -61,4 +61,45 @@ EXPECTED_FAILURES: dict[str, tuple[str, tuple[str, ...]]] = {
         "checkpoint's inference config has none, so plain tabpfn fails it too",
         _EVERY,
     ),
+}
+
+#: tests/test_classifier_interface.py, deselected for every target.
+CLASSIFIER_DESELECTED: dict[str, str] = {
+    "test__fit_predict__alternative_model_paths__outputs_correct_shape*": _DOWNLOAD.format(
+        "every non-default classifier checkpoint of v2 to v3.5"
+    ),
+    "test__fit_predict__multiple_model_paths__outputs_correct_shape*": _DOWNLOAD.format(
+        "two classifier checkpoints of each version"
+    ),
+    "test__predict_logits__output_has_correct_properties_and_consistent_with_proba*": (
+        _DOWNLOAD.format("create_default_for_version(V2_5)")
+    ),
+    "test_multiple_models_predict_different_logits": _DOWNLOAD.format(
+        "three v2 classifier checkpoints"
+    ),
+    "test__fit_preprocessors_and_with_cache_produce_equal_results*": _DOWNLOAD.format(
+        "create_default_for_version of each version"
+    ),
+    "test__fit_preprocessors_and_with_cache_with_quantized_kv_cache__v3_family*": (
+        _DOWNLOAD.format("create_default_for_version of v3, v3.5, v3.5-fast")
+    ),
+    "test__fit_preprocessors_and_low_memory_produce_equal_results*": _DOWNLOAD.format(
+        "create_default_for_version of each version"
+    ),
+    "test__fit_and_predict__on_demo_dataset__accuracy_reasonable*": _DOWNLOAD.format(
+        "create_default_for_version of each version"
+    ),
+    "test_onnx_exportable_cpu": _DOWNLOAD.format("create_default_for_version(V2_5)"),
+    "test_initialize_model_variables_classifier_sets_required_attributes": _DOWNLOAD.format(
+        "tabpfn's default classifier, loaded by initialize_tabpfn_model('auto')"
+    ),
+}
+
+#: tests/test_classifier_interface.py, expected to fail (strict), with the targets.
+CLASSIFIER_EXPECTED_FAILURES: dict[str, tuple[str, tuple[str, ...]]] = {}
+
+#: Estimator -> (deselected patterns, expected failures) for its test module.
+EXPECTATIONS = {
+    "regressor": (DESELECTED, EXPECTED_FAILURES),
+    "classifier": (CLASSIFIER_DESELECTED, CLASSIFIER_EXPECTED_FAILURES),
 }

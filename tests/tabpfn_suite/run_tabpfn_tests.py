@@ -1,17 +1,20 @@
-"""Run tabpfn's own regressor tests against ``OTabPFNRegressor``, in each retrofit mode.
+"""Run tabpfn's own estimator tests against ``OTabPFNRegressor``/``OTabPFNClassifier``, per mode.
 
-The test module (``tests/test_regressor_interface.py`` of the installed
-tabpfn's source distribution) is fetched with pip at run time, never copied
-into this repository. For each target it is placed in its own package with
-only its import of ``TabPFNRegressor`` rewritten to the target's class
-(:mod:`suite_targets`), next to this project's version of the helper module
-it imports (:mod:`suite_utils`). All targets run in one pytest process;
-:mod:`expectations` lists what is deselected or expected to fail, with reasons.
+The test modules (``tests/test_regressor_interface.py`` and
+``tests/test_classifier_interface.py`` of the installed tabpfn's source
+distribution) are fetched with pip at run time, never copied into this
+repository. For each target they are placed in its own package with only
+their import of ``TabPFNRegressor`` (``TabPFNClassifier``) rewritten to the
+target's class (:mod:`suite_targets`), next to this project's version of the
+helper module they import (:mod:`suite_utils`). All targets run in one pytest
+process; :mod:`expectations` lists what is deselected or expected to fail, per
+module, with reasons.
 
 Usage (from the repository root)::
 
     python tests/tabpfn_suite/run_tabpfn_tests.py                  # the three modes
     python tests/tabpfn_suite/run_tabpfn_tests.py --targets all    # and plain tabpfn
+    python tests/tabpfn_suite/run_tabpfn_tests.py --modules classifier --targets none
     python tests/tabpfn_suite/run_tabpfn_tests.py --sdist tabpfn-9.2.0.tar.gz -- -x
 
 Exit status: pytest's (0 when everything not listed passes and every listed
@@ -34,8 +37,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-TEST_MODULE = "tests/test_regressor_interface.py"
-IMPORT_LINE = "from tabpfn import TabPFNRegressor\n"
+#: Which estimator -> (the test module in tabpfn's sdist, its one import of the class).
+TEST_MODULES: dict[str, tuple[str, str]] = {
+    "regressor": ("tests/test_regressor_interface.py", "from tabpfn import TabPFNRegressor\n"),
+    "classifier": ("tests/test_classifier_interface.py", "from tabpfn import TabPFNClassifier\n"),
+}
 sys.path.insert(0, str(HERE))
 
 from suite_targets import TARGETS  # noqa: E402 -- after this folder is on the path
@@ -55,7 +61,7 @@ os.environ["TABPFN_MODEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="tabpfn-cache-")
 import pytest
 import torch
 
-from expectations import DESELECTED, EXPECTED_FAILURES
+from expectations import EXPECTATIONS
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
@@ -64,13 +70,18 @@ def _target(item):
     return item.module.__name__.split(".")[0].removeprefix("target_").replace("_", "-")
 
 
+def _estimator(item):
+    return item.module.__name__.rsplit(".", 1)[-1].removeprefix("test_").split("_")[0]
+
+
 def pytest_collection_modifyitems(config, items):
     kept, dropped = [], []
     for item in items:
-        if any(fnmatch.fnmatchcase(item.name, p) for p in DESELECTED):
+        deselected, expected_failures = EXPECTATIONS[_estimator(item)]
+        if any(fnmatch.fnmatchcase(item.name, p) for p in deselected):
             dropped.append(item)
             continue
-        for pattern, (reason, targets) in EXPECTED_FAILURES.items():
+        for pattern, (reason, targets) in expected_failures.items():
             if fnmatch.fnmatchcase(item.name, pattern) and _target(item) in targets:
                 item.add_marker(pytest.mark.xfail(reason=reason, strict=True))
         kept.append(item)
@@ -108,19 +119,27 @@ def fetch_sdist(version: str, into: Path) -> Path:
     return found[0]
 
 
-def read_test_module(sdist: Path) -> str:
-    """The regressor test module's text, read from the source distribution."""
+def read_test_module(sdist: Path, test_module: str) -> str:
+    """One test module's text, read from the source distribution."""
     with tarfile.open(sdist) as archive:
         for member in archive.getmembers():
-            if member.name.split("/", 1)[-1] == TEST_MODULE:
+            if member.name.split("/", 1)[-1] == test_module:
                 return archive.extractfile(member).read().decode()
-    raise SystemExit(f"{sdist} holds no {TEST_MODULE}")
+    raise SystemExit(f"{sdist} holds no {test_module}")
 
 
-def write_suite(source: str, root: Path, targets: list[str]) -> None:
-    """One package per target, with the rewritten module, the helper and the target."""
-    if source.count(IMPORT_LINE) != 1:
-        raise SystemExit(f"{TEST_MODULE}: expected one line {IMPORT_LINE.strip()!r}")
+def write_suite(sources: dict[str, str], root: Path, targets: list[str]) -> None:
+    """One package per target, with the rewritten modules, the helper and the target.
+
+    Args:
+        sources: Estimator (a key of :data:`TEST_MODULES`) -> its test module's text.
+        root: The folder to write the suite into.
+        targets: Keys of :data:`suite_targets.TARGETS`.
+    """
+    for estimator, source in sources.items():
+        test_module, import_line = TEST_MODULES[estimator]
+        if source.count(import_line) != 1:
+            raise SystemExit(f"{test_module}: expected one line {import_line.strip()!r}")
     (root / "conftest.py").write_text(CONFTEST)
     (root / "pytest.ini").write_text(PYTEST_INI)
     for target in targets:
@@ -129,18 +148,23 @@ def write_suite(source: str, root: Path, targets: list[str]) -> None:
         (package / "__init__.py").write_text("")
         shutil.copy(HERE / "suite_utils.py", package / "utils.py")
         (package / "target.py").write_text(
-            "from suite_targets import regressor_for\n\n"
+            "from suite_targets import classifier_for, regressor_for\n\n"
             f"TabPFNRegressor = regressor_for({target!r}, __name__)\n"
+            f"TabPFNClassifier = classifier_for({target!r}, __name__)\n"
         )
-        rewritten = source.replace(IMPORT_LINE, "from .target import TabPFNRegressor\n")
-        (package / "test_regressor_interface.py").write_text(rewritten)
+        for estimator, source in sources.items():
+            test_module, import_line = TEST_MODULES[estimator]
+            name = import_line.split()[-1]
+            rewritten = source.replace(import_line, f"from .target import {name}\n")
+            (package / Path(test_module).name).write_text(rewritten)
 
 
 def outcomes(junit: Path) -> dict[str, collections.Counter]:
-    """Per target: how many tests passed, failed, xfailed, were skipped."""
+    """Per target and estimator: how many tests passed, failed, xfailed, were skipped."""
     counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for case in ET.parse(junit).iter("testcase"):
-        target = case.get("classname", "").split(".")[0].removeprefix("target_")
+        package, module = case.get("classname", "").split(".")[:2]
+        target = package.removeprefix("target_") + " " + module.split("_")[1]
         children = {child.tag: child for child in case}
         if "failure" in children or "error" in children:
             outcome = "failed"
@@ -161,6 +185,11 @@ def main(argv: list[str] | None = None) -> int:
         default="none,oattention,full-o",
         help=f"comma-separated of {', '.join(TARGETS)}, or 'all'",
     )
+    parser.add_argument(
+        "--modules",
+        default="regressor,classifier",
+        help=f"comma-separated of {', '.join(TEST_MODULES)}",
+    )
     parser.add_argument("--sdist", type=Path, help="a tabpfn sdist already downloaded")
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args(argv)
@@ -168,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(targets) - set(TARGETS))
     if unknown:
         parser.error(f"unknown targets {unknown}; expected some of {TARGETS}")
+    estimators = args.modules.split(",")
+    if not estimators or set(estimators) - set(TEST_MODULES):
+        parser.error(f"--modules: expected some of {sorted(TEST_MODULES)}")
 
     version = metadata.version("tabpfn")
     with tempfile.TemporaryDirectory(prefix="tabpfn-suite-") as tmp:
@@ -175,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         sdist = args.sdist or fetch_sdist(version, work)
         suite = work / "suite"
         suite.mkdir()
-        write_suite(read_test_module(sdist), suite, targets)
+        sources = {e: read_test_module(sdist, TEST_MODULES[e][0]) for e in estimators}
+        write_suite(sources, suite, targets)
         junit = work / "junit.xml"
         env_path = [str(HERE), str(REPO)]
         command = [
@@ -186,10 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(env_path)}
         status = subprocess.run(command, env=env, cwd=suite).returncode
         if junit.is_file():
-            print(f"\ntabpfn {version} {TEST_MODULE}, per target:")
+            print(f"\ntabpfn {version}'s {' and '.join(estimators)} tests, per target:")
             for target, count in sorted(outcomes(junit).items()):
                 line = ", ".join(f"{n} {k}" for k, n in sorted(count.items()))
-                print(f"  {target:11s} {line}")
+                print(f"  {target:22s} {line}")
     return status
 
 

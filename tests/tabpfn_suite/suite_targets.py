@@ -1,27 +1,52 @@
-"""The estimators tabpfn's regressor tests run against, one per target.
+"""The estimators tabpfn's regressor and classifier tests run against, one per target.
 
 A target is ``"tabpfn"`` (plain ``tabpfn.TabPFNRegressor`` on the embedded
 checkpoint: the reference) or a retrofit mode (``OTabPFNRegressor`` with that
 ``mode``). Each is the class with one default changed (``model_path`` to the
 embedded checkpoint, or ``mode``), so the tests' ``TabPFNRegressor(...)`` calls,
 ``create_default_for_version``, ``clone`` and pickling work unchanged.
+
+The classifier targets are ``tabpfn.TabPFNClassifier`` and ``OTabPFNClassifier``
+the same way, on one checkpoint for all: no embedded classifier host is shipped
+yet and the published ones need a download, so it is a small random TabPFN v3
+classifier (zero-inits perturbed, up to 10 classes, ICL width 16), written once
+per run to a temporary folder (:func:`classifier_checkpoint`). Tests that judge
+accuracy therefore fail for every target alike (``expectations.py``).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
+import tempfile
+from pathlib import Path
 from typing import Any
 
-from tabpfn import TabPFNRegressor
+from tabpfn import TabPFNClassifier, TabPFNRegressor
 
-from retrofit import OTabPFNRegressor, embedded_model_path
+from retrofit import OTabPFNClassifier, OTabPFNRegressor, embedded_model_path
 from retrofit.settings import MODES
+from tests.helpers.tiny_models import build_tiny_v3, save_tiny_checkpoint, tiny_v3_config
 
 TARGETS: tuple[str, ...] = ("tabpfn", *MODES)
 
 
+#: The random classifier every classifier target runs (``TabPFNV3Config`` fields).
+CLASSIFIER_CONFIG = tiny_v3_config(
+    max_num_classes=10, decoder_head_dim=4, decoder_num_heads=2, decoder_use_softmax_scaling=True
+)
+
+
+@functools.cache
+def classifier_checkpoint() -> Path:
+    """The random v3 classifier checkpoint, written once per process."""
+    folder = Path(tempfile.mkdtemp(prefix="suite-classifier-"))
+    model = build_tiny_v3(CLASSIFIER_CONFIG, seed=0)
+    return save_tiny_checkpoint(model, CLASSIFIER_CONFIG, folder / "tiny_v3_classifier.safetensors")
+
+
 def with_defaults(base: type, module: str, **defaults: Any) -> type:
-    """A subclass of ``base`` named ``TabPFNRegressor`` in ``module`` with other defaults."""
+    """A subclass of ``base``, under tabpfn's class name, in ``module`` with other defaults."""
     signature = inspect.signature(base.__init__)
     parameters = [
         p.replace(default=defaults[p.name]) if p.name in defaults else p
@@ -35,8 +60,9 @@ def with_defaults(base: type, module: str, **defaults: Any) -> type:
 
     # scikit-learn reads the parameters from the signature of __init__.
     init.__signature__ = signature.replace(parameters=parameters)
-    cls = type("TabPFNRegressor", (base,), {"__init__": init, "__module__": module})
-    cls.__qualname__ = "TabPFNRegressor"
+    name = "TabPFNClassifier" if issubclass(base, TabPFNClassifier) else "TabPFNRegressor"
+    cls = type(name, (base,), {"__init__": init, "__module__": module})
+    cls.__qualname__ = name
     return cls
 
 
@@ -47,3 +73,13 @@ def regressor_for(target: str, module: str) -> type:
     if target not in MODES:
         raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
     return with_defaults(OTabPFNRegressor, module, mode=target)
+
+
+def classifier_for(target: str, module: str) -> type:
+    """The ``TabPFNClassifier`` that tabpfn's tests import for ``target``."""
+    path = str(classifier_checkpoint())
+    if target == "tabpfn":
+        return with_defaults(TabPFNClassifier, module, model_path=path)
+    if target not in MODES:
+        raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
+    return with_defaults(OTabPFNClassifier, module, mode=target, model_path=path)

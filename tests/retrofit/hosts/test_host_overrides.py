@@ -3,10 +3,12 @@
 The v3 and v3.5 tables override three tabpfn methods (one place:
 ``retrofit.hosts.icl_host.OICLModelMixin``, see ``OVERRIDDEN_METHODS``), and
 the O-blocks re-implement the forward of tabpfn's blocks around OAttention
-(``retrofit.hosts.icl_block``, ``retrofit.hosts.v2``), so a tabpfn release that
-changes any of them can silently break the retrofit. Each is pinned here by the
-SHA-256 (first 16 hex digits) of its source in tabpfn 9.2.0: when this test
-fails, read the changed method, update the retrofit to match, then the digest.
+(``retrofit.hosts.icl_block``, ``retrofit.hosts.v2``), as the O-decoder does
+the classifiers' ``ManyClassDecoder`` (``retrofit.hosts.many_class_decoder``),
+so a tabpfn release that changes any of them can silently break the retrofit.
+Each is pinned here by the SHA-256 (first 16 hex digits) of its source in
+tabpfn 9.2.0: when this test fails, read the changed method, update the
+retrofit to match, then the digest.
 """
 
 from __future__ import annotations
@@ -48,6 +50,14 @@ PINNED: dict[tuple[str, str], str] = {
     ("tabpfn_v2_6", "TabPFNBlock.forward"): "4a1c01ab1650bc67",
     ("tabpfn_v2_6", "AlongColumnAttention.forward"): "ef483c68c1fbda9a",
     ("tabpfn_v2_6", "AddThinkingRows.forward"): "6f187836cf41327e",
+    # The classifier readout OManyClassDecoder re-implements (retrofit/hosts/many_class_decoder.py).
+    ("tabpfn_v3", "ManyClassDecoder.forward"): "5ac6ed7560a807e0",
+    ("tabpfn_v3", "ManyClassDecoder.project_keys"): "fcda9610d7feeedf",
+    ("tabpfn_v3", "ManyClassDecoder.attention_weights"): "1c35f7b225bfb852",
+    ("tabpfn_v3_5", "ManyClassDecoder.forward"): "a353b2e7066c2b71",
+    ("tabpfn_v3_5", "ManyClassDecoder.project_keys"): "83d535d244994f51",
+    ("tabpfn_v3_5", "ManyClassDecoder.attention_weights"): "082aae2db3ebbe8c",
+    ("tabpfn_v3_5", "MultiTaskHeads.project_decoder_keys"): "af027ead81cd0262",
     ("kv_cache", "KVCacheEntry"): "2be25c8b369819ef",
     ("kv_cache", "QuantizedKVCacheEntry"): "61450ee44ed38fe2",
 }

@@ -94,7 +94,8 @@ def test_patch_swaps_every_icl_block_and_reports_the_gated_target_embedding(mode
     assert type(model) is OTabPFNV3p5
     assert all(type(b) is OICLBlock and b.qk_norm for b in model.icl_blocks)
     swaps = [m.path for m in report.modules if m.kind == "swap"]
-    assert swaps == ["icl_blocks.0", "icl_blocks.1", "icl_blocks.2"]
+    # v3.5's heads serve both tasks, so its classifier decoder is always swapped too.
+    assert swaps == ["icl_blocks.0", "icl_blocks.1", "icl_blocks.2", "heads.many_class_decoder"]
     gated = {m.path for m in report.modules if m.kind == "override"}
     assert gated == ({"icl_y_encoder", "icl_y_layernorm"} if mode == "full-o" else set())
     assert report.host == "TabPFNV3p5" and report.tau == 2.0
@@ -102,7 +103,11 @@ def test_patch_swaps_every_icl_block_and_reports_the_gated_target_embedding(mode
     assert {name: p.data_ptr() for name, p in model.named_parameters()} == ptrs
     frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
     frozen -= frozen_before  # the host's own frozen RoPE frequencies
-    assert all(n.startswith("icl_blocks.") for n in frozen if not n.startswith("icl_y_"))
+    assert all(
+        n.startswith(("icl_blocks.", "heads.many_class_decoder."))
+        for n in frozen
+        if not n.startswith("icl_y_")
+    )
     assert any(n.startswith("icl_y_layernorm.") for n in frozen) == (mode == "full-o")
 
 

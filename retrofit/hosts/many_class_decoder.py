@@ -1,0 +1,235 @@
+"""``OManyClassDecoder``: the classifier readout of TabPFN v3 and v3.5 with OAttention.
+
+A v3 or v3.5 classifier reads its logits with ``ManyClassDecoder``: a retrieval
+attention from the test rows (queries ``q_projection(test_emb)``) over the
+train rows (keys ``k_projection(train_emb)``) whose values are the train
+rows' one-hot targets, averaged over heads, then ``log(clamp(., 1e-5) + 3e-5)``;
+optionally the queries get the learned log-n scaling (``SoftmaxScalingMLP``
+with ``n = N`` train rows). Both projections have a bias, so a null train row
+(a zero embedding) is a live key there: it takes softmax mass and shifts ``n``.
+
+The replacement runs OAttention instead, with the train rows as sources
+weighted by their presence, the test rows as receivers gated by theirs, and
+``n_eff`` (``support``) in the length scaling. Presence comes from the
+embeddings the decoder projects (``output_norm``'s output; for v3.5 after the
+classification pre-head ``x + MLP(RMSNorm(x))``): both maps keep a zero row
+zero (RMSNorm without bias, a bias-free MLP), so a null row has presence 0 and
+a live row's is about ``||gamma||^2 / (tau + ||gamma||^2)``.
+
+The host computes the keys in ``project_keys`` and consumes them in
+``forward``, possibly much later: with ``fit_with_cache`` the keys are stored
+in the model's KV cache (``decoder_keys``) and read at predict. So
+``project_keys`` keeps the train rows' presence on the decoder (outside its
+module tree) for the ``forward`` of the same model call, and the patched
+model (:class:`~retrofit.hosts.icl_host.OICLModelMixin`) stores it in the
+presence cache (``decoder_presence``) and restores it from there.
+
+The host's ``q_projection``, ``k_projection`` and ``softmax_scaling_layer`` are
+reused by reference under their names, so ``state_dict`` keys are the host's.
+The one-hot targets are built as each host builds them (v3: up to the largest
+target; v3.5: ``num_present_classes`` wide, non-finite targets as zero rows).
+
+Shape letters: B batch (ensemble members), N train rows, M test rows,
+E embedding, H decoder heads, D head dimension, T classes, X classes padded to
+a multiple of D.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from tabpfn.architectures import tabpfn_v3, tabpfn_v3_5
+from torch import nn
+
+from patches import presence, support_size
+from retrofit.errors import MissingPresenceError, UnsupportedArchitectureError
+from retrofit.hosts.row_attention import oattend_rows, scale_queries
+
+__all__ = ["SUPPORTED_DECODERS", "TRAIN_PRESENCE_ATTR", "OManyClassDecoder"]
+
+#: The decoder classes replaced, and whether each masks non-finite targets (v3.5).
+SUPPORTED_DECODERS: dict[type[nn.Module], bool] = {
+    tabpfn_v3.ManyClassDecoder: False,
+    tabpfn_v3_5.ManyClassDecoder: True,
+}
+
+#: Where ``project_keys`` leaves the train rows' presence ``(B, N)`` for ``forward``.
+TRAIN_PRESENCE_ATTR = "_retrofit_train_presence_BN"
+
+
+class OManyClassDecoder(nn.Module):
+    """O-closed replacement of a v3/v3.5 ``ManyClassDecoder`` (same methods and signatures)."""
+
+    def __init__(
+        self,
+        original: nn.Module,
+        *,
+        tau: float,
+        support: str = "count",
+        eps_den: float = 1e-6,
+        path: str = "many_class_decoder",
+    ) -> None:
+        super().__init__()
+        masks_non_finite = SUPPORTED_DECODERS.get(type(original))
+        if masks_non_finite is None:
+            names = ", ".join(f"{c.__module__}.{c.__name__}" for c in SUPPORTED_DECODERS)
+            raise UnsupportedArchitectureError(
+                f"{path}: expected one of {names}, got {type(original).__name__}"
+            )
+        self.masks_non_finite = masks_non_finite
+        self.q_projection = original.q_projection
+        self.k_projection = original.k_projection
+        self.softmax_scaling_layer = original.softmax_scaling_layer
+        self.max_num_classes = original.max_num_classes
+        self.input_size = original.input_size
+        self.attention_size = original.attention_size
+        self.head_dim = original.head_dim
+        self.num_heads = original.num_heads
+        self.tau = tau
+        self.support = support
+        self.eps_den = eps_den
+        self.path = path
+
+    @classmethod
+    def from_module(
+        cls,
+        original: nn.Module,
+        *,
+        tau: float = 1.0,
+        support: str = "count",
+        eps_den: float = 1e-6,
+        path: str = "many_class_decoder",
+    ) -> OManyClassDecoder:
+        """Builds the O-decoder on ``original``, sharing its projections and scaling.
+
+        Raises:
+            UnsupportedArchitectureError: If ``original`` is not exactly one of
+                :data:`SUPPORTED_DECODERS`.
+        """
+        return cls(original, tau=tau, support=support, eps_den=eps_den, path=path)
+
+    def extra_repr(self) -> str:
+        """Shows the patch settings."""
+        return f"tau={self.tau}, support={self.support!r}, eps={self.eps_den}"
+
+    def project_keys(self, train_embeddings_BNE: torch.Tensor) -> torch.Tensor:
+        """The host's keys ``(B, N, H, D)``; keeps the train rows' presence for ``forward``."""
+        self.__dict__[TRAIN_PRESENCE_ATTR] = presence(train_embeddings_BNE, self.tau)
+        k_BNE = self.k_projection(train_embeddings_BNE)
+        return k_BNE.view(*k_BNE.shape[:2], self.num_heads, self.head_dim).contiguous()
+
+    def train_presence_or_none(self) -> torch.Tensor | None:
+        """The train presence :meth:`project_keys` kept, if any (for the KV cache)."""
+        return self.__dict__.get(TRAIN_PRESENCE_ATTR)
+
+    def train_presence(self, num_train: int) -> torch.Tensor:
+        """The presence ``(B, N)`` of the train rows whose keys ``forward`` reads.
+
+        Raises:
+            MissingPresenceError: If no patched ``project_keys`` (or presence
+                cache) supplied it, or it does not match the keys.
+        """
+        p_BN = self.__dict__.get(TRAIN_PRESENCE_ATTR)
+        if p_BN is None or p_BN.shape[1] != num_train:
+            raise MissingPresenceError(
+                f"{self.path}: the decoder keys carry no train presence; build them (or "
+                "the KV cache holding them) with the patched model"
+            )
+        return p_BN
+
+    def _queries(
+        self, train_keys_BNHD: torch.Tensor, test_embeddings_BME: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries (scaled by ``n_eff``), keys in their dtype, and train presence."""
+        B, M, _ = test_embeddings_BME.shape
+        q_BMHD = self.q_projection(test_embeddings_BME).view(B, M, self.num_heads, self.head_dim)
+        if train_keys_BNHD.dtype != q_BMHD.dtype:
+            train_keys_BNHD = train_keys_BNHD.to(q_BMHD.dtype)  # as the host's dtype guard
+        p_BN = self.train_presence(train_keys_BNHD.shape[1]).to(q_BMHD.device)
+        if self.softmax_scaling_layer is not None:
+            n_eff_B = support_size(p_BN, self.support)
+            q_BMHD = scale_queries(self.softmax_scaling_layer, q_BMHD, n_eff_B)
+        return q_BMHD, train_keys_BNHD, p_BN
+
+    def _one_hot(
+        self,
+        targets_BN: torch.Tensor,
+        dtype: torch.dtype,
+        highest_target: int | None,
+        num_present_classes: int | None,
+    ) -> torch.Tensor:
+        """The one-hot values ``(B, N, T)`` exactly as the host builds them."""
+        if not self.masks_non_finite:
+            width = int(targets_BN.max()) + 1 if highest_target is None else highest_target + 1
+            return F.one_hot(targets_BN.long(), num_classes=width).to(dtype)
+        finite_BN = torch.isfinite(targets_BN)
+        targets_long = torch.where(finite_BN, targets_BN.long(), 0)
+        one_hot = F.one_hot(targets_long, num_classes=num_present_classes)
+        return torch.where(finite_BN[..., None], one_hot, 0).to(dtype)
+
+    def forward(
+        self,
+        train_keys_BNHD: torch.Tensor,
+        test_embeddings_BME: torch.Tensor,
+        targets_BN: torch.Tensor,
+        highest_target: int | None = None,
+        *,
+        num_present_classes: int | None = None,
+    ) -> torch.Tensor:
+        """Logits ``(M, B, max_num_classes)``: the host's readout with OAttention.
+
+        Args:
+            train_keys_BNHD: From :meth:`project_keys` (or the KV cache).
+            test_embeddings_BME: The test rows' embeddings.
+            targets_BN: The train rows' class indices.
+            highest_target: v3's largest target, if known.
+            num_present_classes: v3.5's one-hot width.
+        """
+        B, M, _ = test_embeddings_BME.shape
+        q_BMHD, k_BNHD, p_BN = self._queries(train_keys_BNHD, test_embeddings_BME)
+        if M == 0:
+            empty = test_embeddings_BME.new_empty((0, B, self.max_num_classes))
+            return empty + (q_BMHD.sum() + k_BNHD.sum()) * 0.0
+        v_BNT = self._one_hot(targets_BN, q_BMHD.dtype, highest_target, num_present_classes)
+        v_BNHT = v_BNT.unsqueeze(2).expand(-1, -1, self.num_heads, -1)
+        p_BM = presence(test_embeddings_BME, self.tau)
+        # The fused kernels want values as wide as the heads: one OAttention per
+        # head-wide chunk of the class axis (the host folds the same chunks into
+        # its batch); every chunk has the same weights, so this is exact.
+        T, D = v_BNHT.shape[-1], self.head_dim
+        v_BNHX = F.pad(v_BNHT, (0, -T % D))
+        out_BMHT = torch.cat(
+            [
+                oattend_rows(q_BMHD, k_BNHD, chunk, p_BM, p_BN, eps_den=self.eps_den)
+                for chunk in v_BNHX.split(D, dim=-1)
+            ],
+            dim=-1,
+        )[..., :T]
+        out_BMT = out_BMHT.mean(2)
+        missing = self.max_num_classes - out_BMT.shape[-1]
+        if missing:
+            out_BMT = F.pad(out_BMT, (0, missing))
+        return torch.log(torch.clamp(out_BMT.transpose(0, 1), min=1e-5) + 3e-5)
+
+    def attention_weights(
+        self, train_keys_BNHD: torch.Tensor, test_embeddings_BME: torch.Tensor
+    ) -> torch.Tensor:
+        """Per-train-row OAttention weights, averaged over heads: ``(B, M, N)``.
+
+        ``p_i p_j exp(s_ij) / (eps_den + sum_j p_j exp(s_ij))``: a null train
+        row gets weight 0, a null test row none at all; collapsing by label
+        gives what :meth:`forward` turns into logits.
+        """
+        q_BMHD, k_BNHD, p_BN = self._queries(train_keys_BNHD, test_embeddings_BME)
+        wide = torch.float64 if q_BMHD.dtype == torch.float64 else torch.float32
+        s_BHMN = torch.einsum("bmhd,bnhd->bhmn", q_BMHD, k_BNHD).to(wide) / math.sqrt(self.head_dim)
+        live_B11N = (p_BN > 0)[:, None, None, :]
+        s_BHMN = s_BHMN.masked_fill(~live_B11N, float("-inf"))
+        top_BHM1 = s_BHMN.amax(-1, keepdim=True).clamp(min=-1e30)  # all-null rows: finite
+        w_BHMN = p_BN.to(wide)[:, None, None, :] * torch.exp(s_BHMN - top_BHM1)
+        denominator = self.eps_den * torch.exp(-top_BHM1) + w_BHMN.sum(-1, keepdim=True)
+        w_BHMN = torch.where(denominator > 0, w_BHMN / denominator, 0.0)
+        p_BM = presence(test_embeddings_BME, self.tau).to(wide)
+        return (w_BHMN.mean(1) * p_BM[..., None]).float()

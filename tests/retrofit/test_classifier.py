@@ -1,0 +1,112 @@
+"""``OTabPFNClassifier`` is ``TabPFNClassifier`` with the retrofit's loading (tiny random v3).
+
+``mode="none"`` is tabpfn itself, bit for bit (same process, same shapes, same
+checkpoint, float32); a patched mode changes the probabilities; the shared
+loader refuses ``"embedded"`` for a classifier with an error naming the
+alternatives; the holdout classifiers of ``tuning_config`` are of this class.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from tabpfn import TabPFNClassifier
+
+from retrofit import EmbeddedCheckpointError, OTabPFNClassifier, WeightsUnavailableError
+from tests.helpers.tiny_models import build_tiny_v3, save_tiny_checkpoint, tiny_v3_config
+
+CONFIG = tiny_v3_config(
+    max_num_classes=5, decoder_head_dim=4, decoder_num_heads=2, decoder_use_softmax_scaling=True
+)
+FIT_MODES = ("fit_preprocessors", "low_memory", "fit_with_cache")
+PREDICTIONS = ("predict", "predict_proba", "predict_logits", "predict_raw_logits")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("classifier")
+    return save_tiny_checkpoint(
+        build_tiny_v3(CONFIG), CONFIG, folder / "tiny_v3_classifier.safetensors"
+    )
+
+
+def _kwargs(path, **extra) -> dict:
+    return {
+        "model_path": str(path),
+        "n_estimators": 2,
+        "device": "cpu",
+        "inference_precision": torch.float32,
+        **extra,
+    }
+
+
+def _numeric(n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    return X, (X[:, 0] + 0.3 * rng.normal(size=n) > 0).astype(int) + (X[:, 1] > 1)
+
+
+def _frame(n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    X = pd.DataFrame(
+        {
+            "x": rng.normal(size=n),
+            "colour": pd.Categorical(rng.choice(["red", "green"], size=n)),
+            "city": rng.choice(["Oslo", "Lima", None], size=n).astype(object),
+        }
+    )
+    return X, np.where(X["x"] > 0, "high", "low")
+
+
+@pytest.mark.parametrize("fit_mode", FIT_MODES)
+@pytest.mark.parametrize("data", [_numeric, _frame], ids=["numpy", "pandas-with-text-labels"])
+def test_mode_none_is_tabpfn_bit_for_bit(checkpoint, fit_mode, data):
+    X, y = data()
+    ours = OTabPFNClassifier(mode="none", **_kwargs(checkpoint, fit_mode=fit_mode)).fit(
+        X[:30], y[:30]
+    )
+    theirs = TabPFNClassifier(**_kwargs(checkpoint, fit_mode=fit_mode)).fit(X[:30], y[:30])
+    for method in PREDICTIONS:
+        a, b = getattr(ours, method)(X[30:]), getattr(theirs, method)(X[30:])
+        assert np.array_equal(a, b), method
+    assert ours.patch_report_ is None
+    assert list(ours.classes_) == list(theirs.classes_)
+
+
+@pytest.mark.parametrize("mode", ["oattention", "full-o"])
+def test_a_patched_classifier_changes_the_probabilities(checkpoint, mode):
+    X, y = _numeric()
+    base = OTabPFNClassifier(mode="none", **_kwargs(checkpoint)).fit(X[:30], y[:30])
+    est = OTabPFNClassifier(mode=mode, **_kwargs(checkpoint)).fit(X[:30], y[:30])
+    proba = est.predict_proba(X[30:])
+    assert np.isfinite(proba).all()
+    assert np.allclose(proba.sum(axis=1), 1.0)
+    assert np.abs(proba - base.predict_proba(X[30:])).max() > 1e-4
+    paths = [m.path for m in est.patch_report_.modules]
+    assert "many_class_decoder" in paths
+    assert est.settings_["mode"] == mode
+
+
+def test_embedded_is_refused_for_a_classifier_with_the_alternatives_named():
+    est = OTabPFNClassifier(model_path="embedded", device="cpu")
+    with pytest.raises(EmbeddedCheckpointError, match="no embedded classifier host"):
+        est.fit(*_numeric())
+
+
+def test_the_default_model_is_tabpfns_and_offline_says_where_to_put_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TABPFN_MODEL_CACHE_DIR", str(tmp_path))
+    assert OTabPFNClassifier().model_path == "auto"
+    with pytest.raises(WeightsUnavailableError, match="classifier weights are not available"):
+        OTabPFNClassifier(device="cpu").fit(*_numeric())
+
+
+def test_tuning_classifiers_are_of_this_class_with_its_settings(checkpoint):
+    est = OTabPFNClassifier(mode="oattention", tau=2.0, **_kwargs(checkpoint))
+    est.categorical_features_indices_ = None
+    holdout = est._get_tuning_classifier(n_estimators=1)
+    assert type(holdout) is OTabPFNClassifier
+    assert (holdout.mode, holdout.tau, holdout.n_estimators) == ("oattention", 2.0, 1)
+    assert holdout.fit_mode == "fit_preprocessors" and holdout.tuning_config is None
