@@ -46,6 +46,7 @@ from tabpfn.architectures.interface import PerformanceOptions
 
 from retrofit.hosts.base import register_icl_stage
 from retrofit.hosts.icl_host import CARRIER_PRESENCE_ATTR
+from retrofit.hosts.many_class_decoder import TRAIN_PRESENCE_ATTR
 from retrofit.hosts.v3 import OTabPFNV3
 from retrofit.hosts.v3_5 import OTabPFNV3p5
 
@@ -155,8 +156,17 @@ class V3ICLStage:
         if y_NB.dim() == 3 and y_NB.shape[-1] == 1:
             y_NB = y_NB.squeeze(-1)
         y_BN = y_NB.transpose(0, 1) if y_NB.dim() == 2 else y_NB.unsqueeze(0)
-        train_BND = self._normed(model, keys_BND)
-        out_MBO = self.class_head(model, train_BND, self._normed(model, x_BMD), y_BN)
+        # One (B, N + M, D) tensor cut into views, as forward has them: the decoder's
+        # projections of a strided view may round otherwise than of a compact copy.
+        num_train = keys_BND.shape[1]
+        x_BRD = self._normed(model, torch.cat((keys_BND, x_BMD), dim=1))
+        decoder = model.get_submodule(model.decoder_path)
+        try:
+            out_MBO = self.class_head(model, x_BRD[:, :num_train], x_BRD[:, num_train:], y_BN)
+        finally:
+            # The train presence the patched decoder's project_keys left for its
+            # forward; the host's forward drops it the same way.
+            decoder.__dict__.pop(TRAIN_PRESENCE_ATTR, None)
         return self._nan_safe(model, out_MBO)
 
     def _normed(self, model: OTabPFNV3, x_BRD: torch.Tensor) -> torch.Tensor:
