@@ -31,6 +31,8 @@ import numpy as np
 import torch
 from tabpfn import TabPFNClassifier
 
+from retrofit.batching.classify import predict_batched_labels, predict_proba_batched
+from retrofit.batching.predict import check_batch_lists, is_ragged
 from retrofit.estimator_base import ModelPath, RetrofitEstimatorMixin
 
 if TYPE_CHECKING:
@@ -162,6 +164,72 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
         self.tau = tau
         self.support = support
         self.eps_den = eps_den
+
+    def predict_proba_batched(
+        self,
+        X_train_list: list[Any],
+        y_train_list: list[Any],
+        X_test_list: list[Any],
+    ) -> np.ndarray | list[np.ndarray]:
+        """``TabPFNClassifier.predict_proba_batched``, for datasets of other shapes and classes too.
+
+        Same-shape input is tabpfn's own method, in every mode (one class set
+        required, its errors). Ragged input on a patched host of any class
+        runs each dataset's stages before ICL as ``predict_proba`` does and its
+        ICL stage in zero-padded, length-bucketed forwards, exact by the
+        retrofit; each dataset is scored over its own classes, so class sets may
+        differ (:mod:`retrofit.batching.classify` says which limit still binds).
+        With ``mode="none"`` ragged input keeps tabpfn's error. Same-shape input
+        in ``inference_precision=torch.float64``, which tabpfn's fused forward
+        refuses, takes the padded path too on a patched host. ``self`` is left
+        unchanged.
+
+        Returns:
+            tabpfn's ``(n_datasets, n_test, n_classes)`` array when every
+            dataset has the same test rows and classes; otherwise a list with
+            ``predict_proba``'s ``(n_test, n_classes)`` array per dataset, its
+            columns the dataset's ``classes_``.
+
+        Raises:
+            BatchInputError: Malformed lists or datasets (the message names the index).
+        """
+        lengths = {len(X_train_list), len(y_train_list), len(X_test_list)}
+        if lengths == {0} or len(lengths) > 1:
+            # A BatchInputError (a ValueError) in tabpfn's wording, with the lengths.
+            check_batch_lists(X_train_list, y_train_list, X_test_list, numeric=False)
+        if not is_ragged(X_train_list, X_test_list) and self.inference_precision != torch.float64:
+            # tabpfn's own method, its checks and errors included.
+            return super().predict_proba_batched(X_train_list, y_train_list, X_test_list)
+        results = predict_proba_batched(
+            self.batched_host(), X_train_list, y_train_list, X_test_list
+        ).results
+        if len({r.shape for r in results}) == 1:
+            classes = {tuple(np.unique(np.asarray(y)).tolist()) for y in y_train_list}
+            if len(classes) == 1:
+                return np.stack(results)
+        return results
+
+    def predict_batched(
+        self,
+        X_train_list: list[Any],
+        y_train_list: list[Any],
+        X_test_list: list[Any],
+    ) -> list[np.ndarray]:
+        """The labels ``predict`` gives each dataset, for many datasets at once.
+
+        tabpfn's classifier has no ``predict_batched``; this one takes the path
+        :meth:`predict_proba_batched` takes (tabpfn's for same-shape input, the
+        null-padded one for ragged input on a patched host) and returns, per
+        dataset, the labels of its most probable classes
+        (:func:`retrofit.batching.classify.predict_batched_labels`).
+
+        Raises:
+            BatchInputError: Malformed lists or datasets (the message names the index).
+        """
+        check_batch_lists(X_train_list, y_train_list, X_test_list, numeric=False)
+        return predict_batched_labels(
+            self.batched_host(), X_train_list, y_train_list, X_test_list
+        ).results
 
     def _get_tuning_classifier(self, **overwrite_kwargs: Any) -> OTabPFNClassifier:
         """The holdout classifier tabpfn builds for ``tuning_config``, as one of this class."""

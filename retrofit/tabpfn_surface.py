@@ -127,6 +127,11 @@ PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
     "tabpfn.classifier.TabPFNClassifier": (
         "_initialize_model_variables",  # overridden by OTabPFNClassifier
         "_get_tuning_classifier",  # overridden by OTabPFNClassifier
+        "_uses_majority_downsample",  # ragged predict_proba_batched refuses it
+        # Public, but ragged predict_proba_batched relies on its inside: it hands
+        # the fitted worker an executor_ whose iter_outputs replays the padded
+        # outputs, and forward post-processes them (retrofit/batching/classify.py).
+        "forward",
     ),
     "tabpfn.architectures.tabpfn_v2.TabPFNV2": (
         "_pad_and_group_features",

@@ -30,7 +30,7 @@ v2's per-cell carriers).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -198,6 +198,7 @@ def run_padded_icl(
     num_train: Sequence[int],
     *,
     stats: PaddingStats | None = None,
+    decode: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     **forward_kwargs: Any,
 ) -> list[torch.Tensor]:
     """One ICL forward over the zero-padded carriers of several datasets.
@@ -207,6 +208,10 @@ def run_padded_icl(
         carriers: ``(B_d, R_d, ...)`` per dataset, from the stage's ``embed``.
         num_train: ``N_d`` per dataset.
         stats: Accumulates the padding counts when given.
+        decode: ``decode(d, keys, test)`` decodes dataset ``d`` from its own
+            key rows ``(B_d, N_d, ...)`` and test rows ``(B_d, M_d, ...)``
+            (a classifier's decoder may read the train rows); None: the
+            stage's ``decode`` of the test rows.
         **forward_kwargs: Passed to the stage (e.g. ``performance_options``).
 
     Returns:
@@ -221,8 +226,12 @@ def run_padded_icl(
     x_BRD = stage.run_blocks(model, x_BRD, n_max, **forward_kwargs)
     outputs = []
     start = 0
-    for x, n in zip(carriers, num_train, strict=True):
+    for d, (x, n) in enumerate(zip(carriers, num_train, strict=True)):
         b, m = x.shape[0], x.shape[1] - n
-        outputs.append(stage.decode(model, x_BRD[start : start + b, n_max : n_max + m]))
+        test = x_BRD[start : start + b, n_max : n_max + m]
+        if decode is None:
+            outputs.append(stage.decode(model, test))
+        else:
+            outputs.append(decode(d, x_BRD[start : start + b, :n], test))
         start += b
     return outputs

@@ -36,8 +36,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
-from tabpfn import TabPFNRegressor
+from tabpfn import TabPFNClassifier, TabPFNRegressor
 from tabpfn.errors import TabPFNValidationError
 
 from retrofit.batching.padding import (
@@ -78,7 +79,20 @@ from retrofit.tabpfn_surface import (
 )
 from retrofit.validation import check_numeric_target
 
-__all__ = ["BatchedPrediction", "check_batch_lists", "is_ragged", "predict_batched"]
+__all__ = [
+    "BatchedPrediction",
+    "PaddedRun",
+    "check_batch_lists",
+    "is_ragged",
+    "models_of",
+    "predict_batched",
+    "run_padded",
+    "tabpfn_batched",
+    "takes_padded_path",
+]
+
+#: The estimators whose datasets the padded path fits (``_worker_for``).
+Estimator = TabPFNRegressor | TabPFNClassifier
 
 #: ``progress(phase, done, total)``; phases ``"embed"`` (per dataset) and ``"icl"``.
 Progress = Callable[[str, int, int], None]
@@ -108,19 +122,31 @@ def _n_rows(X: Any) -> int:
 
 
 def check_batch_lists(
-    X_train_list: Sequence[Any], y_train_list: Sequence[Any], X_test_list: Sequence[Any]
+    X_train_list: Sequence[Any],
+    y_train_list: Sequence[Any],
+    X_test_list: Sequence[Any],
+    *,
+    numeric: bool = True,
 ) -> list[Any]:
     """Refuses malformed batch input before anything is fitted.
 
+    Args:
+        X_train_list: Training features, one array per dataset.
+        y_train_list: Training targets, one array per dataset.
+        X_test_list: Test features, one array per dataset.
+        numeric: True for regression targets (numbers); False for class
+            labels (any values tabpfn's classifier takes, none missing).
+
     Returns:
         The targets as ``OTabPFNRegressor.fit`` takes them (text that spells
-        numbers converted: :func:`retrofit.validation.check_numeric_target`).
+        numbers converted: :func:`retrofit.validation.check_numeric_target`);
+        class labels as given.
 
     Raises:
         BatchInputError: If the lists differ in length or are empty, or a
             dataset (named by its index) has fewer than two train rows, a
             target of another length than its train rows, a non-finite or
-            non-numeric target, or no test rows.
+            non-numeric target (a missing label), or no test rows.
     """
     lengths = (len(X_train_list), len(y_train_list), len(X_test_list))
     if len(set(lengths)) != 1:
@@ -135,22 +161,29 @@ def check_batch_lists(
         n = _n_rows(X)
         if n < 2:
             raise BatchInputError(f"dataset {i}: needs at least 2 train rows, got {n}")
-        y = _numeric_target(i, y)
-        try:
-            y_arr = np.asarray(y, dtype=np.float64).reshape(-1)
-        except (TypeError, ValueError) as err:
-            raise BatchInputError(f"dataset {i}: y_train is not numeric ({err})") from None
+        if numeric:
+            y = _numeric_target(i, y)
+        y_arr = _target_values(i, y) if numeric else np.asarray(y, dtype=object).reshape(-1)
         if y_arr.shape[0] != n:
             raise BatchInputError(
                 f"dataset {i}: y_train has {y_arr.shape[0]} values for {n} train rows"
             )
-        if not np.isfinite(y_arr).all():
-            bad = int((~np.isfinite(y_arr)).sum())
-            raise BatchInputError(f"dataset {i}: y_train has {bad} NaN or infinite values")
+        bad = int((~np.isfinite(y_arr)).sum()) if numeric else int(pd.isna(y_arr).sum())
+        if bad:
+            what = "NaN or infinite values" if numeric else "missing labels"
+            raise BatchInputError(f"dataset {i}: y_train has {bad} {what}")
         if _n_rows(X_test) < 1:
             raise BatchInputError(f"dataset {i}: X_test has no rows")
         targets.append(y)
     return targets
+
+
+def _target_values(index: int, y: Any) -> np.ndarray:
+    """A regression target's values as float64, naming the dataset when they are not numbers."""
+    try:
+        return np.asarray(y, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as err:
+        raise BatchInputError(f"dataset {index}: y_train is not numeric ({err})") from None
 
 
 def _numeric_target(index: int, y: Any) -> Any:
@@ -198,7 +231,9 @@ class _Unit:
     """Members of one dataset that share a model and a prepared shape.
 
     Their stages before ICL run as one forward, as in ``predict``; their
-    carriers ``(B, R, D)`` are one entry of a padded ICL batch.
+    carriers ``(B, R, D)`` are one entry of a padded ICL batch. ``y_NB`` are
+    their train targets as the forward got them (a classifier's decoder reads
+    them).
     """
 
     dataset: int
@@ -206,6 +241,7 @@ class _Unit:
     model: torch.nn.Module
     carriers_BRD: torch.Tensor | None
     num_keys: int
+    y_NB: torch.Tensor
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -218,36 +254,48 @@ class _Unit:
 class _Dataset:
     """One dataset after fit and stages 0-2: its worker, member configs and units."""
 
-    worker: TabPFNRegressor
+    worker: Estimator
     configs: list[Any]
     units: list[_Unit]
     save_peak_mem: bool
 
 
-def _worker_for(regressor: TabPFNRegressor, random_state: Any) -> TabPFNRegressor:
-    """A plain tabpfn regressor with ``regressor``'s tabpfn parameters, sharing its model.
+def _worker_for(estimator: Estimator, random_state: Any) -> Estimator:
+    """A plain tabpfn estimator with ``estimator``'s tabpfn parameters, sharing its model.
 
-    Always ``TabPFNRegressor`` itself, so a subclass's ``fit`` (which may load
-    and patch a host of its own) is not run per dataset; ``sklearn.clone``
-    would deep-copy the in-memory model of ``model_path``. ``random_state`` is
-    the batch's copy of the caller's (see :func:`predict_batched`).
+    Always ``TabPFNRegressor`` or ``TabPFNClassifier`` itself (whichever
+    ``estimator`` is), so a subclass's ``fit`` (which may load and patch a host
+    of its own) is not run per dataset; ``sklearn.clone`` would deep-copy the
+    in-memory model of ``model_path``. ``random_state`` is the batch's copy of
+    the caller's (see :func:`predict_batched`).
     """
-    names = TabPFNRegressor._get_param_names()
-    params = {**regressor.get_params(deep=False), "random_state": random_state}
-    worker = TabPFNRegressor(**{k: v for k, v in params.items() if k in names})
+    base = TabPFNClassifier if isinstance(estimator, TabPFNClassifier) else TabPFNRegressor
+    names = base._get_param_names()
+    params = {**estimator.get_params(deep=False), "random_state": random_state}
+    worker = base(**{k: v for k, v in params.items() if k in names})
     worker.fit_mode = "fit_preprocessors"
     return worker
 
 
+def _task_type(estimator: Estimator) -> str:
+    """The estimator's task as tabpfn names it: ``"multiclass"`` or ``"regression"``."""
+    return "multiclass" if isinstance(estimator, TabPFNClassifier) else "regression"
+
+
+def _is_constant_target(worker: Estimator) -> bool:
+    """Whether tabpfn answers the fitted dataset with no forward (a constant regression target)."""
+    return bool(getattr(worker, "is_constant_target_", False))
+
+
 def _embed_dataset(
-    regressor: TabPFNRegressor,
+    estimator: Estimator,
     index: int,
     X: Any,
     y: Any,
     X_test: Any,
     cast: dict[tuple[int, torch.dtype], torch.nn.Module],
     random_state: Any,
-) -> tuple[_Dataset | None, TabPFNRegressor]:
+) -> tuple[_Dataset | None, Estimator]:
     """Fits one dataset and runs its members' stages before ICL, as ``predict`` does.
 
     Members that share a model and a prepared shape run as one forward in
@@ -257,9 +305,9 @@ def _embed_dataset(
     use the same model objects). Returns ``(None, worker)`` for a constant
     target (answered analytically).
     """
-    worker = _worker_for(regressor, random_state)
+    worker = _worker_for(estimator, random_state)
     worker.fit(X, y)
-    if worker.is_constant_target_:
+    if _is_constant_target(worker):
         return None, worker
     if uses_majority_downsample(worker):
         raise NotImplementedError(
@@ -311,22 +359,26 @@ def _embed_dataset(
                 torch.inference_mode(),
             ):
                 carriers_BRD = icl_stage_for(model).embed(
-                    model, X_RBC, y_NB, performance_options=_options(model, save_peak_mem)
+                    model,
+                    X_RBC,
+                    y_NB,
+                    performance_options=_options(model, save_peak_mem),
+                    task_type=_task_type(worker),
                 )
             num_keys = key_rows(carriers_BRD, X_RBC.shape[0] - y_NB.shape[0])
-            unit = _Unit(index, [c[0] for c in chunk], model, carriers_BRD, num_keys)
+            unit = _Unit(index, [c[0] for c in chunk], model, carriers_BRD, num_keys, y_NB)
             data.units.append(unit)
     return data, worker
 
 
-def _models_of(regressor: TabPFNRegressor) -> list[Any]:
-    """The models in ``regressor``'s ``model_path``: one, or each of a list."""
-    model_path = regressor.get_params(deep=False)["model_path"]
+def models_of(estimator: Estimator) -> list[Any]:
+    """The models in ``estimator``'s ``model_path``: one, or each of a list."""
+    model_path = estimator.get_params(deep=False)["model_path"]
     entries = model_path if isinstance(model_path, list) else [model_path]
     return [getattr(entry, "model", entry) for entry in entries]
 
 
-def _clean_test(worker: TabPFNRegressor, X_test: Any) -> Any:
+def _clean_test(worker: Estimator, X_test: Any) -> Any:
     """``X_test`` after the cleaning ``predict`` applies before its executor."""
     check_input_shape_matches(X_test, estimator=worker)
     X_test = worker.date_transformer_.transform(X_test)
@@ -341,7 +393,7 @@ def _clean_test(worker: TabPFNRegressor, X_test: Any) -> Any:
 
 
 def _failing_dataset(
-    regressor: TabPFNRegressor,
+    estimator: Estimator,
     X_train_list: Sequence[Any],
     y_train_list: Sequence[Any],
     X_test_list: Sequence[Any],
@@ -351,12 +403,12 @@ def _failing_dataset(
     tabpfn's ``predict_batched`` does not say which dataset its error is about;
     run only after it failed, to name it.
     """
-    random_state = copy.deepcopy(regressor.get_params(deep=False)["random_state"])
+    random_state = copy.deepcopy(estimator.get_params(deep=False)["random_state"])
     for i, (X, y, X_test) in enumerate(zip(X_train_list, y_train_list, X_test_list, strict=True)):
         try:
-            worker = _worker_for(regressor, copy.deepcopy(random_state))
+            worker = _worker_for(estimator, copy.deepcopy(random_state))
             worker.fit(X, y)
-            if not worker.is_constant_target_:
+            if not _is_constant_target(worker):
                 _clean_test(worker, X_test)
         except (ValueError, TypeError):
             return i
@@ -423,68 +475,160 @@ def predict_batched(
     if max_padded_fraction is not None:
         max_padded_fraction = check_max_padded_fraction(max_padded_fraction)
     quantiles = _check_output_request(output_type, quantiles)
-    models = _models_of(regressor)
-    if padded is None:
-        # tabpfn's fused forward refuses float64; the padded one runs it exactly.
-        needs_padding = (
-            is_ragged(X_train_list, X_test_list)
-            or regressor.get_params(deep=False)["inference_precision"] == torch.float64
-        )
-        padded = needs_padding and all(supports_padded_icl(m) for m in models)
-    if not padded:
-        try:
+    if not takes_padded_path(regressor, X_train_list, X_test_list, padded):
+        results = tabpfn_batched(
             # tabpfn's own method, also when ``regressor`` is a subclass overriding it.
-            results = TabPFNRegressor.predict_batched(
+            lambda: TabPFNRegressor.predict_batched(
                 regressor,
                 list(X_train_list),
                 list(y_train_list),
                 list(X_test_list),
                 output_type=output_type,
                 quantiles=quantiles,
-            )
-        except (ValueError, TypeError) as err:
-            if is_ragged(X_train_list, X_test_list):
-                raise  # tabpfn's refusal of the whole batch
-            index = _failing_dataset(regressor, X_train_list, y_train_list, X_test_list)
-            if index is None:
-                raise
-            raise BatchInputError(f"dataset {index}: {err}") from err
+            ),
+            regressor,
+            X_train_list,
+            y_train_list,
+            X_test_list,
+        )
         return BatchedPrediction(list(results), False, PaddingStats(), [])
-    require(RAGGED_BATCHING)  # one line naming a tabpfn helper this tabpfn lacks
     _refuse_per_dataset_state(regressor)
-    for model in models:  # a host without a null-padded stage fails here, not per dataset
+    run = run_padded(
+        regressor, X_train_list, y_train_list, X_test_list, max_padded_fraction, max_rows, progress
+    )
+    results: list[Any] = []
+    for i, (worker, data) in enumerate(run.fitted):
+        if data is None:
+            n_test = _n_rows(X_test_list[i])
+            results.append(handle_constant_target(worker, n_test, output_type, quantiles))
+        else:
+            results.append(_decode(data, run.outputs[i], output_type, quantiles))
+    return BatchedPrediction(results, True, run.stats, run.buckets)
+
+
+def takes_padded_path(
+    estimator: Estimator,
+    X_train_list: Sequence[Any],
+    X_test_list: Sequence[Any],
+    padded: bool | None,
+) -> bool:
+    """Whether the null-padded path answers, given the caller's ``padded`` (None: decide).
+
+    None decides: ragged input, or float64 (which tabpfn's fused forward
+    refuses and the padded one runs exactly), on models that all have a
+    null-padded ICL stage; anything else is tabpfn's own batched method.
+    """
+    if padded is not None:
+        return padded
+    needs_padding = (
+        is_ragged(X_train_list, X_test_list)
+        or estimator.get_params(deep=False)["inference_precision"] == torch.float64
+    )
+    return needs_padding and all(supports_padded_icl(m) for m in models_of(estimator))
+
+
+def tabpfn_batched(
+    call: Callable[[], Any],
+    estimator: Estimator,
+    X_train_list: Sequence[Any],
+    y_train_list: Sequence[Any],
+    X_test_list: Sequence[Any],
+) -> Any:
+    """Runs tabpfn's batched method (``call``), naming the dataset an error is about.
+
+    Raises:
+        BatchInputError: tabpfn's ``ValueError``/``TypeError`` when one dataset
+            fails on its own too (the message names it).
+        ValueError: tabpfn's refusal of the whole batch (ragged input), as is.
+    """
+    try:
+        return call()
+    except (ValueError, TypeError) as err:
+        if is_ragged(X_train_list, X_test_list):
+            raise  # tabpfn's refusal of the whole batch
+        index = _failing_dataset(estimator, X_train_list, y_train_list, X_test_list)
+        if index is None:
+            raise
+        raise BatchInputError(f"dataset {index}: {err}") from err
+
+
+@dataclasses.dataclass
+class PaddedRun:
+    """What :func:`run_padded` hands to a task's decoding.
+
+    Attributes:
+        fitted: ``(worker, dataset)`` per dataset in input order: the tabpfn
+            estimator fitted on it, and its members (None when tabpfn answers
+            it without a forward, a regressor's constant target).
+        outputs: The decoder's output ``(M, O)`` per member, by dataset index.
+        stats: Padding counts.
+        buckets: The length buckets (dataset indices).
+    """
+
+    fitted: list[tuple[Estimator, _Dataset | None]]
+    outputs: dict[int, list[torch.Tensor | None]]
+    stats: PaddingStats
+    buckets: list[list[int]]
+
+
+def run_padded(
+    estimator: Estimator,
+    X_train_list: Sequence[Any],
+    y_train_list: Sequence[Any],
+    X_test_list: Sequence[Any],
+    max_padded_fraction: float | None,
+    max_rows: int,
+    progress: Progress | None,
+) -> PaddedRun:
+    """Fits every dataset, runs its stages before ICL alone and the ICL stage padded.
+
+    The task-independent part of the padded path, shared by regression
+    (:func:`predict_batched`) and classification
+    (:func:`retrofit.batching.classify.predict_proba_batched`); the caller has
+    checked the lists and refused per-dataset state.
+
+    Raises:
+        BatchInputError: A dataset's fit or test cleaning fails (named).
+        UnsupportedArchitectureError: A model without a null-padded ICL stage.
+    """
+    require(RAGGED_BATCHING)  # one line naming a tabpfn helper this tabpfn lacks
+    for model in models_of(estimator):  # a host without a stage fails here, not per dataset
         icl_stage_for(model)
     # One copy of a caller's RandomState or Generator for the whole batch, consumed
     # dataset after dataset as tabpfn's predict_batched consumes its clone's: the
     # caller's object is left as it was, and two identical calls agree.
-    random_state = copy.deepcopy(regressor.get_params(deep=False)["random_state"])
+    random_state = copy.deepcopy(estimator.get_params(deep=False)["random_state"])
 
     n_data = len(X_train_list)
-    results: list[Any] = [None] * n_data
+    fitted: list[tuple[Estimator, _Dataset | None]] = []
     embedded: dict[int, _Dataset] = {}
     cast: dict[tuple[int, torch.dtype], torch.nn.Module] = {}
     for i, (X, y, X_test) in enumerate(zip(X_train_list, y_train_list, X_test_list, strict=True)):
         try:
-            data, worker = _embed_dataset(regressor, i, X, y, X_test, cast, random_state)
+            data, worker = _embed_dataset(estimator, i, X, y, X_test, cast, random_state)
         except (ValueError, TypeError) as err:
             raise BatchInputError(f"dataset {i}: {err}") from err
-        if data is None:
-            results[i] = handle_constant_target(worker, _n_rows(X_test), output_type, quantiles)
-        else:
+        fitted.append((worker, data))
+        if data is not None:
             embedded[i] = data
         if progress is not None:
             progress("embed", i + 1, n_data)
 
-    stats = PaddingStats()
-    buckets: list[list[int]] = []
+    run = PaddedRun(fitted, {}, PaddingStats(), [])
     if embedded:
         if max_padded_fraction is None:
             device = next(iter(embedded.values())).worker.devices_[0]
             max_padded_fraction = default_max_padded_fraction(device)
-        outputs = _run_icl(embedded, max_padded_fraction, max_rows, stats, buckets, progress)
-        for i, data in embedded.items():
-            results[i] = _decode(data, outputs[i], output_type, quantiles)
-    return BatchedPrediction(results, True, stats, buckets)
+        run.outputs = _run_icl(
+            embedded,
+            max_padded_fraction,
+            max_rows,
+            run.stats,
+            run.buckets,
+            progress,
+            classify=_task_type(estimator) == "multiclass",
+        )
+    return run
 
 
 def _run_icl(
@@ -494,8 +638,14 @@ def _run_icl(
     stats: PaddingStats,
     buckets: list[list[int]],
     progress: Progress | None,
+    *,
+    classify: bool = False,
 ) -> dict[int, list[torch.Tensor | None]]:
-    """The padded ICL forwards, one per bucket of units; ``(M, O)`` per member."""
+    """The padded ICL forwards, one per bucket of units; ``(M, O)`` per member.
+
+    ``classify``: decode with the stages' ``decode_classes`` (a classifier's
+    logits, from each unit's own train rows and labels) instead of ``decode``.
+    """
     # One forward needs one model and one trailing carrier shape (v2: its cells).
     by_model: dict[tuple, list[_Unit]] = {}
     for data in embedded.values():
@@ -529,6 +679,7 @@ def _run_icl(
                 [u.carriers_BRD for u in bucket],
                 [u.num_keys for u in bucket],
                 stats=stats,
+                decode=_class_decoder(model, bucket) if classify else None,
                 performance_options=_options(model, save_peak),
             )
         for unit, out_MBO in zip(bucket, outs, strict=True):
@@ -538,6 +689,18 @@ def _run_icl(
         if progress is not None:
             progress("icl", done, len(plans))
     return outputs
+
+
+def _class_decoder(
+    model: torch.nn.Module, bucket: list[_Unit]
+) -> Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``decode(d, keys, test)`` for :func:`run_padded_icl`: class logits of unit ``d``."""
+    stage = icl_stage_for(model)
+
+    def decode(d: int, keys: torch.Tensor, test: torch.Tensor) -> torch.Tensor:
+        return stage.decode_classes(model, keys, test, bucket[d].y_NB)
+
+    return decode
 
 
 def _decode(

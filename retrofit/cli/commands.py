@@ -228,6 +228,13 @@ def _add_predict_batch(subparsers: Any) -> argparse.ArgumentParser:
         help="folder for <name>.csv files (created if missing)",
     )
     p.add_argument("--target", metavar="COL", help="target column of entries that name none")
+    p.add_argument(
+        "--task",
+        choices=("auto", "regression", "classification"),
+        default="auto",
+        help="what to predict (default auto: the model's task; classification writes one "
+        "probability column per class, named by the class label)",
+    )
     p.add_argument("--model", default="embedded", help="host, as for 'predict' (embedded)")
     p.add_argument("--mode", choices=MODES, help="retrofit mode (default: full-o)")
     p.add_argument("--tau", type=float, help="presence temperature (default: the host's default)")

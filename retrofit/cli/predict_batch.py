@@ -5,10 +5,18 @@ A manifest lists the datasets, as JSON (a list of objects, or
 has ``train`` and ``test`` (CSV files; relative paths are read from the
 manifest's folder), and optionally ``name`` (default: its position) and
 ``target`` (default: ``--target``). Every dataset is predicted by
-:func:`retrofit.batching.predict.predict_batched`; ragged datasets share null-padded
-ICL forwards on a patched host. One file per dataset, ``OUT_DIR/<name>.csv``
-with the columns ``row``, the target (when the test file has it) and
-``prediction``, is written once every prediction is made, each atomically: a
+:func:`retrofit.batching.predict.predict_batched` (regression) or
+:func:`retrofit.batching.classify.predict_proba_batched` (classification);
+ragged datasets share null-padded ICL forwards on a patched host. The task is
+``--task``, or with ``--task auto`` (the default) the model's: classification
+for a classification-only checkpoint (v2 with ``max_num_classes >= 2``, a
+v2.5, v2.6 or v3 classifier), regression otherwise (the embedded host; v3.5,
+which does both, unless ``--task classification``). One file per dataset,
+``OUT_DIR/<name>.csv`` with the columns ``row``, the target (when the test
+file has it) and ``prediction`` (the predicted value, or the most probable
+class label), and for classification one column of probabilities per class
+of the dataset, named by the class label, is written once every prediction
+is made, each atomically: a
 failed prediction writes nothing, a failed write leaves no file half-written
 (the files written before it stay); ``OUT_DIR`` is created then if it is
 missing. No prediction file may replace the manifest or an input file, even
@@ -31,9 +39,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from tabpfn.architectures.tabpfn_v2 import TabPFNV2
 from tqdm.auto import tqdm
 
+from retrofit.batching.classify import predict_proba_batched
 from retrofit.batching.predict import check_batch_lists, predict_batched
+from retrofit.classifier import OTabPFNClassifier
 from retrofit.cli.console import parse_precision, run_command
 from retrofit.cli.csv_tables import (
     numeric_target,
@@ -45,14 +56,32 @@ from retrofit.cli.outputs import check_output_dir, same_file
 from retrofit.errors import BatchInputError, CommandError, ManifestError
 from retrofit.estimator import OTabPFNRegressor
 from retrofit.files import missing_dirs, remove_empty_dirs
+from retrofit.models.loading import load_host
 from retrofit.settings import check_max_padded_fraction
 
-__all__ = ["read_manifest", "run"]
+__all__ = ["model_task", "read_manifest", "run"]
 
 PROG = "tabpfn-retrofit predict-batch"
 #: The columns of a prediction file besides the known target; a target of one of
 #: these names would overwrite it (or be overwritten).
 OUTPUT_COLUMNS = ("row", "prediction")
+
+
+def model_task(model: str) -> str:
+    """``"classification"`` or ``"regression"``: what the model at ``--model`` predicts.
+
+    A v2.5, v2.6 or v3 model says so itself (``task_type``); a v2 model
+    classifies when its config has ``max_num_classes >= 2`` (the rule its own
+    target encoding follows). The embedded host and v3.5 (one model for both
+    tasks) are regression here; ``--task classification`` asks v3.5 to classify.
+    """
+    if model == "embedded":
+        return "regression"  # no embedded classifier is shipped: nothing to load
+    specs = load_host(model)
+    task = getattr(specs.model, "task_type", None)
+    if task is None and isinstance(specs.model, TabPFNV2):
+        task = "multiclass" if specs.architecture_config.max_num_classes >= 2 else "regression"
+    return "classification" if task == "multiclass" else "regression"
 
 
 def read_manifest(path: str | Path, default_target: str | None = None) -> list[dict[str, Any]]:
@@ -129,12 +158,15 @@ def read_manifest(path: str | Path, default_target: str | None = None) -> list[d
     return entries
 
 
-def _load(entry: dict[str, Any], i: int) -> tuple[Any, np.ndarray, Any, np.ndarray | None]:
+def _load(
+    entry: dict[str, Any], i: int, task: str = "regression"
+) -> tuple[Any, np.ndarray, Any, np.ndarray | None]:
     """``X_train, y_train, X_test, y_test or None`` of one manifest entry.
 
     Read as ``predict`` reads its files (:mod:`retrofit.cli.csv_tables`): feature
-    columns as pandas parsed them (text stays text, for tabpfn), the target
-    numeric; a refusal names the dataset.
+    columns as pandas parsed them (text stays text, for tabpfn), a regression
+    target numeric, class labels as pandas parsed them (none missing in the
+    train file); a refusal names the dataset.
     """
     where = f"dataset {i} ({entry['name']})"
     target = entry["target"]
@@ -152,13 +184,39 @@ def _load(entry: dict[str, Any], i: int) -> tuple[Any, np.ndarray, Any, np.ndarr
         X_train, X_test = train[features], test[features]
         refuse_infinite_features(X_train, entry["train"])
         refuse_infinite_features(X_test, entry["test"])
-        y_train = numeric_target(train, target, entry["train"], allow_missing=False)
-        y_test = None
-        if target in test.columns:
-            y_test = numeric_target(test, target, entry["test"], allow_missing=True)
+        if task == "classification":
+            y_train, y_test = _labels(train, test, target, entry["train"])
+        else:
+            y_train = numeric_target(train, target, entry["train"], allow_missing=False)
+            y_test = None
+            if target in test.columns:
+                y_test = numeric_target(test, target, entry["test"], allow_missing=True)
     except CommandError as err:
         raise ManifestError(f"{where}: {err}") from None
     return X_train, y_train, X_test, y_test
+
+
+def _labels(
+    train: pd.DataFrame, test: pd.DataFrame, target: str, path: Path
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The class labels of the train file (none missing) and of the test file, if it has them.
+
+    Raises:
+        CommandError: A train row without a label, or a label named like an
+            output column (its probability column would collide).
+    """
+    y_train = train[target].to_numpy()
+    missing = train[target].isna().to_numpy()
+    if missing.any():
+        row = int(np.flatnonzero(missing)[0])
+        raise CommandError(f"target column {target!r} in {path} has no label in data row {row}")
+    clash = sorted({str(c) for c in np.unique(y_train)} & {*OUTPUT_COLUMNS, target})
+    if clash:
+        raise CommandError(
+            f"class label(s) {clash} in {path} name an output column; rename the class(es)"
+        )
+    y_test = test[target].to_numpy() if target in test.columns else None
+    return y_train, y_test
 
 
 def _refuse_overwriting_inputs(
@@ -203,9 +261,10 @@ def _predict_batch(args: argparse.Namespace) -> int:
     existing = [str(t) for t in targets if t.exists()]
     if existing and not args.force:
         raise ManifestError(f"prediction file(s) exist (use --force): {', '.join(existing)}")
-    data = [_load(entry, i) for i, entry in enumerate(entries)]
+    task = model_task(args.model) if args.task == "auto" else args.task
+    data = [_load(entry, i, task) for i, entry in enumerate(entries)]
     X_train, y_train, X_test = ([d[k] for d in data] for k in range(3))
-    check_batch_lists(X_train, y_train, X_test)
+    check_batch_lists(X_train, y_train, X_test, numeric=task == "regression")
 
     params: dict[str, Any] = {
         "mode": args.mode,
@@ -220,7 +279,8 @@ def _predict_batch(args: argparse.Namespace) -> int:
     if args.n_estimators is not None:
         params["n_estimators"] = args.n_estimators
     # Not fitted: batched_host loads and patches the model once, from these parameters.
-    estimator = OTabPFNRegressor(**params)
+    estimator_class = OTabPFNClassifier if task == "classification" else OTabPFNRegressor
+    estimator = estimator_class(**params)
     bars: dict[str, Any] = {}
 
     def progress(phase: str, done: int, total: int) -> None:
@@ -233,7 +293,8 @@ def _predict_batch(args: argparse.Namespace) -> int:
         bar.update(done - bar.n)
 
     try:
-        batch = predict_batched(
+        predict = predict_proba_batched if task == "classification" else predict_batched
+        batch = predict(
             estimator.batched_host(),
             X_train,
             y_train,
@@ -247,13 +308,20 @@ def _predict_batch(args: argparse.Namespace) -> int:
     created = missing_dirs(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        for entry, (_, _, _, y_test), prediction, path in zip(
+        for entry, (_, y, _, y_test), prediction, path in zip(
             entries, data, batch.results, targets, strict=True
         ):
             frame = pd.DataFrame({"row": np.arange(len(prediction))})
             if y_test is not None:
                 frame[entry["target"]] = y_test
-            frame["prediction"] = np.asarray(prediction, dtype=np.float64)
+            if task == "classification":
+                # tabpfn's classes_: the sorted distinct train labels, the columns' order.
+                classes = np.unique(y)
+                frame["prediction"] = classes[np.argmax(prediction, axis=1)]
+                for k, label in enumerate(classes):
+                    frame[str(label)] = np.asarray(prediction[:, k], dtype=np.float64)
+            else:
+                frame["prediction"] = np.asarray(prediction, dtype=np.float64)
             write_csv_atomic(frame, path)
     except BaseException:
         remove_empty_dirs(created)  # a folder this run made, if it holds nothing

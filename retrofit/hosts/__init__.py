@@ -11,11 +11,19 @@ host class                table               blocks swapped
 ``TabPFNV2``              :mod:`.v2`          ``blocks.i`` (``TabPFNBlock``)
 ``TabPFNV2p5``            :mod:`.v2`          ``blocks.i``; 64 thinking rows, presence 1
 ``TabPFNV2p6``            :mod:`.v2`          ``blocks.i``; 64 thinking rows, presence 1
-``TabPFNV3``              :mod:`.v3`          ``icl_blocks.i`` (``ICLTransformerBlock``)
-``TabPFNV3p5``            :mod:`.v3_5`        ``icl_blocks.i`` with q/k norms
+``TabPFNV3``              :mod:`.v3`          ``icl_blocks.i`` (``ICLTransformerBlock``);
+                                              classifiers: ``many_class_decoder``
+``TabPFNV3p5``            :mod:`.v3_5`        ``icl_blocks.i`` with q/k norms;
+                                              ``heads.many_class_decoder``
 ========================  ==================  ==========================================
 
+Classifiers and regressors of a version are the same host class, so one table
+serves both: the v2 family's readout is per test row (nothing to patch), and
+v3/v3.5 classifiers read their logits through ``ManyClassDecoder``, swapped
+for :class:`~retrofit.hosts.many_class_decoder.OManyClassDecoder`.
+
 Shared pieces: :mod:`.icl_block` (the O-closed ICL block of v3 and v3.5),
+:mod:`.many_class_decoder` (their O-closed classifier readout),
 :mod:`.icl_host` (the table and model overrides of an ICL-block host),
 :mod:`.presence_cache` (KV caches that carry presence, for v2 and v3 alike).
 

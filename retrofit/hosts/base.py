@@ -36,6 +36,7 @@ __all__ = [
     "PatchState",
     "ReplacedModule",
     "Swap",
+    "decodes_classes",
     "host_patcher_for",
     "icl_stage_for",
     "is_patched",
@@ -175,8 +176,13 @@ class ICLStage(Protocol):
 
     ``embed`` runs everything before the ICL blocks for one dataset exactly as
     the host's ``forward`` does (returning the carriers with the train target
-    already injected); ``run_blocks`` runs the patched ICL blocks;
-    ``decode`` maps the test rows' carriers to the host's output.
+    already injected; ``task_type``, tabpfn's ``"regression"`` or
+    ``"multiclass"``, among its keyword arguments); ``run_blocks`` runs the
+    patched ICL blocks; ``decode`` maps the test rows' carriers to the host's
+    regression output. A stage that classifies also has ``decode_classes``
+    (the class logits, from a dataset's own key rows, test rows and train
+    labels: v3's decoder reads the train rows), which ragged
+    ``predict_proba_batched`` requires.
 
     The carriers end in the dataset's test rows, one carrier row per test row;
     every row before them is a key row (the train rows, and rows a host adds
@@ -198,6 +204,11 @@ class ICLStage(Protocol):
     def decode(self, model: nn.Module, x_BMD: torch.Tensor) -> torch.Tensor:
         """The host's output ``(M, B, O)`` for test carriers ``(B, M, ...)``."""
         ...
+
+
+def decodes_classes(stage: ICLStage) -> bool:
+    """Whether ``stage`` has ``decode_classes`` (see :class:`ICLStage`)."""
+    return callable(getattr(stage, "decode_classes", None))
 
 
 _ICL_STAGES: dict[type[nn.Module], ICLStage] = {}

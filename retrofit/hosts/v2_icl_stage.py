@@ -89,8 +89,18 @@ class V2ICLStage:
         return x_BRCD
 
     def decode(self, model: TabPFNV2, x_BMCD: torch.Tensor) -> torch.Tensor:
-        """The regression head on the test rows' target cells: ``(M, B, O)``."""
+        """The decoder on the test rows' target cells: ``(M, B, O)`` (bins or class logits)."""
         return model._decode(x_BMCD, 0, only_return_standard_out=True)
+
+    def decode_classes(
+        self, model: TabPFNV2, keys_BNCD: torch.Tensor, x_BMCD: torch.Tensor, y_NB: torch.Tensor
+    ) -> torch.Tensor:
+        """A classifier's ``max_num_classes`` logits ``(M, B, O)``: :meth:`decode`.
+
+        The v2-family decoder reads each test row alone, so neither the key
+        rows nor the labels enter.
+        """
+        return self.decode(model, x_BMCD)
 
 
 class V2p5ICLStage(V2ICLStage):
@@ -120,7 +130,7 @@ class V2p5ICLStage(V2ICLStage):
         return x_BRCD
 
     def decode(self, model: TabPFNV2p5 | TabPFNV2p6, x_BMCD: torch.Tensor) -> torch.Tensor:
-        """The regression head on the test rows' target cells: ``(M, B, O)``."""
+        """The decoder on the test rows' target cells: ``(M, B, O)`` (bins or class logits)."""
         return model._decode(
             x_BMCD, test_start=0, train_start=0, train_end=0, only_return_standard_out=True
         )

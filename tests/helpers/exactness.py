@@ -66,6 +66,21 @@ MODULE_ULPS = {torch.float64: 16, torch.float32: 16, torch.bfloat16: 4, torch.fl
 # ulps on AVX-512 and AMX, <= 2.3 (float64) and 2.1 (float32) on AVX2.
 MODEL_ULPS = {torch.float64: 256, torch.float32: 256, torch.bfloat16: 4, torch.float16: 4}
 
+# Class probabilities of a zero-padded ragged classifier batch against each
+# dataset's predict_proba, in float32 ulps of max(1, max|p|) whatever the
+# inference dtype: tabpfn's classifier casts every member's logits to float32
+# before its post-processing (temperature, softmax, averaging), so float64
+# inference also returns float32 probabilities. float64: the logits agree within
+# MODEL_ULPS float64 ulps, far below half a float32 ulp, so their float32 casts
+# differ by at most one ulp of the logit and a softmax probability moves by at
+# most a few: 16. float32: MODEL_ULPS of the carriers carried through the
+# decoder and the softmax; the probabilities' own measured deviation stays far
+# below it: 64. Measured on tiny classifiers of every host class (v2, v2.5,
+# v2.6, v3, v3.5; five datasets, OAttention and Full-O; v2 over four seeds):
+# 0 ulps (float64), <= 1 ulp (float32); the same padding on the unpatched v2
+# host moves them by 6.9e4 to 4.1e5 ulps.
+CLASSIFIER_PROBA_ULPS = {torch.float64: 16, torch.float32: 64}
+
 # The fused attention kernel alone (patches.oattention) with one more key: its
 # products with the keys and its sums over them regroup. Measured <= 0.75 ulps
 # of max(1, max|v|) on AVX-512 and <= 1.0 with ATen and MKL on AVX2, in fp32,

@@ -20,14 +20,21 @@ from tabpfn.architectures.tabpfn_v2 import TabPFNV2
 from tabpfn.checkpoint import save_as_safetensors
 
 from eval.calibration import build_random_host
-from tests.helpers.tiny_models import perturb_zero_init, tiny_inference
+from tests.helpers.tiny_models import (
+    build_tiny_v3,
+    perturb_zero_init,
+    tiny_inference,
+    tiny_v3_config,
+)
 
 __all__ = [
     "TINY",
+    "TINY_MAX_CLASSES",
     "TINY_V2",
     "build_host",
     "build_tiny_v2",
     "save_tiny_v2_checkpoint",
+    "tiny_classifier_specs",
     "tiny_host_specs",
 ]
 
@@ -137,3 +144,32 @@ def save_tiny_v2_checkpoint(model: TabPFNV2, path, **overrides):
     state.update({f"criterion.{k}": v for k, v in criterion.state_dict().items()})
     save_as_safetensors({"state_dict": state, "config": dataclasses.asdict(parsed)}, path)
     return path
+
+
+#: Classes a tiny v2-family classifier scores (the published v2 checkpoints: 10).
+TINY_MAX_CLASSES = 10
+
+
+def tiny_classifier_specs(name: str = "tabpfn_v2", n_estimators: int = 3, seed: int = 0):
+    """A fresh tiny ``name`` classifier as ``ModelSpecs``, zero-inits perturbed.
+
+    ``name``: ``tabpfn_v2``, ``tabpfn_v2_5``, ``tabpfn_v2_6`` (a decoder of
+    :data:`TINY_MAX_CLASSES` logits per test row), ``tabpfn_v3`` or
+    ``tabpfn_v3_5`` (a many-class decoder over the train rows, up to as many
+    classes). A fresh model per estimator, as :func:`tiny_host_specs` (same
+    seed, same weights).
+    """
+    overrides = {"max_num_classes": TINY_MAX_CLASSES}
+    if name == "tabpfn_v2":
+        model = build_tiny_v2(seed, **overrides)
+        parsed, _ = tabpfn_v2.parse_config({**TINY_V2, **overrides})
+    elif name == "tabpfn_v3":
+        config = tiny_v3_config(**overrides)
+        model = build_tiny_v3(config, seed)
+        parsed, _ = ARCHITECTURES[name].parse_config(config)
+    else:
+        model = build_host(name, seed, **overrides)
+        parsed, _ = ARCHITECTURES[name].parse_config({**TINY[name], **overrides})
+    return ModelSpecs(
+        model=model, architecture_config=parsed, inference_config=tiny_inference(n_estimators)
+    )

@@ -118,6 +118,14 @@ PINNED = {
         "(self, **overwrite_kwargs)",
         "42633220b593764dc8ba4d07b2ea57338592a515beeda7bf216e10bf840eca32",
     ),
+    "tabpfn.classifier.TabPFNClassifier._uses_majority_downsample": (
+        "(self)",
+        "993de906b11c4b07cf7f67415fdb1917c7824ce0a946acd25dc749fc22aa1d39",
+    ),
+    "tabpfn.classifier.TabPFNClassifier.forward": (
+        "(self, X, *, use_inference_mode=False, return_logits=False, return_raw_logits=False)",
+        "ac5c72c63e8217b7c948dcd8161f55d4e962460879b7c4b0cb07b2b831d0939e",
+    ),
     "tabpfn.architectures.tabpfn_v2.TabPFNV2._pad_and_group_features": (
         "(self, x_RBC)",
         "cddd781f2288e0d1bae732377ce242c265f9af471632bf53e72a27eeef757021",

@@ -1,0 +1,249 @@
+"""Ragged ``predict_proba_batched`` for classifiers (retrofit.batching.classify).
+
+The claims, each a test here:
+
+* one dataset through a classifier's split stage (``embed``, ``run_blocks``,
+  ``decode_classes``) equals the host's ``forward`` bit for bit, on every
+  classifier host class (fails when tabpfn's forward changes under the split);
+* five datasets of different rows, features and class counts, padded with
+  zero ICL rows and run in fused forwards on a patched tiny classifier of
+  every host class (v2, v2.5, v2.6 decode per row; v3 and v3.5 with the
+  many-class decoder over each dataset's own train rows), give each dataset's
+  own ``predict_proba``: within ``CLASSIFIER_PROBA_ULPS`` of
+  ``tests/helpers/exactness.py`` in float64 (the reference OAttention kernel)
+  and in float32 (the fast kernel);
+* the same padding on the unpatched host moves the probabilities far beyond
+  that bound (the control that keeps the equivalence from passing vacuously);
+* class sets may differ on the padded path (each dataset keeps its classes as
+  columns; labels equal ``predict``'s); the model's class limit still binds;
+* same-shape input is tabpfn's own method in every mode, its class-set rule
+  included, and ``mode="none"`` keeps tabpfn's ragged error;
+* a host whose stage decodes no classes is refused, never decoded wrongly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+import torch
+from tabpfn import TabPFNClassifier
+
+import retrofit
+import retrofit.hosts.base
+from retrofit import OTabPFNClassifier
+from retrofit.batching.classify import predict_batched_labels, predict_proba_batched
+from retrofit.errors import BatchInputError, UnsupportedArchitectureError
+from retrofit.hosts.base import icl_stage_for
+from retrofit.hosts.v2_icl_stage import V2ICLStage
+from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE
+from tests.helpers.exactness import CLASSIFIER_PROBA_ULPS, assert_within_ulps, deviation_in_ulps
+from tests.helpers.padding import reference_kernel
+from tests.helpers.tiny_hosts import TINY_MAX_CLASSES, tiny_classifier_specs
+
+# (train rows, test rows, features, classes): five shapes, four class counts.
+RAGGED = [(30, 7, 3, 2), (50, 12, 4, 4), (12, 3, 3, 3), (40, 9, 4, 7), (22, 5, 6, 5)]
+HOSTS = ["tabpfn_v2", "tabpfn_v2_5", "tabpfn_v2_6", "tabpfn_v3", "tabpfn_v3_5"]
+
+
+@pytest.fixture(autouse=True)
+def _pad_as_on_an_accelerator(monkeypatch):
+    """Buckets pad up to 25 %, as on an accelerator (the CPU's 5 % would mostly not pad)."""
+    monkeypatch.setitem(DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE, "cpu", DEFAULT_MAX_PADDED_FRACTION)
+
+
+def _datasets(shapes=RAGGED, seed=0, labels=None):
+    """``(X_train, y_train, X_test)`` per shape; every class occurs in the train rows."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for n, m, c, k in shapes:
+        X = rng.normal(size=(n + m, c))
+        y = rng.integers(0, k, size=n + m)
+        y[:k] = np.arange(k)
+        y = y if labels is None else np.asarray(labels)[y]
+        out.append((X[:n], y[:n], X[n:]))
+    return out
+
+
+def _lists(sets):
+    return [s[0] for s in sets], [s[1] for s in sets], [s[2] for s in sets]
+
+
+def _plain(name="tabpfn_v2", mode="full-o", dtype=torch.float32, **kwargs):
+    """A ``TabPFNClassifier`` over a fresh tiny classifier, patched unless ``mode="none"``."""
+    specs = tiny_classifier_specs(name)
+    if mode != "none":
+        retrofit.patch(specs.model, mode)
+    base = {"device": "cpu", "inference_precision": dtype, "n_estimators": 3}
+    return TabPFNClassifier(model_path=specs, **{**base, **kwargs})
+
+
+def _ours(mode="full-o", dtype=torch.float32, **kwargs):
+    base = {"device": "cpu", "inference_precision": dtype, "n_estimators": 3}
+    specs = tiny_classifier_specs()
+    return OTabPFNClassifier(mode=mode, model_path=specs, **{**base, **kwargs})
+
+
+def _alone(sets, method="predict_proba", **kwargs):
+    return [getattr(_plain(**kwargs).fit(X, y), method)(Xt) for X, y, Xt in sets]
+
+
+@pytest.mark.parametrize("mode", ["oattention", "full-o"])
+@pytest.mark.parametrize("name", HOSTS)
+def test_one_dataset_through_the_split_classifier_stage_equals_the_host_forward(name, mode):
+    model = tiny_classifier_specs(name).model.double()
+    retrofit.patch(model, mode)
+    stage = icl_stage_for(model)
+    task = {"task_type": "multiclass"} if name == "tabpfn_v3_5" else {}
+    g = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        for n, m, c, k in RAGGED[:3]:
+            x = torch.randn(n + m, 2, c, generator=g, dtype=torch.float64)
+            y = torch.randint(0, k, (n, 2), generator=g).double()
+            carriers = stage.embed(model, x, y, task_type="multiclass")
+            keys = carriers.shape[1] - m
+            out = stage.run_blocks(model, carriers, keys)
+            split = stage.decode_classes(model, out[:, :keys], out[:, keys:], y)
+            assert torch.equal(split, model(x, y, **task))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    # Both modes on one host per decoder kind; Full-O, the default, on the others.
+    [(name, "full-o") for name in HOSTS]
+    + [("tabpfn_v2", "oattention"), ("tabpfn_v3", "oattention")],
+)
+def test_ragged_predict_proba_batched_equals_each_datasets_predict_proba(name, mode, dtype):
+    sets = _datasets()
+    kernel = reference_kernel() if dtype == torch.float64 else contextlib.nullcontext()
+    with kernel:
+        alone = _alone(sets, name=name, mode=mode, dtype=dtype)
+        batched = predict_proba_batched(_plain(name, mode, dtype), *_lists(sets))
+    assert batched.padded and batched.stats.padded_rows > batched.stats.real_rows
+    assert any(len(bucket) > 1 for bucket in batched.buckets)
+    for (_, y, X_test), a, b in zip(sets, alone, batched.results, strict=True):
+        assert b.shape == a.shape == (len(X_test), len(np.unique(y)))
+        assert b.dtype == a.dtype
+        assert_within_ulps(
+            torch.from_numpy(b),
+            torch.from_numpy(a),
+            ulps=CLASSIFIER_PROBA_ULPS[dtype],
+            dtype=torch.float32,
+        )
+
+
+def test_the_same_padding_on_the_unpatched_classifier_moves_its_probabilities(monkeypatch):
+    sets = _datasets()
+    alone = _alone(sets, mode="none")
+    # Let the padded path take the unpatched host: only the patch makes padding exact.
+    monkeypatch.setattr(retrofit.hosts.base, "is_patched", lambda model: True)
+    batched = predict_proba_batched(_plain(mode="none"), *_lists(sets), padded=True)
+    drifts = [
+        deviation_in_ulps(torch.from_numpy(b), torch.from_numpy(a), dtype=torch.float32)
+        for a, b in zip(alone, batched.results, strict=True)
+    ]
+    # Null train rows reach every dataset of a bucket but its longest (test rows are no keys).
+    rows = [len(X) for X, _, _ in sets]
+    keys_padded = [i for b in batched.buckets for i in b if rows[i] < max(rows[j] for j in b)]
+    assert keys_padded
+    assert all(drifts[i] > 100 * CLASSIFIER_PROBA_ULPS[torch.float32] for i in keys_padded)
+
+
+def test_the_estimator_batches_ragged_datasets_with_other_class_sets_and_labels():
+    names = np.array(["ant", "bee", "cat", "dog", "eel", "fox", "gnu"])
+    sets = _datasets(labels=names)
+    est = _ours(dtype=torch.float64)
+    with reference_kernel():
+        probas = est.predict_proba_batched(*_lists(sets))
+        labels = est.predict_batched(*_lists(sets))
+        alone = _alone(sets, dtype=torch.float64)
+        alone_labels = _alone(sets, method="predict", dtype=torch.float64)
+    assert not hasattr(est, "models_")  # self is left unfitted
+    assert isinstance(probas, list) and len(probas) == len(sets)
+    for (_, y, _), a, b, la, lb in zip(sets, alone, probas, alone_labels, labels, strict=True):
+        assert b.shape[1] == len(np.unique(y))
+        assert_within_ulps(
+            torch.from_numpy(b),
+            torch.from_numpy(a),
+            ulps=CLASSIFIER_PROBA_ULPS[torch.float64],
+            dtype=torch.float32,
+        )
+        np.testing.assert_array_equal(lb, la)
+        assert set(lb) <= set(y)
+
+
+def test_same_shape_input_is_tabpfns_own_predict_proba_batched_in_every_mode():
+    sets = _datasets([(30, 6, 3, 3)] * 3)
+    for mode in ("none", "oattention", "full-o"):
+        est = _ours(mode=mode)
+        ours = est.predict_proba_batched(*_lists(sets))
+        host = est.batched_host()
+        theirs = TabPFNClassifier.predict_proba_batched(host, *_lists(sets))
+        assert isinstance(ours, np.ndarray) and ours.shape == (3, 6, 3)
+        np.testing.assert_array_equal(ours, theirs)
+        through = predict_proba_batched(host, *_lists(sets))
+        assert not through.padded
+        np.testing.assert_array_equal(np.stack(through.results), theirs)
+        labels = predict_batched_labels(host, *_lists(sets)).results
+        for lab, p in zip(labels, theirs, strict=True):
+            np.testing.assert_array_equal(lab, np.argmax(p, axis=1))
+
+
+def test_same_shape_input_keeps_tabpfns_one_class_set_rule():
+    sets = _datasets([(30, 6, 3, 3), (30, 6, 3, 2)])
+    with pytest.raises(ValueError, match="same set of classes"):
+        _ours().predict_proba_batched(*_lists(sets))
+    # The padded path scores each dataset over its own classes.
+    batched = predict_proba_batched(_plain(), *_lists(sets), padded=True)
+    assert [r.shape for r in batched.results] == [(6, 3), (6, 2)]
+
+
+@pytest.mark.parametrize(
+    ("shapes", "match"),
+    [
+        ([(n, m, c, 3) for n, m, c, _ in RAGGED], "ragged batches are not supported"),
+        (RAGGED, "same set of classes"),  # tabpfn checks the class sets first
+    ],
+    ids=["ragged", "ragged-other-classes"],
+)
+def test_mode_none_keeps_tabpfns_errors(shapes, match):
+    sets = _datasets(shapes)
+    with pytest.raises(ValueError, match=match):
+        TabPFNClassifier.predict_proba_batched(_plain(mode="none"), *_lists(sets))
+    with pytest.raises(ValueError, match=match):
+        _ours(mode="none").predict_proba_batched(*_lists(sets))
+    with pytest.raises(ValueError, match=match):
+        _ours(mode="none").predict_batched(*_lists(sets))
+    with pytest.raises(UnsupportedArchitectureError, match="not patched"):
+        predict_proba_batched(_plain(mode="none"), *_lists(sets), padded=True)
+
+
+def test_more_classes_than_the_model_scores_are_refused_naming_the_dataset():
+    sets = _datasets([(30, 5, 3, 3), (40, 5, 4, TINY_MAX_CLASSES + 1)])
+    with pytest.raises(BatchInputError, match="dataset 1: "):
+        predict_proba_batched(_plain(), *_lists(sets))
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        ({"balance_probabilities": True}, NotImplementedError, "balance_probabilities"),
+        ({}, BatchInputError, "dataset 1: y_train has 1 missing labels"),
+    ],
+    ids=["balance", "missing-label"],
+)
+def test_per_dataset_state_and_missing_labels_are_refused(change, error, match):
+    X_tr, y_tr, X_te = _lists(_datasets())
+    if not change:
+        y_tr[1] = y_tr[1].astype(object)
+        y_tr[1][0] = None
+    with pytest.raises(error, match=match):
+        predict_proba_batched(_plain(**change), X_tr, y_tr, X_te)
+
+
+def test_a_host_whose_stage_decodes_no_classes_is_refused(monkeypatch):
+    monkeypatch.delattr(V2ICLStage, "decode_classes")
+    with pytest.raises(UnsupportedArchitectureError, match="decodes no classes"):
+        predict_proba_batched(_plain(), *_lists(_datasets()))
