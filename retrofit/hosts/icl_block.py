@@ -41,7 +41,7 @@ from retrofit.errors import (
     UnsupportedArchitectureError,
 )
 from retrofit.hosts.presence_cache import PresenceKVCacheEntry
-from retrofit.hosts.row_attention import oattend_rows, oattend_train_then_test
+from retrofit.hosts.row_attention import keeps_zero_rows, oattend_rows, oattend_train_then_test
 
 __all__ = ["SUPPORTED_ICL_BLOCKS", "OICLBlock"]
 
@@ -288,7 +288,32 @@ class OICLBlock(nn.Module):
         if q_BLHD.dtype != v_BNJD.dtype or k_BNJD.dtype != v_BNJD.dtype:
             # float32 q/k norms under autocast; the host's attention casts the same way.
             q_BLHD, k_BNJD = q_BLHD.to(v_BNJD.dtype), k_BNJD.to(v_BNJD.dtype)
-        return oattend_rows(q_BLHD, k_BNJD, v_BNJD, p_BL, p_BN, eps_den=self.eps_den)
+        return oattend_rows(
+            q_BLHD,
+            k_BNJD,
+            v_BNJD,
+            p_BL,
+            p_BN,
+            eps_den=self.eps_den,
+            nulls_are_zero=self._null_sources_are_zero(),
+        )
+
+    def _null_sources_are_zero(self) -> bool:
+        """Whether a null row's keys and values are exactly zero (cached ones too).
+
+        A null row is a zero carrier. Full-O's ``ONorm`` gates it to zero
+        whatever the norm; the host's norm must keep it zero otherwise (RMSNorm
+        has no bias); then the key and value projections, and v3.5's key norm,
+        must be bias-free. A cached key or value was made by this block, and a
+        symmetric quantization keeps 0 at 0.
+        """
+        att = self.icl_attention
+        maps = [att.k_projection, att.v_projection]
+        if self.mode != "full-o":
+            maps.append(self.layernorm)
+        if self.qk_norm:
+            maps.append(att.k_norm)
+        return keeps_zero_rows(*maps)
 
 
 def _scale_queries(scaling: nn.Module, q_BLHD: torch.Tensor, n_eff_B: torch.Tensor) -> torch.Tensor:
