@@ -295,24 +295,25 @@ class OICLBlock(nn.Module):
             p_BL,
             p_BN,
             eps_den=self.eps_den,
-            nulls_are_zero=self._null_sources_are_zero(),
+            nulls_are_zero=self._null_rows_are_zero(),
         )
 
-    def _null_sources_are_zero(self) -> bool:
-        """Whether a null row's keys and values are exactly zero (cached ones too).
+    def _null_rows_are_zero(self) -> bool:
+        """Whether a null row's query, keys and values are exactly zero (cached ones too).
 
         A null row is a zero carrier. Full-O's ``ONorm`` gates it to zero
         whatever the norm; the host's norm must keep it zero otherwise (RMSNorm
-        has no bias); then the key and value projections, and v3.5's key norm,
-        must be bias-free. A cached key or value was made by this block, and a
-        symmetric quantization keeps 0 at 0.
+        has no bias); then the projections, and v3.5's q/k norms, must be
+        bias-free. The learned query scaling multiplies (0 stays 0); a cached
+        key or value was made by this block, and a symmetric quantization
+        keeps 0 at 0.
         """
         att = self.icl_attention
-        maps = [att.k_projection, att.v_projection]
+        maps = [att.q_projection, att.k_projection, att.v_projection]
         if self.mode != "full-o":
             maps.append(self.layernorm)
         if self.qk_norm:
-            maps.append(att.k_norm)
+            maps += [att.q_norm, att.k_norm]
         return keeps_zero_rows(*maps)
 
 

@@ -48,8 +48,8 @@ def oattend_rows(
 
     Presence and shapes are built by the calling block, so they are not
     validated again; ``nulls_are_zero`` is the block's guarantee that null
-    sources' keys and values are exactly zero (:func:`keeps_zero_rows`), which
-    skips OAttention's null-source check.
+    rows' queries, keys and values are exactly zero (:func:`keeps_zero_rows`),
+    which skips OAttention's null-token checks.
     """
     o_BHLD = oattention(
         q_BLHD.transpose(1, 2),

@@ -343,12 +343,13 @@ class OTabPFNBlockV2(nn.Module):
     ) -> torch.Tensor:
         """OAttention of ``L`` receivers over ``N`` sources; ``(Bc, L, H, D)``.
 
-        A null cell is a zero carrier that reaches the keys and values with no
-        norm in between (post-norm), so bias-free projections keep it exactly
-        zero and OAttention's null-source check is skipped; learned rows are
-        never null.
+        A null cell is a zero carrier that reaches the queries, keys and values
+        with no norm in between (post-norm), so bias-free projections keep it
+        exactly zero and OAttention's null-token checks are skipped; learned
+        rows are never null.
         """
         att = self.per_column_attention_between_cells
+        projections = (att.q_projection, att.k_projection, att.v_projection)
         return oattend_rows(
             q_BcLHD,
             k_BcNJD,
@@ -356,5 +357,5 @@ class OTabPFNBlockV2(nn.Module):
             p_BcL,
             p_BcN,
             eps_den=self.eps_den,
-            nulls_are_zero=keeps_zero_rows(att.k_projection, att.v_projection),
+            nulls_are_zero=keeps_zero_rows(*projections),
         )

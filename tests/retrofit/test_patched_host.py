@@ -24,7 +24,9 @@ from tabpfn import ModelSpecs, TabPFNRegressor
 import retrofit.files
 import retrofit.models.patched_host as patched_host
 from retrofit import OTabPFNRegressor
+from retrofit.errors import SettingsConflictError
 from retrofit.models.saving import save_patched
+from retrofit.settings import resolve_settings, resolved_mode
 from tests.helpers.tiny_models import tiny_v3_checkpoint
 
 
@@ -190,3 +192,19 @@ def test_pickles_and_copies_leave_the_kept_host_out(checkpoint):
         np.testing.assert_array_equal(twin.predict(X_test), reference)
         np.testing.assert_array_equal(_fit_predict(twin), reference)
     assert "_patched_hosts" in est.__dict__  # pickling did not drop the original's
+
+
+@pytest.mark.parametrize("saved_mode", [None, "none", "oattention"])
+@pytest.mark.parametrize("given", [None, "none", "oattention", "full-o"])
+def test_the_mode_that_chooses_the_loading_path_is_the_one_the_settings_resolve_to(
+    given, saved_mode
+):
+    requested = {"mode": given, "tau": None, "support": None, "eps_den": None}
+    saved = None
+    if saved_mode is not None:
+        saved = {"mode": saved_mode, "tau": 1.0, "support": "count", "eps_den": 1e-6}
+    try:
+        expected = resolve_settings(requested, saved, host="TabPFNV3").mode
+    except SettingsConflictError:
+        return  # refused when the host is loaded, whichever path loads it
+    assert resolved_mode(requested, saved) == expected

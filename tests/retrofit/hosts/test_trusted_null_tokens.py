@@ -1,12 +1,14 @@
-"""Patched blocks skip OAttention's null-source check only where their maps keep a null row zero.
+"""Patched blocks skip OAttention's null-token checks only where their maps keep a null row zero.
 
 Every patched block (v2, v2.5, v2.6, v3, v3.5; both modes) is run on tiny
 perturbed hosts with a zero carrier among the train rows, with a spy on the
-OAttention call: the block passes ``nulls_are_zero=True``, the null sources'
-keys and values it hands over are exactly zero (what the flag promises), and
-its output is bit-identical to the checked path (CPU, float32, same shapes:
-the check copies nothing when null keys and values are finite). A host whose
-key or value projection gains a bias gets the checked path back.
+OAttention call: the block passes ``nulls_are_zero=True``, the null tokens'
+queries, keys and values it hands over are exactly zero (what the flag
+promises), and its output is bit-identical to the checked path (CPU, float32,
+same shapes: the check copies nothing when null keys and values are finite,
+and a null receiver's row is zero either way, at most with the sign of zero
+differing, which the comparison treats as equal). A host whose query, key or
+value projection gains a bias gets the checked path back.
 """
 
 from __future__ import annotations
@@ -57,19 +59,20 @@ def _run(block: nn.Module) -> torch.Tensor:
 
 
 class _Spy:
-    """Records each OAttention call's flag and its null sources' keys and values."""
+    """Records each OAttention call's flag and its null tokens' queries, keys and values."""
 
     def __init__(self, monkeypatch) -> None:
         self.flags: list[bool] = []
         self.null_kv: list[torch.Tensor] = []
+        self.null_q: list[torch.Tensor] = []
         real = row_attention.oattention
 
         def spy(q, k, v, p_q, p_k, **kwargs):
             self.flags.append(kwargs.get("nulls_are_zero", False))
-            null_BS = p_k == 0
-            if null_BS.any():
-                b, s = null_BS.nonzero(as_tuple=True)
-                self.null_kv += [k[b, :, s], v[b, :, s]]
+            b, s = (p_k == 0).nonzero(as_tuple=True)
+            self.null_kv += [k[b, :, s], v[b, :, s]]
+            b, i = (p_q == 0).nonzero(as_tuple=True)
+            self.null_q.append(q[b, :, i])
             return real(q, k, v, p_q, p_k, **kwargs)
 
         monkeypatch.setattr(row_attention, "oattention", spy)
@@ -82,7 +85,8 @@ def test_blocks_take_the_trusted_path_with_exact_zero_null_sources(name, mode, m
     spy = _Spy(monkeypatch)
     trusted = _run(block)
     assert spy.flags and all(spy.flags)
-    assert spy.null_kv and all(bool((t == 0).all()) for t in spy.null_kv)
+    assert any(t.numel() for t in spy.null_kv) and any(t.numel() for t in spy.null_q)
+    assert all(bool((t == 0).all()) for t in spy.null_kv + spy.null_q)
     # The checked path, as the blocks called OAttention before: bit-identical.
     module = icl_block if isinstance(block, OICLBlock) else v2_block
     monkeypatch.setattr(module, "keeps_zero_rows", lambda *maps: False)
@@ -92,7 +96,7 @@ def test_blocks_take_the_trusted_path_with_exact_zero_null_sources(name, mode, m
     torch.testing.assert_close(trusted, checked, rtol=0.0, atol=0.0)
 
 
-@pytest.mark.parametrize("projection", ["k_projection", "v_projection"])
+@pytest.mark.parametrize("projection", ["q_projection", "k_projection", "v_projection"])
 @pytest.mark.parametrize("name", ["tabpfn_v2_5", "tabpfn_v3", "tabpfn_v3_5"])
 def test_a_projection_that_gains_a_bias_gets_the_checked_path_back(name, projection, monkeypatch):
     block = _patched_block(name, "oattention")
@@ -105,7 +109,7 @@ def test_a_projection_that_gains_a_bias_gets_the_checked_path_back(name, project
     spy = _Spy(monkeypatch)
     out = _run(block)
     assert spy.flags and not any(spy.flags)  # the block no longer promises zeros
-    assert any(bool((t != 0).any()) for t in spy.null_kv)  # and they are not
+    assert any(bool((t != 0).any()) for t in spy.null_kv + spy.null_q)  # and they are not
     assert torch.isfinite(out).all()
 
 
