@@ -8,8 +8,9 @@ gets the permissions a plain ``open(path, "w")`` would give it: those of the
 file it replaces, else ``0o666`` less the umask (``mkstemp`` alone would leave
 ``0o600``).
 
-Also: the SHA-256 of a file (checkpoints, saved models, manifests), and the
-folders a command created, to remove when it fails.
+Also: the SHA-256 of a file (checkpoints, saved models, manifests; a
+checkpoint verified at every fit is hashed again only once its identity
+changes), and the folders a command created, to remove when it fails.
 
 JSON policy, one for the whole project (:func:`to_jsonable`,
 :func:`from_jsonable`): strict JSON, with non-finite floats recorded as the
