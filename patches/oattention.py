@@ -29,7 +29,10 @@ value (the kernel would turn its zero weight into ``0 * NaN``) and in a null
 receiver's query (its row is 0). It zeroes the keys and values of null
 sources before the kernel (on CPU only when one of them is non-finite, found
 by a check over the null sources alone; elsewhere always, which copies K and
-V but needs no device sync) and writes 0 into the rows of null receivers.
+V but needs no device sync) and writes 0 into the rows of null receivers. A
+caller that guarantees exact zeros there (``nulls_are_zero``: a patched block
+whose maps send the zero carrier to zero) skips both steps on CPU and the
+copy elsewhere.
 """
 
 from __future__ import annotations
@@ -290,6 +293,7 @@ def oattention(
     eps_den: float = 1e-6,
     scale: float | None = None,
     validate: bool = True,
+    nulls_are_zero: bool = False,
 ) -> torch.Tensor:
     """OAttention, fast exact path.
 
@@ -314,6 +318,15 @@ def oattention(
         validate: Check shapes and presence values first (default). Trusted
             callers that built presence themselves may pass False to skip the
             checks, whose value check is a reduction (a device sync on GPU).
+        nulls_are_zero: The caller guarantees that the queries, keys and
+            values of null tokens (``p = 0``) are exactly zero, as a block does
+            whose null carrier reaches them through maps with ``f(0) = 0`` (a
+            norm without bias, bias-free projections). The null-source check
+            (CPU) or copy (elsewhere) that keeps a non-finite null key or value
+            out of the kernel is then skipped (a zero key or value has weight
+            0 there), and on CPU so is the pass that writes 0 into null
+            receivers' rows (a zero query gives a finite row, which the gate
+            ``p_i = 0`` makes zero).
 
     Returns:
         ``(B, H, L, Dv)`` in the input dtype. A receiver with ``p_i = 0`` gets
@@ -348,7 +361,8 @@ def oattention(
         # backward is off by ~1e-4 (gradcheck); the sink route's SDPA passes
         # gradcheck in float64 (tabpfn's differentiable_input needs gradients).
         route = "sink"
-    k, v = _zero_null_sources(k, v, p_k, check=route == "cpu-flash")
+    if not nulls_are_zero:
+        k, v = _zero_null_sources(k, v, p_k, check=route == "cpu-flash")
     bias = _log_presence(p_k).view(B, 1, 1, S)
     empty = None
     if mask is not None:
@@ -401,7 +415,8 @@ def oattention(
     else:
         # The CPU kernel writes exact zeros for empty support; only a null
         # receiver whose query holds NaN or inf can leave a NaN row (0 * NaN).
-        out = _zero_null_receivers(out, p_q, inplace=inplace)
+        if not nulls_are_zero:
+            out = _zero_null_receivers(out, p_q, inplace=inplace)
     return out
 
 

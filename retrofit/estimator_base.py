@@ -34,12 +34,17 @@ from tabpfn import ModelSpecs
 
 from retrofit.errors import SettingsConflictError
 from retrofit.models.loading import ResolvedModel, resolve_for_tabpfn
+from retrofit.models.patched_host import PatchedHostCache
 from retrofit.models.saved import check_patch_digest
 from retrofit.patcher import PatchReport, patch, resolve_for_model
-from retrofit.settings import SETTING_NAMES, check_given
+from retrofit.settings import SETTING_NAMES, RetrofitSettings, check_given
 from retrofit.tabpfn_surface import models_may_be_shared
 
 __all__ = ["ModelPath", "RetrofitEstimatorMixin"]
+
+#: Where an estimator keeps its patched host between fits (not a fitted attribute:
+#: no trailing underscore; left out of pickles and copies, never cloned).
+_HOSTS_ATTR = "_patched_hosts"
 
 #: What ``model_path`` takes: tabpfn's kinds plus "embedded", the aliases, saved
 #: directories and a model resolved once (:func:`retrofit.resolve_model`).
@@ -85,42 +90,70 @@ class RetrofitEstimatorMixin:
         return saved_settings[0] if saved_settings else None
 
     def _initialize_model_variables(self) -> int:
-        """Loads the models as tabpfn does, from the translated ``model_path``, and patches them."""
+        """Loads the models as tabpfn does, from the translated ``model_path``, and patches them.
+
+        A patched host is loaded, verified and patched once per model file and
+        settings and kept between fits (:mod:`retrofit.models.patched_host`);
+        ``mode="none"``, in-memory models and files tabpfn has yet to download
+        load at every fit, as in tabpfn.
+        """
         requested = {name: getattr(self, name) for name in SETTING_NAMES}
         check_given(requested)  # a bad setting fails before anything is loaded
         resolved = resolve_for_tabpfn(self.model_path, which=self.estimator_type)
         saved = self._saved_settings([dict(s.settings) for s in resolved.saved])
-        requested_path = self.model_path
-        self.model_path = resolved.value
-        try:
-            byte_size = super()._initialize_model_variables()
-        finally:
-            self.model_path = requested_path
-        # One resolution per model: an unset tau is each host class's default.
         label = self.model_path
         if isinstance(label, ResolvedModel):
             label = label.label
         where = f"saved model {label}"
-        settings = [
-            resolve_for_model(model, requested, saved, where=where) for model in self.models_
-        ]
-        reports: list[PatchReport] = []
-        if settings[0].mode != "none":
-            # Built models are shared when tabpfn's model cache is on, and ModelSpecs
-            # models are the caller's: the patch goes to a copy then.
-            shared = resolved.by_reference or models_may_be_shared()
-            if shared:
-                self.models_ = [copy.deepcopy(model) for model in self.models_]
-            reports = [
-                patch(model, **config.to_dict())
-                for model, config in zip(self.models_, settings, strict=True)
-            ]
-        digests = [report.digest() for report in reports] or [None]
+        hosts = self.__dict__.setdefault(_HOSTS_ATTR, PatchedHostCache())
+        host = hosts.host_for(
+            resolved, requested, saved, estimator_type=self.estimator_type, where=where
+        )
+        requested_path = self.model_path
+        if host is None:
+            self.model_path = resolved.value
+        else:
+            self.model_path = host.model_path(as_list=isinstance(resolved.value, list))
+        try:
+            byte_size = super()._initialize_model_variables()
+        finally:
+            self.model_path = requested_path
+        if host is not None:
+            self.models_ = host.models_for_fit(self.devices_, self.forced_inference_dtype_)
+            settings, reports, digests = list(host.settings), list(host.reports), host.digests
+        else:
+            settings, reports = self._patch_loaded(requested, saved, where, resolved.by_reference)
+            digests = tuple(report.digest() for report in reports)
         for found in resolved.saved:
-            check_patch_digest(found, digests)
+            check_patch_digest(found, digests or (None,))
         self.settings_ = settings[0].to_dict()
         self.patch_reports_ = reports
         return byte_size
+
+    def _patch_loaded(
+        self, requested: dict, saved: dict | None, where: str, by_reference: bool
+    ) -> tuple[list[RetrofitSettings], list[PatchReport]]:
+        """Resolves the settings of the models tabpfn just loaded, and patches them."""
+        # One resolution per model: an unset tau is each host class's default.
+        settings = [
+            resolve_for_model(model, requested, saved, where=where) for model in self.models_
+        ]
+        if settings[0].mode == "none":
+            return settings, []
+        # Built models are shared when tabpfn's model cache is on, and ModelSpecs
+        # models are the caller's: the patch goes to a copy then.
+        if by_reference or models_may_be_shared():
+            self.models_ = [copy.deepcopy(model) for model in self.models_]
+        reports = [
+            patch(model, **config.to_dict())
+            for model, config in zip(self.models_, settings, strict=True)
+        ]
+        return settings, reports
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The pickled state: sklearn's, without the patched host kept between fits."""
+        state = super().__getstate__()
+        return {name: value for name, value in state.items() if name != _HOSTS_ATTR}
 
     def batched_host(self) -> BaseEstimator:
         """A plain tabpfn estimator over a model loaded and patched from the current parameters.

@@ -8,8 +8,9 @@ gets the permissions a plain ``open(path, "w")`` would give it: those of the
 file it replaces, else ``0o666`` less the umask (``mkstemp`` alone would leave
 ``0o600``).
 
-Also: the SHA-256 of a file (checkpoints, saved models, manifests), and the
-folders a command created, to remove when it fails.
+Also: the SHA-256 of a file (checkpoints, saved models, manifests; a
+checkpoint verified at every fit is hashed again only once its identity
+changes), and the folders a command created, to remove when it fails.
 
 JSON policy, one for the whole project (:func:`to_jsonable`,
 :func:`from_jsonable`): strict JSON, with non-finite floats recorded as the
@@ -36,12 +37,14 @@ __all__ = [
     "atomic_path",
     "default_dir_mode",
     "default_file_mode",
+    "file_identity",
     "from_jsonable",
     "missing_dirs",
     "process_alive",
     "read_json",
     "remove_empty_dirs",
     "sha256_file",
+    "sha256_of_checkpoint",
     "to_jsonable",
     "write_json_atomic",
     "write_text_atomic",
@@ -256,6 +259,46 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def file_identity(path: str | os.PathLike[str]) -> tuple[str, int, int, int, int, int]:
+    """What changes when a file is replaced or written: its path, inode, size and times.
+
+    The change time (``st_ctime_ns``) moves on every write and rename and cannot
+    be set back by the writer, so a file rewritten with the same size and a
+    restored modification time still has a new identity.
+
+    Raises:
+        OSError: If the file cannot be read (it does not exist).
+    """
+    resolved = Path(path).resolve()
+    st = resolved.stat()
+    return (str(resolved), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+#: :func:`sha256_of_checkpoint`'s digests by :func:`file_identity`, oldest first.
+_DIGESTS: dict[tuple[str, int, int, int, int, int], str] = {}
+_MAX_DIGESTS = 64
+
+
+def sha256_of_checkpoint(path: str | os.PathLike[str]) -> str:
+    """:func:`sha256_file` of a file read many times (a checkpoint verified at every fit).
+
+    Each digest is remembered for the process under the file's
+    :func:`file_identity`, so the file is hashed again only once it changes;
+    the check that the bytes match a recorded digest then costs a ``stat``.
+
+    Raises:
+        OSError: If the file cannot be read.
+    """
+    identity = file_identity(path)
+    found = _DIGESTS.get(identity)
+    if found is None:
+        found = sha256_file(identity[0])
+        if len(_DIGESTS) >= _MAX_DIGESTS:
+            _DIGESTS.pop(next(iter(_DIGESTS)))
+        _DIGESTS[identity] = found
+    return found
 
 
 def missing_dirs(path: str | os.PathLike[str]) -> list[Path]:

@@ -49,6 +49,7 @@ __all__ = [
     "default_max_padded_fraction",
     "default_tau",
     "resolve_settings",
+    "resolved_mode",
 ]
 
 Mode = Literal["oattention", "full-o"]
@@ -277,6 +278,20 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return float(a) == float(b)
     return a == b
+
+
+def resolved_mode(requested: Mapping[str, Any], saved: Mapping[str, Any] | None = None) -> str:
+    """The mode :func:`resolve_settings` resolves to, known before a host is loaded.
+
+    The same precedence (given, else saved, else :data:`DEFAULT_SETTINGS`);
+    the mode, unlike ``tau``, depends on no host fact, so the estimator can
+    choose its loading path with it. A conflict with the saved mode is left to
+    :func:`resolve_settings` to report.
+    """
+    given = requested.get("mode")
+    if given is not None:
+        return given
+    return (DEFAULT_SETTINGS if saved is None else saved)["mode"]
 
 
 def resolve_settings(

@@ -41,7 +41,12 @@ from retrofit.errors import (
     UnsupportedArchitectureError,
 )
 from retrofit.hosts.presence_cache import PresenceKVCacheEntry
-from retrofit.hosts.row_attention import oattend_rows, oattend_train_then_test, scale_queries
+from retrofit.hosts.row_attention import (
+    keeps_zero_rows,
+    oattend_rows,
+    oattend_train_then_test,
+    scale_queries,
+)
 
 __all__ = ["SUPPORTED_ICL_BLOCKS", "OICLBlock"]
 
@@ -288,4 +293,30 @@ class OICLBlock(nn.Module):
         if q_BLHD.dtype != v_BNJD.dtype or k_BNJD.dtype != v_BNJD.dtype:
             # float32 q/k norms under autocast; the host's attention casts the same way.
             q_BLHD, k_BNJD = q_BLHD.to(v_BNJD.dtype), k_BNJD.to(v_BNJD.dtype)
-        return oattend_rows(q_BLHD, k_BNJD, v_BNJD, p_BL, p_BN, eps_den=self.eps_den)
+        return oattend_rows(
+            q_BLHD,
+            k_BNJD,
+            v_BNJD,
+            p_BL,
+            p_BN,
+            eps_den=self.eps_den,
+            nulls_are_zero=self._null_rows_are_zero(),
+        )
+
+    def _null_rows_are_zero(self) -> bool:
+        """Whether a null row's query, keys and values are exactly zero (cached ones too).
+
+        A null row is a zero carrier. Full-O's ``ONorm`` gates it to zero
+        whatever the norm; the host's norm must keep it zero otherwise (RMSNorm
+        has no bias); then the projections, and v3.5's q/k norms, must be
+        bias-free. The learned query scaling multiplies (0 stays 0); a cached
+        key or value was made by this block, and a symmetric quantization
+        keeps 0 at 0.
+        """
+        att = self.icl_attention
+        maps = [att.q_projection, att.k_projection, att.v_projection]
+        if self.mode != "full-o":
+            maps.append(self.layernorm)
+        if self.qk_norm:
+            maps += [att.q_norm, att.k_norm]
+        return keeps_zero_rows(*maps)

@@ -23,7 +23,12 @@ from torch import nn
 
 from patches import oattention
 
-__all__ = ["Attend", "oattend_rows", "oattend_train_then_test", "scale_queries"]
+__all__ = ["Attend", "keeps_zero_rows", "oattend_rows", "oattend_train_then_test", "scale_queries"]
+
+#: Maps that send a zero row to an exact zero row when they have no bias: the
+#: projections and norms of the patched blocks (tabpfn's own norms subclass
+#: torch's to change the compute dtype only).
+_ZERO_KEEPING = (nn.Linear, nn.LayerNorm, nn.RMSNorm)
 
 #: ``attend(q_BLHD, k_BNJD, v_BNJD, p_BL, p_BN) -> o_BLHD``: a block's OAttention.
 Attend = Callable[
@@ -39,11 +44,14 @@ def oattend_rows(
     p_BN: torch.Tensor,
     *,
     eps_den: float,
+    nulls_are_zero: bool = False,
 ) -> torch.Tensor:
     """OAttention of ``L`` receivers over ``N`` sources; ``(B, L, H, D)``.
 
     Presence and shapes are built by the calling block, so they are not
-    validated again.
+    validated again; ``nulls_are_zero`` is the block's guarantee that null
+    rows' queries, keys and values are exactly zero (:func:`keeps_zero_rows`),
+    which skips OAttention's null-token checks.
     """
     o_BHLD = oattention(
         q_BLHD.transpose(1, 2),
@@ -53,6 +61,7 @@ def oattend_rows(
         p_BN,
         eps_den=eps_den,
         validate=False,
+        nulls_are_zero=nulls_are_zero,
     )
     return o_BHLD.transpose(1, 2)  # memory already laid out as (B, L, H, D)
 
@@ -90,3 +99,14 @@ def scale_queries(scaling: nn.Module, q_BLHD: torch.Tensor, n_eff_B: torch.Tenso
     return torch.cat(
         [scaling(q_BLHD[b : b + 1], n_eff_B[b]) for b in range(q_BLHD.shape[0])], dim=0
     )
+
+
+def keeps_zero_rows(*maps: nn.Module) -> bool:
+    """Whether every map sends a zero row to an exact zero row, read off its class and bias.
+
+    A ``Linear``, ``LayerNorm`` or ``RMSNorm`` without a bias does (``W 0 = 0``,
+    ``Norm(0) = 0``); any other module, or one with a bias, is not trusted, so
+    a host that gains a bias falls back to OAttention's checked path. Read at
+    every call: a bias added after patching counts too.
+    """
+    return all(isinstance(m, _ZERO_KEEPING) and getattr(m, "bias", None) is None for m in maps)

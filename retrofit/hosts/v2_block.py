@@ -63,7 +63,7 @@ from retrofit.errors import (
     UnsupportedArchitectureError,
 )
 from retrofit.hosts.presence_cache import PresenceKVCacheEntry
-from retrofit.hosts.row_attention import oattend_rows, oattend_train_then_test
+from retrofit.hosts.row_attention import keeps_zero_rows, oattend_rows, oattend_train_then_test
 
 __all__ = ["SUPPORTED_V2_BLOCKS", "OTabPFNBlockV2"]
 
@@ -341,5 +341,21 @@ class OTabPFNBlockV2(nn.Module):
         p_BcL: torch.Tensor,
         p_BcN: torch.Tensor,
     ) -> torch.Tensor:
-        """OAttention of ``L`` receivers over ``N`` sources; ``(Bc, L, H, D)``."""
-        return oattend_rows(q_BcLHD, k_BcNJD, v_BcNJD, p_BcL, p_BcN, eps_den=self.eps_den)
+        """OAttention of ``L`` receivers over ``N`` sources; ``(Bc, L, H, D)``.
+
+        A null cell is a zero carrier that reaches the queries, keys and values
+        with no norm in between (post-norm), so bias-free projections keep it
+        exactly zero and OAttention's null-token checks are skipped; learned
+        rows are never null.
+        """
+        att = self.per_column_attention_between_cells
+        projections = (att.q_projection, att.k_projection, att.v_projection)
+        return oattend_rows(
+            q_BcLHD,
+            k_BcNJD,
+            v_BcNJD,
+            p_BcL,
+            p_BcN,
+            eps_den=self.eps_den,
+            nulls_are_zero=keeps_zero_rows(*projections),
+        )

@@ -57,6 +57,7 @@ from retrofit.files import (
     process_alive,
     remove_empty_dirs,
     sha256_file,
+    sha256_of_checkpoint,
 )
 from retrofit.models.checkpoints import load_checkpoint
 from retrofit.settings import SETTING_NAMES, check_given
@@ -427,7 +428,7 @@ def load_saved(directory: str | os.PathLike[str]) -> SavedRetrofit:
         )
     if Path(weights_name).name != weights_name or not weights.is_file():
         raise SavedModelError(f"{root} lacks its weights file {weights_name}")
-    actual_sha = sha256_file(weights)
+    actual_sha = sha256_of_checkpoint(weights)
     if actual_sha != expected_sha:
         raise SavedModelError(
             f"SHA-256 mismatch for {weights}: expected {expected_sha}, found {actual_sha} "

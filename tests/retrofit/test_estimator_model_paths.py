@@ -17,6 +17,7 @@ from tabpfn.model_loading import prepend_cache_path
 
 import retrofit
 import retrofit.estimator_base
+import retrofit.models.patched_host
 from retrofit import OTabPFNRegressor, is_patched, load_host, save_patched
 from retrofit.hosts.v3 import OTabPFNV3
 from retrofit.models.loading import resolve_for_tabpfn
@@ -155,7 +156,8 @@ def test_tuning_regressors_are_patched_too(checkpoints, monkeypatch):
         patched.append(kwargs["mode"])
         return original(model, **kwargs)
 
-    monkeypatch.setattr(retrofit.estimator_base, "patch", counting)
+    monkeypatch.setattr(retrofit.estimator_base, "patch", counting)  # in-memory models
+    monkeypatch.setattr(retrofit.models.patched_host, "patch", counting)  # checkpoint files
     tuning = {"calibrate_temperature": True, "tuning_holdout_frac": 0.5, "tuning_n_folds": 1}
     X, y = _data(n=90)
     est = _est(checkpoints[0], mode="oattention", tuning_config=tuning)

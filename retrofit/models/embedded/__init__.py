@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from retrofit.errors import EmbeddedCheckpointError
-from retrofit.files import sha256_file
+from retrofit.files import sha256_of_checkpoint
 
 __all__ = [
     "EMBEDDED_FILENAME",
@@ -65,7 +65,7 @@ def verify_checkpoint(path: str | Path, expected_sha256: str) -> Path:
             f"embedded checkpoint {path} is missing; reinstall tabpfn-retrofit or "
             "regenerate it with `python -m hostgen.pretrain` (see MODEL_CARD.md)"
         )
-    actual = sha256_file(path)
+    actual = sha256_of_checkpoint(path)
     if actual != expected_sha256.lower():
         raise EmbeddedCheckpointError(
             f"embedded checkpoint {path} is corrupted or was replaced: SHA-256 {actual} "
