@@ -200,13 +200,18 @@ class OManyClassDecoder(nn.Module):
         # its batch); every chunk has the same weights, so this is exact.
         T, D = v_BNHT.shape[-1], self.head_dim
         v_BNHX = F.pad(v_BNHT, (0, -T % D))
+        dtype = q_BMHD.dtype
+        if dtype == torch.float16 and q_BMHD.device.type == "cpu":
+            # Scaled queries reach ~1e4, so float16 scores overflow on the CPU
+            # kernels: computed in float32, as v3.5's attention does.
+            q_BMHD, k_BNHD, v_BNHX = q_BMHD.float(), k_BNHD.float(), v_BNHX.float()
         out_BMHT = torch.cat(
             [
                 oattend_rows(q_BMHD, k_BNHD, chunk, p_BM, p_BN, eps_den=self.eps_den)
                 for chunk in v_BNHX.split(D, dim=-1)
             ],
             dim=-1,
-        )[..., :T]
+        )[..., :T].to(dtype)
         out_BMT = out_BMHT.mean(2)
         missing = self.max_num_classes - out_BMT.shape[-1]
         if missing:

@@ -165,9 +165,9 @@ def _with_label(y):
     return torch.cat([y[:POS], y[:1], y[POS:]])  # an existing class: same one-hot width
 
 
-def _v3_run(monkeypatch, model, *, at_icl_entry=True, **forward_kwargs):
+def _v3_run(monkeypatch, model, *, at_icl_entry=True, dtype=torch.float64, **forward_kwargs):
     """(reference logits, logits with the null train row, its final ICL carrier)."""
-    x, y = _data()
+    x, y = (t.to(dtype) for t in _data())
     with torch.inference_mode():
         ref = model(x, y, **_kwargs(model), **forward_kwargs)
     with monkeypatch.context() as m:
@@ -189,6 +189,30 @@ def test_a_null_train_row_at_the_icl_entry_changes_no_logit(monkeypatch, name, m
     assert out.shape == ref.shape == (R - N, B, CLASSES)
     assert _drift(out, ref) <= F64_ULPS
     assert_exactly_zero(null_BE)
+
+
+# Not bfloat16: one more train row moves the tiny unpatched classifier's logits by
+# about 1.5 bf16 ulps, inside bf16's bound, so the control could not fail there
+# (the bf16 proof on the ICL carriers is tests/retrofit/hosts/test_null_row_v3.py's).
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", V3_FAMILY)
+def test_the_proof_holds_in_reduced_precision(monkeypatch, name, mode, dtype):
+    """The whole model cast to ``dtype``: logits within ``MODEL_ULPS[dtype]``, the control beyond.
+
+    Compared on the classes present in the train labels (0-2): an absent
+    class's logit is the constant floor ``log(4e-5)``, whose magnitude would
+    set the ulp scale and hide a real change in bfloat16.
+    """
+    ref, out, null_BE = _v3_run(monkeypatch, _v3_family(name, mode).to(dtype), dtype=dtype)
+    base_ref, base_out, _ = _v3_run(monkeypatch, _v3_family(name, "none").to(dtype), dtype=dtype)
+    present = slice(0, 3)
+    drift = _drift(out[..., present], ref[..., present])
+    base_drift = _drift(base_out[..., present], base_ref[..., present])
+    assert null_BE.dtype == dtype
+    assert_exactly_zero(null_BE)
+    assert drift <= MODEL_ULPS[dtype], (drift, base_drift)
+    assert base_drift > MODEL_ULPS[dtype], (drift, base_drift)
 
 
 @pytest.mark.parametrize("name", V3_FAMILY)
