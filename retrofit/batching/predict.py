@@ -43,6 +43,7 @@ from tabpfn.errors import TabPFNValidationError
 from retrofit.batching.padding import (
     DEFAULT_MAX_ROWS_PER_FORWARD,
     PaddingStats,
+    icl_working_set_bytes,
     key_rows,
     plan_buckets,
     run_padded_icl,
@@ -51,7 +52,9 @@ from retrofit.errors import BatchInputError, InvalidInputError
 from retrofit.hosts.base import icl_stage_for, supports_padded_icl
 from retrofit.settings import (
     DEFAULT_QUANTILES,
+    check_max_bucket_bytes,
     check_max_padded_fraction,
+    default_max_bucket_bytes,
     default_max_padded_fraction,
 )
 from retrofit.tabpfn_surface import (
@@ -380,6 +383,7 @@ def predict_batched(
     quantiles: list[float] | None = None,
     max_padded_fraction: float | None = None,
     max_rows: int = DEFAULT_MAX_ROWS_PER_FORWARD,
+    max_bucket_bytes: int | str | None = "auto",
     progress: Progress | None = None,
     padded: bool | None = None,
 ) -> BatchedPrediction:
@@ -399,6 +403,11 @@ def predict_batched(
             (:func:`retrofit.settings.default_max_padded_fraction`: 0.05 on a
             CPU, where padding costs what it pads, 0.25 on an accelerator).
         max_rows: Bound on the padded rows of one ICL forward.
+        max_bucket_bytes: Bound on the estimated working set of one ICL
+            forward (:func:`retrofit.batching.padding.icl_working_set_bytes`);
+            ``"auto"``: the device's default
+            (:func:`retrofit.settings.default_max_bucket_bytes`: cache-sized on
+            a CPU, none on an accelerator); None: no bound.
         progress: Called as ``progress(phase, done, total)``.
         padded: None (default): the padded path for ragged input on a patched
             host, tabpfn's ``predict_batched`` otherwise. True: the padded path
@@ -410,7 +419,8 @@ def predict_batched(
 
     Raises:
         BatchInputError: Malformed lists or datasets (the message names the
-            dataset index), or a ``max_padded_fraction`` outside ``[0, 1)``;
+            dataset index), a ``max_padded_fraction`` outside ``[0, 1)`` or a
+            ``max_bucket_bytes`` that is not ``"auto"``, None or an integer >= 1;
             nothing is returned in part.
         TabPFNValidationError: An invalid ``output_type`` or ``quantiles``.
         NotImplementedError: ``tuning_config`` or majority downsampling, which
@@ -422,6 +432,8 @@ def predict_batched(
     y_train_list = check_batch_lists(X_train_list, y_train_list, X_test_list)
     if max_padded_fraction is not None:
         max_padded_fraction = check_max_padded_fraction(max_padded_fraction)
+    if max_bucket_bytes != "auto":
+        max_bucket_bytes = check_max_bucket_bytes(max_bucket_bytes)
     quantiles = _check_output_request(output_type, quantiles)
     models = _models_of(regressor)
     if padded is None:
@@ -478,19 +490,30 @@ def predict_batched(
     stats = PaddingStats()
     buckets: list[list[int]] = []
     if embedded:
+        device = next(iter(embedded.values())).worker.devices_[0]
         if max_padded_fraction is None:
-            device = next(iter(embedded.values())).worker.devices_[0]
             max_padded_fraction = default_max_padded_fraction(device)
-        outputs = _run_icl(embedded, max_padded_fraction, max_rows, stats, buckets, progress)
+        if max_bucket_bytes == "auto":
+            max_bucket_bytes = default_max_bucket_bytes(device)
+        bounds = _BucketBounds(max_padded_fraction, max_rows, max_bucket_bytes)
+        outputs = _run_icl(embedded, bounds, stats, buckets, progress)
         for i, data in embedded.items():
             results[i] = _decode(data, outputs[i], output_type, quantiles)
     return BatchedPrediction(results, True, stats, buckets)
 
 
+@dataclasses.dataclass(frozen=True)
+class _BucketBounds:
+    """The resolved bounds of :func:`retrofit.batching.padding.plan_buckets`."""
+
+    max_padded_fraction: float
+    max_rows: int
+    max_bytes: int | None
+
+
 def _run_icl(
     embedded: dict[int, _Dataset],
-    max_padded_fraction: float,
-    max_rows: int,
+    bounds: _BucketBounds,
     stats: PaddingStats,
     buckets: list[list[int]],
     progress: Progress | None,
@@ -505,11 +528,15 @@ def _run_icl(
             by_model.setdefault(key, []).append(unit)
     plans = []
     for units in by_model.values():
+        carriers = units[0].carriers_BRD
+        assert carriers is not None
         planned = plan_buckets(
             [u.shape for u in units],
             batch=[len(u.members) for u in units],
-            max_padded_fraction=max_padded_fraction,
-            max_rows=max_rows,
+            max_padded_fraction=bounds.max_padded_fraction,
+            max_rows=bounds.max_rows,
+            row_bytes=icl_working_set_bytes(carriers.shape[2:], carriers.dtype),
+            max_bytes=bounds.max_bytes,
         )
         plans.extend([units[k] for k in bucket] for bucket in planned)
     buckets.extend(sorted({u.dataset for u in bucket}) for bucket in plans)
