@@ -40,6 +40,7 @@ import torch
 from tabpfn import TabPFNRegressor
 from tabpfn.errors import TabPFNValidationError
 
+from retrofit.batching.chunks import chunk_cells_for, lowered_chunk_cells
 from retrofit.batching.padding import (
     DEFAULT_MAX_ROWS_PER_FORWARD,
     PaddingStats,
@@ -254,7 +255,8 @@ def _embed_dataset(
     """Fits one dataset and runs its members' stages before ICL, as ``predict`` does.
 
     Members that share a model and a prepared shape run as one forward in
-    chunks of tabpfn's estimator batch budget, like ``predict``'s engine.
+    chunks of tabpfn's estimator batch budget, like ``predict``'s engine, with
+    the device's cache-sized row chunks (:mod:`retrofit.batching.chunks`).
     ``cast`` holds the models already cast to a forced dtype in this batch
     (keyed by identity and dtype; shared by every dataset, since the workers
     use the same model objects). Returns ``(None, worker)`` for a constant
@@ -312,6 +314,7 @@ def _embed_dataset(
             with (
                 get_autocast_context(device, enabled=worker.use_autocast_),
                 torch.inference_mode(),
+                lowered_chunk_cells(model, chunk_cells_for(device, *X_RBC.shape[1:])),
             ):
                 carriers_BRD = icl_stage_for(model).embed(
                     model, X_RBC, y_NB, performance_options=_options(model, save_peak_mem)
