@@ -15,6 +15,7 @@ run, storing nothing for that case) when they differ.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import platform
@@ -44,6 +45,7 @@ from eval.paper.spec import (
 )
 from eval.paper.store import claim_run, read_row, release_claim, run_path, utc_now, write_row
 from eval.provenance import provenance_dict
+from retrofit.batching.chunks import cache_sized_chunks
 from retrofit.estimator import OTabPFNRegressor
 from retrofit.versions import package_versions
 
@@ -148,7 +150,8 @@ def _fit_predict(task: Task, row: dict[str, Any]) -> Any:
         estimator.fit(X_train, y_train)
         row["fit_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        pred = np.asarray(estimator.predict(X_test), dtype=np.float64)
+        with _cache_sized_chunks(estimator):
+            pred = np.asarray(estimator.predict(X_test), dtype=np.float64)
         row["predict_s"] = time.perf_counter() - t0
         finite = np.isfinite(pred)
         row["nonfinite_predictions"] = int((~finite).sum())
@@ -164,6 +167,19 @@ def _fit_predict(task: Task, row: dict[str, Any]) -> Any:
         row["error"] = f"{type(exc).__name__}: {exc}"
         row["traceback"] = traceback.format_exc(limit=8)[-4000:]
     return estimator
+
+
+def _cache_sized_chunks(estimator: Any) -> contextlib.AbstractContextManager:
+    """The device's cache-sized stage 0-2 chunks for a fitted tabpfn estimator.
+
+    Bit-identical to tabpfn's default chunks and faster on a CPU
+    (:mod:`retrofit.batching.chunks`); nothing changes for an estimator without
+    tabpfn's fitted models (a stand-in in tests).
+    """
+    models, devices = getattr(estimator, "models_", None), getattr(estimator, "devices_", None)
+    if not models or not devices:
+        return contextlib.nullcontext()
+    return cache_sized_chunks(models, devices[0])
 
 
 def _warning_line(w: warnings.WarningMessage) -> str:
