@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
-from eval.benchmarks import DEFAULT_BATCHED_SIZES
+from eval.benchmarks import BENCH_PARTS, DEFAULT_BATCHED_SIZES
 from eval.locations import DEFAULT_OUTPUT_ROOT, default_output
 from eval.paper.executors import DEFAULT_CONNECT_TIMEOUT_S, EXECUTORS
 from eval.paper.protocol import (
@@ -199,8 +199,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--parts",
         nargs="+",
-        choices=("attention", "memory", "estimator"),
-        default=["attention", "memory", "estimator"],
+        choices=BENCH_PARTS,
+        default=list(BENCH_PARTS),
         help="which parts to run",
     )
     p.add_argument("--model", default="embedded", help="host of the ICL shapes and estimator part")

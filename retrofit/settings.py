@@ -31,6 +31,8 @@ from patches.presence import check_tau
 from retrofit.errors import BatchInputError, InvalidPatchConfigError, SettingsConflictError
 
 __all__ = [
+    "DEFAULT_CHUNK_CELLS_BY_DEVICE",
+    "DEFAULT_MAX_BUCKET_BYTES_BY_DEVICE",
     "DEFAULT_MAX_PADDED_FRACTION",
     "DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE",
     "DEFAULT_QUANTILES",
@@ -45,7 +47,10 @@ __all__ = [
     "PatchConfig",
     "RetrofitSettings",
     "check_given",
+    "check_max_bucket_bytes",
     "check_max_padded_fraction",
+    "default_chunk_cells",
+    "default_max_bucket_bytes",
     "default_max_padded_fraction",
     "default_tau",
     "resolve_settings",
@@ -78,6 +83,30 @@ DEFAULT_MAX_PADDED_FRACTION: float = 0.25
 #: embedded host) has ragged batches at 0.98-1.01x a loop of fit/predict at this
 #: bound and 1.14-1.19x at 25 %.
 DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE: Mapping[str, float] = {"cpu": 0.05}
+#: Bound on the estimated working set of one fused ICL forward of a ragged batch
+#: (:func:`retrofit.batching.padding.icl_working_set_bytes`), by device type; a
+#: device not named here has none (an accelerator's memory is bounded by the
+#: padded rows alone). A CPU is compute-bound and its caches are small: a fused
+#: forward whose working set outgrows them costs more per cell than the
+#: per-dataset forwards it replaces (issue 25: 1.11x at 67 MB fused against 2 MB
+#: per dataset), so its buckets stay cache-sized. Measured after the grouped
+#: length scaling (2 shared cores, one thread, CPU time, 7 rounds): the fused ICL
+#: stage of 64 datasets of 30-200 rows took 0.85-0.94x the per-dataset forwards
+#: at every budget from 1 MiB to none, and of 8 datasets of 1,000-3,000 rows
+#: 0.85-0.97x; the budgets did not differ beyond that noise, so the value is the
+#: cache argument's (a few MiB of L2/L3 per core), not a measured optimum.
+DEFAULT_MAX_BUCKET_BYTES_BY_DEVICE: Mapping[str, int] = {"cpu": 8 * 2**20}
+#: Cells per row chunk of the stages before ICL (tabpfn v3's and v3.5's
+#: ``inference_chunk_cells``, summed over the batch) that the ragged path and
+#: the evaluation use, by device type (:mod:`retrofit.batching.chunks`); tabpfn's
+#: default, 2048 x 768, is kept where a device is not named. On a CPU a
+#: cache-sized chunk is faster and changes no bit (same shapes, same process;
+#: ``tests/retrofit/batching/test_chunks.py``). ``results/bench`` (its ``chunks``
+#: part, 3 datasets of 1,500-2,700 train rows, loaded 2-core machine): 0.86x
+#: [0.82, 0.87] the CPU time at one torch thread, but 1.17x [1.08, 1.19] at two,
+#: where smaller chunks give each parallel region less work; not yet measured
+#: on a quiet machine.
+DEFAULT_CHUNK_CELLS_BY_DEVICE: Mapping[str, int] = {"cpu": 65_536}
 #: What an unset setting means, unless a saved directory says otherwise; an unset
 #: ``tau`` means the host class's default (:func:`default_tau`), and this ``tau`` is
 #: that default only for a class without a calibrated one (and the paper's, for v3).
@@ -132,6 +161,29 @@ def check_max_padded_fraction(value: Any) -> float:
     ):
         raise BatchInputError(f"max_padded_fraction must be in [0, 1), got {value!r}")
     return float(value)
+
+
+def default_chunk_cells(device: torch.device | str) -> int | None:
+    """The stage 0-2 chunk size (cells) used on ``device``; None: tabpfn's own."""
+    return DEFAULT_CHUNK_CELLS_BY_DEVICE.get(torch.device(device).type)
+
+
+def default_max_bucket_bytes(device: torch.device | str) -> int | None:
+    """The default working-set bound of a fused ICL forward on ``device``; None: no bound."""
+    return DEFAULT_MAX_BUCKET_BYTES_BY_DEVICE.get(torch.device(device).type)
+
+
+def check_max_bucket_bytes(value: Any) -> int | None:
+    """``value`` as a working-set bound in bytes: a positive integer, or None (no bound).
+
+    Raises:
+        BatchInputError: If it is neither None nor an integer >= 1.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise BatchInputError(f"max_bucket_bytes must be an integer >= 1 or None, got {value!r}")
+    return int(value)
 
 
 def default_tau(host: str, carrier_scale_ratio: float = 1.0) -> float:

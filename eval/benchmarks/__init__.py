@@ -1,11 +1,15 @@
 """Benchmarks: OAttention against plain SDPA, memory, fit+predict per mode, ragged batches.
 
 ``speed`` runs ``tabpfn-retrofit bench`` from its parts (``attention``,
-``memory`` with its ``memory_child`` process, ``estimator``) over the shared
+``memory`` with its ``memory_child`` process, ``estimator``, ``fit_loop``,
+``chunks``) over the shared
 mechanism (``timing``, ``memory_probe``, ``machine``, ``shapes``) and renders
 it (``speed_markdown``); ``batched`` is ``bench --batched``. The constants here
 are read by the command line too, so this module imports nothing heavy.
 """
+
+#: The parts of ``bench``, in the order they run (``eval.benchmarks.speed``).
+BENCH_PARTS: tuple[str, ...] = ("attention", "memory", "estimator", "fit_loop", "chunks")
 
 #: Numbers of ragged datasets ``bench --batched`` times by default.
 DEFAULT_BATCHED_SIZES: tuple[int, ...] = (8, 32, 128)

@@ -11,13 +11,19 @@ each round (so load drift on a shared machine hits every peer alike):
 * ``batched_wide``: the same at the accelerator's bound (25 %), where the
   device's default is another (a CPU's, 5 %): what padding more costs there;
 * ``loop``: ``fit`` + ``predict`` per dataset with tabpfn's regressor sharing
-  the same patched model object (no reload: the strongest loop baseline).
+  the same patched model object (no reload: the strongest loop baseline);
+* ``tabpfn_loop`` (when ``loops`` is set): plain tabpfn's loop, a
+  ``TabPFNRegressor`` on the host's checkpoint file refitted per dataset, the
+  way a user without the retrofit writes it;
+* ``ours_loop`` (when ``loops`` is set): the same loop with
+  :class:`retrofit.OTabPFNRegressor` (Full-O), the drop-in's own loop.
 
 Where shapes match, a second set of ``N`` datasets of one shape adds
 ``tabpfn_same_shape`` (tabpfn's own ``predict_batched``) and ``padded_same_shape``
 (the padded path forced on the same input). Reported per peer: median seconds
 per dataset over rounds, the paired per-round ratio to the loop with a
-bootstrap interval, the median peak resident memory a call adds (``VmHWM``
+bootstrap interval (CPU time of the process: other jobs on a shared machine
+do not count), the median peak resident memory a call adds (``VmHWM``
 after a reset through ``/proc/self/clear_refs``; Linux only), and for the
 padded path the buckets and the padded fraction of rows and of attention
 cells. Results go to ``bench_batched.json`` and ``bench_batched.md`` with
@@ -37,6 +43,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from sklearn.base import clone
 from tabpfn import TabPFNRegressor
 
 from eval.benchmarks import DEFAULT_BATCHED_SIZES
@@ -48,10 +55,12 @@ from eval.provenance import provenance_dict
 from retrofit import OTabPFNRegressor
 from retrofit.batching.predict import predict_batched
 from retrofit.files import write_json_atomic, write_text_atomic
+from retrofit.models.embedded import embedded_model_path
 from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, default_max_padded_fraction
 
 __all__ = [
     "DEFAULT_SIZES",
+    "LOOP_PEERS",
     "PADDED_PEERS",
     "bench_batched",
     "bench_batched_command",
@@ -95,7 +104,10 @@ def ragged_datasets(
 
 
 def _timed_with_peak(fn: Callable[[], Any]) -> tuple[float, int | None]:
-    """Seconds of one call of ``fn`` and the peak resident memory it adds.
+    """CPU seconds of one call of ``fn`` and the peak resident memory it adds.
+
+    CPU time of the process (every torch thread counts; other jobs on a shared
+    machine do not), so peers compare by the work they do.
 
     The peak is Linux's ``VmHWM`` after a reset through ``/proc/self/clear_refs``
     (None where that is unavailable, or where it read no growth); the reset
@@ -103,9 +115,9 @@ def _timed_with_peak(fn: Callable[[], Any]) -> tuple[float, int | None]:
     """
     before = status_kib("VmRSS")
     resettable = reset_peak_rss()
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     fn()
-    seconds = time.perf_counter() - t0
+    seconds = time.process_time() - t0
     peak = status_kib("VmHWM") if resettable else None
     return seconds, known_growth(None if peak is None or before is None else (peak - before) * 1024)
 
@@ -114,8 +126,33 @@ def _timed_with_peak(fn: Callable[[], Any]) -> tuple[float, int | None]:
 PADDED_PEERS = ("batched", "batched_wide", "padded_same_shape")
 
 
+#: The loop peers a padded peer is compared with (``ratio_to``), when present.
+LOOP_PEERS = ("loop", "tabpfn_loop", "ours_loop")
+
+
+def _loop_peers(
+    loops: dict[str, Callable[[], Any]] | None, datasets: Datasets
+) -> dict[str, Callable[[], Any]]:
+    """``fit`` + ``predict`` per dataset with one estimator made by each factory."""
+
+    def looped(make: Callable[[], Any]) -> Callable[[], None]:
+        def run() -> None:
+            estimator = make()
+            for X, y, Xt in datasets:
+                estimator.fit(X, y)
+                estimator.predict(Xt)
+
+        return run
+
+    return {name: looped(make) for name, make in (loops or {}).items()}
+
+
 def _peers(
-    template: Any, datasets: Datasets, same_shape: bool, device: Any
+    template: Any,
+    datasets: Datasets,
+    same_shape: bool,
+    device: Any,
+    loops: dict[str, Callable[[], Any]] | None = None,
 ) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
     X_tr, y_tr, X_te = ([d[k] for d in datasets] for k in range(3))
     last: dict[str, Any] = {}
@@ -134,7 +171,7 @@ def _peers(
 
         return run
 
-    peers: dict[str, Callable[[], Any]] = {"loop": loop}
+    peers: dict[str, Callable[[], Any]] = {"loop": loop, **_loop_peers(loops, datasets)}
     if same_shape:
         peers["padded_same_shape"] = padded("padded_same_shape")
         peers["tabpfn_same_shape"] = lambda: predict_batched(
@@ -158,6 +195,7 @@ def bench_case(
     seed: int,
     warmup: bool,
     progress: Callable[[str], None] | None,
+    loops: dict[str, Callable[[], Any]] | None = None,
 ) -> dict[str, Any]:
     """Times the peers on one set of datasets, interleaved; the case's report entry.
 
@@ -170,8 +208,11 @@ def bench_case(
         seed: Seed of the round orders and the bootstrap.
         warmup: Whether to run every peer once before the rounds.
         progress: Receives one line per round.
+        loops: Extra loop peers, name to a factory of the estimator the loop
+            refits (``tabpfn_loop``, ``ours_loop``); every peer also gets its
+            ratio to each loop present (``ratio_to``).
     """
-    peers, last = _peers(template, datasets, same_shape, device)
+    peers, last = _peers(template, datasets, same_shape, device, loops)
     names = list(peers)
     if warmup:  # one-time costs (thread pools, kernel tables) outside the rounds
         for name in names:
@@ -196,6 +237,11 @@ def bench_case(
             "median_s_per_dataset": float(np.median(t)),
             "s_per_dataset": t,
             "ratio_to_loop": paired_ratio(t, times["loop"], seed=seed) if name != "loop" else None,
+            "ratio_to": {
+                loop: paired_ratio(t, times[loop], seed=seed)
+                for loop in LOOP_PEERS
+                if loop in times and loop != name
+            },
             "peak_extra_bytes": _median_or_none(memory[name]),
         }
         for name, t in times.items()
@@ -269,6 +315,12 @@ def bench_batched(
         random_state=seed,
     ).fit(first[0], first[1])
     template = estimator.batched_host()
+    plain = {k: v for k, v in template.get_params(deep=False).items() if k != "model_path"}
+    host_file = str(embedded_model_path()) if model_path == "embedded" else model_path
+    loops = {
+        "tabpfn_loop": lambda: TabPFNRegressor(model_path=host_file, **plain),
+        "ours_loop": lambda: clone(estimator),
+    }
     report: dict[str, Any] = {
         "model_path": model_path,
         "device": device,
@@ -278,6 +330,7 @@ def bench_batched(
         "rows": [min_rows, max_rows],
         "repeats": repeats,
         "threads": torch.get_num_threads(),
+        "clock": "time.process_time (CPU time of every thread of the process)",
         "cases": [],
     }
     for n in sizes:
@@ -297,6 +350,7 @@ def bench_batched(
                 seed=seed,
                 warmup=not report["cases"],
                 progress=progress,
+                loops=loops,
             )
             report["cases"].append(case)
     report["environment"] = {"start": env_start, "end": environment()}
@@ -321,12 +375,15 @@ def render_batched_markdown(report: dict[str, Any]) -> str:
         f"Host `{report['model_path']}` ({report['mode']}, {report['n_estimators']} estimators), "
         f"{report['device']}, {report['dtype']}, {report['threads']} torch threads; "
         f"train rows {report['rows'][0]}-{report['rows'][1]}; medians of "
-        f"{report['repeats']} interleaved rounds. Ratio: per-round time / loop time "
-        "(median, 95% bootstrap interval); below 1 is faster than the loop.",
+        f"{report['repeats']} interleaved rounds; clock: "
+        f"{report.get('clock', 'time.perf_counter (wall)')}. Ratio: per-round time / loop "
+        "time (median, 95% bootstrap interval); below 1 is faster than the loop. `loop` "
+        "refits tabpfn's regressor on the patched model object (no reload), "
+        "`tabpfn_loop` is plain tabpfn on the host's file, `ours_loop` OTabPFNRegressor.",
         "",
-        "| datasets | shapes | peer | ms / dataset | ratio to loop | peak MiB | "
-        "buckets | padded rows | padded cells |",
-        "|---:|---|---|---:|---|---:|---:|---:|---:|",
+        "| datasets | shapes | peer | ms / dataset | ratio to loop | to tabpfn's loop "
+        "| to our loop | peak MiB | buckets | padded rows | padded cells |",
+        "|---:|---|---|---:|---|---|---|---:|---:|---:|---:|",
     ]
     for case in report["cases"]:
         for name, row in case["peers"].items():
@@ -343,10 +400,20 @@ def render_batched_markdown(report: dict[str, Any]) -> str:
                     f"{pad['padded_cell_fraction']:.1%}",
                 ]
             shapes = "same" if case["same_shape"] else "ragged"
+            to = row.get("ratio_to", {})
+            others = [
+                f"{to[k]['ratio']:.2f} [{to[k]['ci_low']:.2f}, {to[k]['ci_high']:.2f}]"
+                if k in to
+                else ("1" if k == name else "")
+                for k in ("tabpfn_loop", "ours_loop")
+            ]
             lines.append(
                 f"| {case['n_datasets']} | {shapes} | {name} "
-                f"| {row['median_s_per_dataset'] * 1e3:.1f} | {ratio} "
-                f"| {_mib(row['peak_extra_bytes'])} | " + " | ".join(padding) + " |"
+                f"| {row['median_s_per_dataset'] * 1e3:.1f} | {ratio} | "
+                + " | ".join(others)
+                + f" | {_mib(row['peak_extra_bytes'])} | "
+                + " | ".join(padding)
+                + " |"
             )
     return "\n".join(lines) + "\n"
 

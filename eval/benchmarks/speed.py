@@ -19,6 +19,15 @@ Three parts, each in its own module, written together to ``bench.json`` and
 * ``estimator``: ``fit`` + ``predict`` of :class:`retrofit.OTabPFNRegressor`
   per mode against ``mode="none"`` on a few offline datasets and seeds,
   interleaved the same way.
+* ``fit_loop``: a loop of ``fit`` + ``predict`` over 24 small datasets with
+  ``mode="none"`` and ``"full-o"`` against plain tabpfn's loop, one torch
+  thread (:mod:`eval.benchmarks.fit_loop`).
+* ``chunks``: ``predict`` at 1,000-3,000 train rows with the CPU's cache-sized
+  stage 0-2 chunks against tabpfn's default chunks, at one thread and at all
+  threads, with bit-identity recorded (:mod:`eval.benchmarks.chunks`).
+
+Ragged batches against both loops are ``bench --batched``
+(:mod:`eval.benchmarks.batched`).
 
 Speed is a property of the machine at the time of the run: the report records
 the CPU, threads, load average and the other busy processes, and no test
@@ -39,9 +48,11 @@ from typing import Any
 
 import torch
 
-from eval.benchmarks import TARGETS
+from eval.benchmarks import BENCH_PARTS, TARGETS
 from eval.benchmarks.attention import bench_attention
+from eval.benchmarks.chunks import bench_chunks
 from eval.benchmarks.estimator import DEFAULT_ESTIMATOR_CASES, bench_estimator
+from eval.benchmarks.fit_loop import bench_fit_loop
 from eval.benchmarks.machine import environment
 from eval.benchmarks.memory import bench_memory
 from eval.benchmarks.shapes import (
@@ -57,7 +68,9 @@ from eval.locations import DEFAULT_OUTPUT_ROOT, default_output
 from eval.provenance import provenance_dict
 from retrofit.files import write_json_atomic, write_text_atomic
 
-__all__ = ["bench_command", "run"]
+__all__ = ["PARTS", "bench_command", "run"]
+
+PARTS = BENCH_PARTS
 
 
 def run(
@@ -66,7 +79,7 @@ def run(
     quick: bool = False,
     repeats: int | None = None,
     threads: int | None = None,
-    parts: Sequence[str] = ("attention", "memory", "estimator"),
+    parts: Sequence[str] = PARTS,
     model_path: str = "embedded",
     estimator_repeats: int | None = None,
     seed: int = 0,
@@ -79,7 +92,7 @@ def run(
         quick: Tiny shapes and few rounds (smoke runs and tests; not a measurement).
         repeats: Timed rounds per attention shape (default 25; 5 when quick).
         threads: torch threads (default: keep the current setting).
-        parts: Any of ``"attention"``, ``"memory"``, ``"estimator"``.
+        parts: Any of :data:`PARTS`.
         model_path: Host of the ICL shapes and the estimator part.
         estimator_repeats: Rounds per estimator case (default 5; 2 when quick).
         seed: Seed of the inputs and round orders.
@@ -90,7 +103,7 @@ def run(
     """
     if threads:
         torch.set_num_threads(threads)
-    unknown = set(parts) - {"attention", "memory", "estimator"}
+    unknown = set(parts) - set(PARTS)
     if unknown:
         raise ValueError(f"unknown benchmark parts: {sorted(unknown)}")
     repeats = repeats or (5 if quick else 25)
@@ -144,6 +157,32 @@ def run(
                 "model_path": model_path,
                 "skipped": f"{type(err).__name__}: {str(err)[:300]}",
             }
+    if "fit_loop" in parts:
+        report["fit_loop"] = _reported(
+            lambda: bench_fit_loop(
+                n_datasets=3 if quick else 24,
+                max_rows=60 if quick else 200,
+                rounds=1 if quick else 7,
+                warmup=0 if quick else 1,
+                n_estimators=1 if quick else "auto",
+                seed=seed,
+            )
+        )
+        if progress:
+            progress(f"fit_loop: {report['fit_loop'].get('ratios', report['fit_loop'])}")
+    if "chunks" in parts:
+        report["chunks"] = _reported(
+            lambda: bench_chunks(
+                n_datasets=1 if quick else 3,
+                min_rows=100 if quick else 1000,
+                max_rows=200 if quick else 3000,
+                rounds=1 if quick else 3,
+                model_path=model_path,
+                seed=seed,
+            )
+        )
+        if progress:
+            progress(f"chunks: {[r.get('ratio') for r in report['chunks'].get('by_threads', [])]}")
     report["environment"] = {"start": env_start, "end": environment()}
     report["provenance"] = provenance_dict(
         benchmark="eval.benchmarks.speed", parts=list(parts), seed=seed, targets=TARGETS
@@ -155,6 +194,14 @@ def run(
     write_json_atomic(out / "bench.json", report)
     write_text_atomic(out / "bench.md", markdown)
     return report
+
+
+def _reported(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A part's result, or what stopped it (a missing host is reported, not fatal)."""
+    try:
+        return measure()
+    except Exception as err:
+        return {"skipped": f"{type(err).__name__}: {str(err)[:300]}"}
 
 
 def bench_command(args: Any) -> int:

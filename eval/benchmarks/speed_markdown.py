@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from eval.benchmarks import TARGETS
 from eval.markdown import markdown_table
 
@@ -132,6 +134,72 @@ def _estimator_rows(cases: list[dict[str, Any]]) -> list[list[object]]:
     ]
 
 
+def _fit_loop_lines(loop: dict[str, Any] | None) -> list[str]:
+    """The ``fit_loop`` part: each peer's loop against plain tabpfn's."""
+    if not loop:
+        return []
+    lines = ["## A loop of fit + predict over small datasets vs plain tabpfn's loop", ""]
+    if "skipped" in loop:
+        return [*lines, f"Not measured: {loop['skipped']}", ""]
+    setup = loop["setup"]
+    lines += [
+        f"{setup['datasets']} datasets of {setup['train_rows'][0]}-{setup['train_rows'][1]} "
+        f"train rows, host `{setup['host']}`, {setup['torch_threads']} torch thread, "
+        f"{setup['inference_precision']}, {setup['rounds']} rounds ({setup['interleaved']}); "
+        f"clock: {setup['clock']}. Plain tabpfn's loop: {loop['median_s']['tabpfn']:.2f} s.",
+        "",
+        *markdown_table(
+            ("peer", "median s", "ratio to tabpfn [95% CI]", "target", "met"),
+            [
+                [
+                    name,
+                    f"{loop['median_s'][name]:.2f}",
+                    _fmt_ratio(r),
+                    f"<= {loop['targets'][name]}",
+                    _mark(loop["met"][name]),
+                ]
+                for name, r in loop["ratios"].items()
+            ],
+            align="lrlrl",
+        ),
+        "",
+    ]
+    return lines
+
+
+def _chunk_lines(chunks: dict[str, Any] | None) -> list[str]:
+    """The ``chunks`` part: cache-sized stage 0-2 chunks against tabpfn's default."""
+    if not chunks:
+        return []
+    lines = ["## Cache-sized chunks vs tabpfn's default chunks (predict, CPU, float32)", ""]
+    if "skipped" in chunks:
+        return [*lines, f"Not measured: {chunks['skipped']}", ""]
+    setup = chunks["setup"]
+    same = chunks["bit_identical"]
+    lines += [
+        f"Host `{setup['host']}` ({setup['mode']}), train rows {setup['train_rows']}, test rows "
+        f"{setup['test_rows']}; {setup['cache_sized_cells']} cells a chunk against "
+        f"{setup['default_cells']}; {setup['rounds']} interleaved rounds; clock: "
+        f"{setup['clock']}. Bit-identical predictions: {sum(same)} of {len(same)} datasets.",
+        "",
+        *markdown_table(
+            ("torch threads", "default s", "cache-sized s", "ratio [95% CI]"),
+            [
+                [
+                    str(row["threads"]),
+                    f"{float(np.median(row['seconds']['default'])):.2f}",
+                    f"{float(np.median(row['seconds']['cache_sized'])):.2f}",
+                    _fmt_ratio(row["ratio"]),
+                ]
+                for row in chunks["by_threads"]
+            ],
+            align="rrrl",
+        ),
+        "",
+    ]
+    return lines
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """The Markdown form of a benchmark report."""
     prov = report["provenance"]
@@ -211,6 +279,8 @@ def render_markdown(report: dict[str, Any]) -> str:
                     f"{_mark(est['met'][m])}, point {_mark(est['met_point'][m])})"
                 )
             lines.append("")
+    lines += _fit_loop_lines(report.get("fit_loop"))
+    lines += _chunk_lines(report.get("chunks"))
     env = report["environment"]
     lines += [
         "## Environment",

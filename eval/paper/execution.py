@@ -15,6 +15,7 @@ run, storing nothing for that case) when they differ.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import platform
@@ -51,6 +52,7 @@ from eval.paper.spec import (
 )
 from eval.paper.store import claim_run, read_row, release_claim, run_path, utc_now, write_row
 from eval.provenance import provenance_dict
+from retrofit.batching.chunks import cache_sized_chunks
 from retrofit.versions import package_versions
 
 __all__ = ["RunSummary", "build_estimator", "case_data", "lost_row", "run_suite", "run_task"]
@@ -160,7 +162,8 @@ def _fit_predict(task: Task, row: dict[str, Any]) -> Any:
         t0 = time.perf_counter()
         classify = suite_task(spec.suite) == "classification"
         predict = estimator.predict_proba if classify else estimator.predict
-        pred = np.asarray(predict(X_test), dtype=np.float64)
+        with _cache_sized_chunks(estimator):
+            pred = np.asarray(predict(X_test), dtype=np.float64)
         row["predict_s"] = time.perf_counter() - t0
         finite = np.isfinite(pred)
         row["nonfinite_predictions"] = int((~finite).sum())
@@ -177,6 +180,19 @@ def _fit_predict(task: Task, row: dict[str, Any]) -> Any:
         row["error"] = f"{type(exc).__name__}: {exc}"
         row["traceback"] = traceback.format_exc(limit=8)[-4000:]
     return estimator
+
+
+def _cache_sized_chunks(estimator: Any) -> contextlib.AbstractContextManager:
+    """The device's cache-sized stage 0-2 chunks for a fitted tabpfn estimator.
+
+    Bit-identical to tabpfn's default chunks and faster on a CPU
+    (:mod:`retrofit.batching.chunks`); nothing changes for an estimator without
+    tabpfn's fitted models (a stand-in in tests).
+    """
+    models, devices = getattr(estimator, "models_", None), getattr(estimator, "devices_", None)
+    if not models or not devices:
+        return contextlib.nullcontext()
+    return cache_sized_chunks(models, devices[0])
 
 
 def _warning_line(w: warnings.WarningMessage) -> str:

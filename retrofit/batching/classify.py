@@ -70,6 +70,7 @@ from retrofit.batching.predict import (
     BatchedPrediction,
     Progress,
     check_batch_lists,
+    check_bucket_bounds,
     models_of,
     run_padded,
     tabpfn_batched,
@@ -77,7 +78,6 @@ from retrofit.batching.predict import (
 )
 from retrofit.errors import UnsupportedArchitectureError
 from retrofit.hosts.base import decodes_classes, icl_stage_for
-from retrofit.settings import check_max_padded_fraction
 
 __all__ = ["predict_batched_labels", "predict_proba_batched"]
 
@@ -112,13 +112,15 @@ def _classify(
     method: Literal["predict_proba", "predict"],
     max_padded_fraction: float | None,
     max_rows: int,
+    max_bucket_bytes: int | str | None,
     progress: Progress | None,
     padded: bool | None,
 ) -> BatchedPrediction:
     """:func:`predict_proba_batched` and :func:`predict_batched_labels`, by ``method``."""
     y_train_list = check_batch_lists(X_train_list, y_train_list, X_test_list, numeric=False)
-    if max_padded_fraction is not None:
-        max_padded_fraction = check_max_padded_fraction(max_padded_fraction)
+    max_padded_fraction, max_bucket_bytes = check_bucket_bounds(
+        max_padded_fraction, max_bucket_bytes
+    )
     if not takes_padded_path(classifier, X_train_list, X_test_list, padded):
         probas = tabpfn_batched(
             # tabpfn's own method, also when ``classifier`` is a subclass overriding it.
@@ -142,7 +144,14 @@ def _classify(
                 "(no decode_classes); predict each dataset with predict_proba"
             )
     run = run_padded(
-        classifier, X_train_list, y_train_list, X_test_list, max_padded_fraction, max_rows, progress
+        classifier,
+        X_train_list,
+        y_train_list,
+        X_test_list,
+        max_padded_fraction,
+        max_rows,
+        max_bucket_bytes,
+        progress,
     )
     results = []
     for i, (worker, data) in enumerate(run.fitted):
@@ -182,6 +191,7 @@ def predict_proba_batched(
     *,
     max_padded_fraction: float | None = None,
     max_rows: int = DEFAULT_MAX_ROWS_PER_FORWARD,
+    max_bucket_bytes: int | str | None = "auto",
     progress: Progress | None = None,
     padded: bool | None = None,
 ) -> BatchedPrediction:
@@ -197,6 +207,8 @@ def predict_proba_batched(
         max_padded_fraction: Bound in ``[0, 1)`` on each bucket's padded share;
             None: the device's default (as :func:`retrofit.batching.predict.predict_batched`).
         max_rows: Bound on the padded rows of one ICL forward.
+        max_bucket_bytes: Bound on the estimated working set of one ICL
+            forward (as :func:`retrofit.batching.predict.predict_batched`).
         progress: Called as ``progress(phase, done, total)``.
         padded: None (default): the padded path for ragged or float64 input on
             a patched host, tabpfn's ``predict_proba_batched`` otherwise. True:
@@ -226,6 +238,7 @@ def predict_proba_batched(
         method="predict_proba",
         max_padded_fraction=max_padded_fraction,
         max_rows=max_rows,
+        max_bucket_bytes=max_bucket_bytes,
         progress=progress,
         padded=padded,
     )
@@ -239,6 +252,7 @@ def predict_batched_labels(
     *,
     max_padded_fraction: float | None = None,
     max_rows: int = DEFAULT_MAX_ROWS_PER_FORWARD,
+    max_bucket_bytes: int | str | None = "auto",
     progress: Progress | None = None,
     padded: bool | None = None,
 ) -> BatchedPrediction:
@@ -257,6 +271,7 @@ def predict_batched_labels(
         method="predict",
         max_padded_fraction=max_padded_fraction,
         max_rows=max_rows,
+        max_bucket_bytes=max_bucket_bytes,
         progress=progress,
         padded=padded,
     )

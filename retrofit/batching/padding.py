@@ -41,7 +41,9 @@ from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, check_max_padded_frac
 
 __all__ = [
     "DEFAULT_MAX_ROWS_PER_FORWARD",
+    "ICL_WORKING_SET_WIDTHS",
     "PaddingStats",
+    "icl_working_set_bytes",
     "key_rows",
     "pad_carriers",
     "plan_buckets",
@@ -50,6 +52,26 @@ __all__ = [
 
 #: Bound on the padded rows (summed over the batch) of one ICL forward.
 DEFAULT_MAX_ROWS_PER_FORWARD = 200_000
+
+#: Carrier-sized tensors an ICL block holds per row at its peak: the carrier,
+#: its norm, q, k, v, the attention output and its projection, and the
+#: feed-forward's hidden layer (twice the width at tabpfn v3's ``ff_factor=2``).
+#: An estimate for bounding buckets, not an allocator's count.
+ICL_WORKING_SET_WIDTHS = 9
+
+
+def icl_working_set_bytes(row_shape: Sequence[int], dtype: torch.dtype) -> int:
+    """Estimated bytes an ICL forward touches per padded row of ``row_shape`` carriers.
+
+    Args:
+        row_shape: The trailing carrier shape of one row (``(D,)`` for v3,
+            ``(C, D)`` for v2's per-cell carriers).
+        dtype: The carriers' dtype.
+    """
+    cells = 1
+    for size in row_shape:
+        cells *= int(size)
+    return cells * torch.empty((), dtype=dtype).element_size() * ICL_WORKING_SET_WIDTHS
 
 
 def key_rows(carriers: torch.Tensor, num_test: int) -> int:
@@ -123,14 +145,17 @@ def plan_buckets(
     batch: Sequence[int] | None = None,
     max_padded_fraction: float = DEFAULT_MAX_PADDED_FRACTION,
     max_rows: int = DEFAULT_MAX_ROWS_PER_FORWARD,
+    row_bytes: int = 0,
+    max_bytes: int | None = None,
 ) -> list[list[int]]:
-    """Groups datasets into buckets that pad little.
+    """Groups datasets into buckets that pad little and fit a working-set budget.
 
     Datasets are taken longest train part first; each joins the open bucket if
     the bucket's padded share of rows *and* of attention cells stays at most
-    ``max_padded_fraction`` and its padded rows at most ``max_rows``, else it
-    opens a new bucket. Every bucket therefore meets both bounds (a bucket of
-    one dataset pads nothing), and so does their sum.
+    ``max_padded_fraction``, its padded rows at most ``max_rows`` and its
+    working set (padded rows times ``row_bytes``) at most ``max_bytes``, else
+    it opens a new bucket. Every bucket therefore meets the bounds (a bucket of
+    one dataset pads nothing and is never refused), and so does their sum.
 
     Args:
         shapes: ``(n_train, n_test)`` per dataset.
@@ -139,6 +164,11 @@ def plan_buckets(
         max_rows: Bound on a bucket's padded rows summed over its batch
             elements (memory); a single dataset
             longer than this still gets a bucket of its own.
+        row_bytes: Working-set bytes per padded row
+            (:func:`icl_working_set_bytes`); 0 counts nothing.
+        max_bytes: Bound on a bucket's working set; None: no bound. A CPU
+            keeps its fused forwards cache-sized
+            (:data:`retrofit.settings.DEFAULT_MAX_BUCKET_BYTES_BY_DEVICE`).
 
     Returns:
         Buckets of dataset indices; every index appears once.
@@ -156,6 +186,7 @@ def plan_buckets(
             trial = _fractions([shapes[j] for j in members], [batch[j] for j in members])
             if (
                 trial.padded_rows <= max_rows
+                and (max_bytes is None or trial.padded_rows * row_bytes <= max_bytes)
                 and trial.padded_row_fraction <= max_padded_fraction
                 and trial.padded_cell_fraction <= max_padded_fraction
             ):

@@ -41,9 +41,11 @@ import torch
 from tabpfn import TabPFNClassifier, TabPFNRegressor
 from tabpfn.errors import TabPFNValidationError
 
+from retrofit.batching.chunks import chunk_cells_for, lowered_chunk_cells
 from retrofit.batching.padding import (
     DEFAULT_MAX_ROWS_PER_FORWARD,
     PaddingStats,
+    icl_working_set_bytes,
     key_rows,
     plan_buckets,
     run_padded_icl,
@@ -52,7 +54,9 @@ from retrofit.errors import BatchInputError, InvalidInputError
 from retrofit.hosts.base import icl_stage_for, supports_padded_icl
 from retrofit.settings import (
     DEFAULT_QUANTILES,
+    check_max_bucket_bytes,
     check_max_padded_fraction,
+    default_max_bucket_bytes,
     default_max_padded_fraction,
 )
 from retrofit.tabpfn_surface import (
@@ -299,7 +303,8 @@ def _embed_dataset(
     """Fits one dataset and runs its members' stages before ICL, as ``predict`` does.
 
     Members that share a model and a prepared shape run as one forward in
-    chunks of tabpfn's estimator batch budget, like ``predict``'s engine.
+    chunks of tabpfn's estimator batch budget, like ``predict``'s engine, with
+    the device's cache-sized row chunks (:mod:`retrofit.batching.chunks`).
     ``cast`` holds the models already cast to a forced dtype in this batch
     (keyed by identity and dtype; shared by every dataset, since the workers
     use the same model objects). Returns ``(None, worker)`` for a constant
@@ -357,6 +362,7 @@ def _embed_dataset(
             with (
                 get_autocast_context(device, enabled=worker.use_autocast_),
                 torch.inference_mode(),
+                lowered_chunk_cells(model, chunk_cells_for(device, *X_RBC.shape[1:])),
             ):
                 carriers_BRD = icl_stage_for(model).embed(
                     model,
@@ -432,6 +438,7 @@ def predict_batched(
     quantiles: list[float] | None = None,
     max_padded_fraction: float | None = None,
     max_rows: int = DEFAULT_MAX_ROWS_PER_FORWARD,
+    max_bucket_bytes: int | str | None = "auto",
     progress: Progress | None = None,
     padded: bool | None = None,
 ) -> BatchedPrediction:
@@ -451,6 +458,11 @@ def predict_batched(
             (:func:`retrofit.settings.default_max_padded_fraction`: 0.05 on a
             CPU, where padding costs what it pads, 0.25 on an accelerator).
         max_rows: Bound on the padded rows of one ICL forward.
+        max_bucket_bytes: Bound on the estimated working set of one ICL
+            forward (:func:`retrofit.batching.padding.icl_working_set_bytes`);
+            ``"auto"``: the device's default
+            (:func:`retrofit.settings.default_max_bucket_bytes`: cache-sized on
+            a CPU, none on an accelerator); None: no bound.
         progress: Called as ``progress(phase, done, total)``.
         padded: None (default): the padded path for ragged input on a patched
             host, tabpfn's ``predict_batched`` otherwise. True: the padded path
@@ -462,7 +474,8 @@ def predict_batched(
 
     Raises:
         BatchInputError: Malformed lists or datasets (the message names the
-            dataset index), or a ``max_padded_fraction`` outside ``[0, 1)``;
+            dataset index), a ``max_padded_fraction`` outside ``[0, 1)`` or a
+            ``max_bucket_bytes`` that is not ``"auto"``, None or an integer >= 1;
             nothing is returned in part.
         TabPFNValidationError: An invalid ``output_type`` or ``quantiles``.
         NotImplementedError: ``tuning_config`` or majority downsampling, which
@@ -472,8 +485,9 @@ def predict_batched(
         UnsupportedArchitectureError: ``padded=True`` on such a host.
     """
     y_train_list = check_batch_lists(X_train_list, y_train_list, X_test_list)
-    if max_padded_fraction is not None:
-        max_padded_fraction = check_max_padded_fraction(max_padded_fraction)
+    max_padded_fraction, max_bucket_bytes = check_bucket_bounds(
+        max_padded_fraction, max_bucket_bytes
+    )
     quantiles = _check_output_request(output_type, quantiles)
     if not takes_padded_path(regressor, X_train_list, X_test_list, padded):
         results = tabpfn_batched(
@@ -494,7 +508,14 @@ def predict_batched(
         return BatchedPrediction(list(results), False, PaddingStats(), [])
     _refuse_per_dataset_state(regressor)
     run = run_padded(
-        regressor, X_train_list, y_train_list, X_test_list, max_padded_fraction, max_rows, progress
+        regressor,
+        X_train_list,
+        y_train_list,
+        X_test_list,
+        max_padded_fraction,
+        max_rows,
+        max_bucket_bytes,
+        progress,
     )
     results: list[Any] = []
     for i, (worker, data) in enumerate(run.fitted):
@@ -504,6 +525,22 @@ def predict_batched(
         else:
             results.append(_decode(data, run.outputs[i], output_type, quantiles))
     return BatchedPrediction(results, True, run.stats, run.buckets)
+
+
+def check_bucket_bounds(
+    max_padded_fraction: float | None, max_bucket_bytes: int | str | None
+) -> tuple[float | None, int | str | None]:
+    """The caller's bucket bounds, checked before anything runs (None and "auto" kept).
+
+    Raises:
+        BatchInputError: A ``max_padded_fraction`` outside ``[0, 1)``, or a
+            ``max_bucket_bytes`` that is not ``"auto"``, None or an integer >= 1.
+    """
+    if max_padded_fraction is not None:
+        max_padded_fraction = check_max_padded_fraction(max_padded_fraction)
+    if max_bucket_bytes != "auto":
+        max_bucket_bytes = check_max_bucket_bytes(max_bucket_bytes)
+    return max_padded_fraction, max_bucket_bytes
 
 
 def takes_padded_path(
@@ -578,6 +615,7 @@ def run_padded(
     X_test_list: Sequence[Any],
     max_padded_fraction: float | None,
     max_rows: int,
+    max_bucket_bytes: int | str | None,
     progress: Progress | None,
 ) -> PaddedRun:
     """Fits every dataset, runs its stages before ICL alone and the ICL stage padded.
@@ -616,13 +654,15 @@ def run_padded(
 
     run = PaddedRun(fitted, {}, PaddingStats(), [])
     if embedded:
+        device = next(iter(embedded.values())).worker.devices_[0]
         if max_padded_fraction is None:
-            device = next(iter(embedded.values())).worker.devices_[0]
             max_padded_fraction = default_max_padded_fraction(device)
+        if max_bucket_bytes == "auto":
+            max_bucket_bytes = default_max_bucket_bytes(device)
+        bounds = _BucketBounds(max_padded_fraction, max_rows, max_bucket_bytes)
         run.outputs = _run_icl(
             embedded,
-            max_padded_fraction,
-            max_rows,
+            bounds,
             run.stats,
             run.buckets,
             progress,
@@ -631,10 +671,18 @@ def run_padded(
     return run
 
 
+@dataclasses.dataclass(frozen=True)
+class _BucketBounds:
+    """The resolved bounds of :func:`retrofit.batching.padding.plan_buckets`."""
+
+    max_padded_fraction: float
+    max_rows: int
+    max_bytes: int | None
+
+
 def _run_icl(
     embedded: dict[int, _Dataset],
-    max_padded_fraction: float,
-    max_rows: int,
+    bounds: _BucketBounds,
     stats: PaddingStats,
     buckets: list[list[int]],
     progress: Progress | None,
@@ -655,11 +703,15 @@ def _run_icl(
             by_model.setdefault(key, []).append(unit)
     plans = []
     for units in by_model.values():
+        carriers = units[0].carriers_BRD
+        assert carriers is not None
         planned = plan_buckets(
             [u.shape for u in units],
             batch=[len(u.members) for u in units],
-            max_padded_fraction=max_padded_fraction,
-            max_rows=max_rows,
+            max_padded_fraction=bounds.max_padded_fraction,
+            max_rows=bounds.max_rows,
+            row_bytes=icl_working_set_bytes(carriers.shape[2:], carriers.dtype),
+            max_bytes=bounds.max_bytes,
         )
         plans.extend([units[k] for k in bucket] for bucket in planned)
     buckets.extend(sorted({u.dataset for u in bucket}) for bucket in plans)

@@ -104,6 +104,15 @@ def test_quick_bench_writes_json_and_markdown(tiny_v3_path, tmp_path):
     assert set(case["median_s"]) == {"none", "oattention", "full-o"}
     assert set(est["pooled"]) == {"oattention", "full-o"}
 
+    loop = report["fit_loop"]  # plain tabpfn's loop against ours, on the embedded host
+    assert "skipped" not in loop, loop
+    assert set(loop["ratios"]) == {"none", "full-o"}
+    chunks = report["chunks"]
+    assert "skipped" not in chunks, chunks
+    assert chunks["bit_identical"] == [True]
+    assert [r["threads"] for r in chunks["by_threads"]] == [1]
+    assert set(chunks["by_threads"][0]["seconds"]) == {"default", "cache_sized"}
+
     prov = report["provenance"]
     for key in ("packages", "cpu_model", "threads", "date_utc", "git_commit"):
         assert key in prov
@@ -111,7 +120,14 @@ def test_quick_bench_writes_json_and_markdown(tiny_v3_path, tmp_path):
     assert "busy_processes" in report["environment"]["start"]
 
     md = (out / "bench.md").read_text()
-    for heading in ("## Attention", "## Peak memory", "## OTabPFNRegressor", "## Environment"):
+    for heading in (
+        "## Attention",
+        "## Peak memory",
+        "## OTabPFNRegressor",
+        "## A loop of fit + predict",
+        "## Cache-sized chunks",
+        "## Environment",
+    ):
         assert heading in md
 
 

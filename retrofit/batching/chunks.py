@@ -1,0 +1,118 @@
+"""Cache-sized row chunks of tabpfn's stages before ICL, where they change no bit.
+
+TabPFN v3 and v3.5 run stages 0-2 (cell embedding, distribution embedder,
+column aggregator) over row chunks of ``inference_chunk_cells`` cells summed
+over the batch (rows per chunk: the cells over batch times columns); the
+default (2048 x 768) is sized for an accelerator's memory. The stages are
+row-local given the train rows' inducing states, so a smaller chunk runs the
+same operations on fewer rows at a time: on a CPU the working set then fits
+the caches, which is faster. The result is bit-identical on the same shapes in
+the same process as long as a chunk keeps :data:`MIN_CHUNK_ROWS` rows (a BLAS
+takes another code path for a matrix of one or two rows: a 2-row chunk moved
+outputs by 1-2 float32 ulps, 8 rows and more by none);
+``tests/retrofit/batching/test_chunks.py`` checks both sides.
+
+:func:`chunk_cells_for` is the chunk size for one forward's batch and
+columns; :func:`cache_sized_chunks` applies it to every forward of the given
+models for the duration of a block and then restores tabpfn's setting, so a
+caller's model keeps its own. The ragged ``predict_batched`` and the paper's
+evaluation use it on a CPU (:data:`retrofit.settings.DEFAULT_CHUNK_CELLS_BY_DEVICE`);
+users get the same through the model's own setting (README: "Faster
+predictions on a CPU"). Hosts without the setting (the v2 family) are left as
+they are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from retrofit.settings import default_chunk_cells
+
+__all__ = [
+    "CHUNK_CELLS_ATTR",
+    "MIN_CHUNK_ROWS",
+    "cache_sized_chunks",
+    "chunk_cells_for",
+    "lowered_chunk_cells",
+]
+
+#: The public attribute of tabpfn v3 and v3.5 models that holds the chunk size.
+CHUNK_CELLS_ATTR = "inference_chunk_cells"
+#: Fewest rows a lowered chunk keeps (8 was the smallest bit-identical size measured).
+MIN_CHUNK_ROWS = 64
+
+
+def chunk_cells_for(device: torch.device | str, batch: int, columns: int) -> int | None:
+    """Cells per stage 0-2 chunk for a forward of ``batch`` members and ``columns`` features.
+
+    Returns:
+        The device's default (:func:`retrofit.settings.default_chunk_cells`),
+        raised so that a chunk keeps :data:`MIN_CHUNK_ROWS` rows; None where
+        the device keeps tabpfn's own.
+    """
+    cells = default_chunk_cells(device)
+    return None if cells is None else max(cells, MIN_CHUNK_ROWS * batch * columns)
+
+
+@contextlib.contextmanager
+def cache_sized_chunks(models: Iterable[nn.Module], device: torch.device | str) -> Iterator[None]:
+    """Every forward of ``models`` in the block runs with :func:`chunk_cells_for` chunks.
+
+    A forward pre-hook reads the forward's ``(rows, batch, columns)`` input and
+    lowers the model's setting for that call (never raises it above the
+    model's own); on exit the hooks go and every setting is restored.
+
+    Args:
+        models: The models of a fit (those without the setting are skipped).
+        device: Where they run (a device without a default changes nothing).
+    """
+    saved: list[tuple[nn.Module, int]] = []
+    hooks = []
+    try:
+        if default_chunk_cells(device) is not None:
+            for model in models:
+                current = getattr(model, CHUNK_CELLS_ATTR, None)
+                if isinstance(current, int):
+                    saved.append((model, current))
+                    hooks.append(
+                        model.register_forward_pre_hook(
+                            _lowering_hook(current, device), with_kwargs=True
+                        )
+                    )
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+        for model, current in saved:
+            setattr(model, CHUNK_CELLS_ATTR, current)
+
+
+@contextlib.contextmanager
+def lowered_chunk_cells(model: nn.Module, cells: int | None) -> Iterator[None]:
+    """Sets ``model``'s chunk size to ``cells`` for the block if that is lower, then restores it."""
+    current = getattr(model, CHUNK_CELLS_ATTR, None)
+    lower = isinstance(current, int) and cells is not None and cells < current
+    if lower:
+        setattr(model, CHUNK_CELLS_ATTR, cells)
+    try:
+        yield
+    finally:
+        if lower:
+            setattr(model, CHUNK_CELLS_ATTR, current)
+
+
+def _lowering_hook(own: int, device: torch.device | str) -> Any:
+    def hook(model: nn.Module, args: tuple, kwargs: dict) -> None:
+        x = args[0] if args else kwargs.get("x")
+        if isinstance(x, dict):  # v3's forward takes {"main": x} too
+            x = x.get("main")
+        if isinstance(x, torch.Tensor) and x.dim() == 3:
+            cells = chunk_cells_for(device, x.shape[1], x.shape[2])
+            setattr(model, CHUNK_CELLS_ATTR, own if cells is None else min(own, cells))
+
+    return hook

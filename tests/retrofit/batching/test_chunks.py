@@ -1,0 +1,79 @@
+"""Cache-sized stage 0-2 chunks change no bit and are undone (``retrofit.batching.chunks``).
+
+Reference: the same tiny v3 model's ``forward`` at tabpfn's default
+``inference_chunk_cells`` on the same inputs in the same process; float32,
+``x`` of shape ``(R=40, B=2, C=4)``, 30 train rows. The chunked run splits the
+40 rows into chunks of 8, the smallest chunk measured bit-identical and below
+the :data:`MIN_CHUNK_ROWS` that the ragged path and the evaluation keep, so the
+claim they rely on is checked with margin.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from retrofit.batching.chunks import (
+    CHUNK_CELLS_ATTR,
+    MIN_CHUNK_ROWS,
+    cache_sized_chunks,
+    chunk_cells_for,
+    lowered_chunk_cells,
+)
+from retrofit.settings import default_chunk_cells
+from tests.helpers.tiny_models import build_tiny_v3
+
+R, B, C, N = 40, 2, 4, 30
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(R, B, C, generator=g), torch.randn(N, B, generator=g)
+
+
+def _chunk_settings_seen(model):
+    """The model's chunk setting each time a row chunk reaches the column aggregator."""
+    seen: list[int] = []
+    hook = model.column_aggregator.register_forward_hook(
+        lambda *_: seen.append(getattr(model, CHUNK_CELLS_ATTR))
+    )
+    return seen, hook
+
+
+def test_chunks_of_eight_rows_give_bit_identical_predictions_and_the_setting_is_restored():
+    model = build_tiny_v3()
+    default = getattr(model, CHUNK_CELLS_ATTR)
+    x_RBC, y_NB = _inputs()
+    seen, hook = _chunk_settings_seen(model)
+    try:
+        with torch.inference_mode():
+            whole = model(x_RBC, y_NB)
+            unchunked = len(seen)
+            with lowered_chunk_cells(model, 8 * B * C):
+                chunked = model(x_RBC, y_NB)
+    finally:
+        hook.remove()
+    assert getattr(model, CHUNK_CELLS_ATTR) == default
+    assert len(seen) - unchunked == R // 8 * unchunked  # one aggregator call per chunk
+    assert torch.equal(chunked, whole)
+
+
+def test_each_forward_gets_the_cpu_chunk_size_for_its_shape_and_keeps_min_rows():
+    model = build_tiny_v3()
+    default = getattr(model, CHUNK_CELLS_ATTR)
+    x_RBC, y_NB = _inputs()
+    cpu_cells = default_chunk_cells("cpu")
+    assert cpu_cells is not None and cpu_cells < default
+    assert chunk_cells_for("cpu", B, C) == cpu_cells
+    assert chunk_cells_for("cpu", 8, 2000) == MIN_CHUNK_ROWS * 8 * 2000  # wide: the floor
+    assert chunk_cells_for("meta", B, C) is None  # a device without a default
+    seen, hook = _chunk_settings_seen(model)
+    try:
+        with torch.inference_mode(), cache_sized_chunks([model, torch.nn.Linear(2, 2)], "cpu"):
+            model(x_RBC, y_NB)
+            model({"main": x_RBC}, y_NB)
+    finally:
+        hook.remove()
+    assert seen == [cpu_cells, cpu_cells]
+    assert getattr(model, CHUNK_CELLS_ATTR) == default
+    with cache_sized_chunks([model], "meta"):
+        assert not model._forward_pre_hooks  # nothing installed where nothing changes
