@@ -282,7 +282,7 @@ def test_bench_and_gpu_check_raise_the_typed_error_instead_of_a_stand_in_host(tm
         load_host_model(str(missing))
 
 
-# --- a memory probe that reads nothing (issue 22 item 3) ------------------------------
+# --- a memory probe that reads nothing ------------------------------
 
 
 def test_a_memory_child_whose_probe_reads_no_growth_records_unknown(monkeypatch):

@@ -1,4 +1,4 @@
-"""A user's command never rewrites the committed results/ (issue 22 item 4).
+"""A user's command never rewrites the committed results/.
 
 The default store of ``eval`` and ``report`` and the default folder of every
 other measuring command lie under the untracked ``tabpfn-retrofit-results/``

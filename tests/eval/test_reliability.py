@@ -1,4 +1,4 @@
-"""Issue 15 (reliability), the command-line and store items: each test names its item.
+"""Reliability of the command line and the store: each test says what used to go wrong.
 
 Bad input, outputs that must not be written, permissions, ``--force``,
 killed writers, one-line messages and two ``eval`` processes on one store.
@@ -119,7 +119,7 @@ def _predict(data, model_arg, out, *extra) -> list:
 
 
 def test_a_repeated_column_in_a_header_is_refused_naming_file_and_column(data, model_arg, capsys):
-    """Issue 15 item 5: pandas would silently rename the second ``a`` to ``a.1``."""
+    """Pandas would silently rename the second ``a`` to ``a.1``."""
     train = data["train"].parent / "dup.csv"
     train.write_text("a,b,a,y\n1,2,3,4\n2,3,4,5\n3,4,5,6\n")
     argv = _predict({"train": train, "test": data["test"]}, model_arg, train.parent / "p.csv")
@@ -133,7 +133,7 @@ def test_a_repeated_column_in_a_header_is_refused_naming_file_and_column(data, m
 def test_a_test_column_is_never_matched_to_a_train_column_named_a_dot_1(
     model_arg, capsys, tmp_path
 ):
-    """Issue 15 item 5: test ``a,a`` must not feed train's literal ``a.1``."""
+    """Test ``a,a`` must not feed train's literal ``a.1``."""
     rng = np.random.default_rng(1)
     X = rng.normal(size=(20, 2))
     train = tmp_path / "train.csv"
@@ -153,7 +153,7 @@ def test_a_test_column_is_never_matched_to_a_train_column_named_a_dot_1(
 
 @pytest.mark.parametrize("role", ["train", "test"])
 def test_an_infinite_feature_names_the_file_the_column_and_the_row(role, data, model_arg, capsys):
-    """Issue 15 item 15: tabpfn said only "Input X contains infinity"."""
+    """Tabpfn said only "Input X contains infinity"."""
     frame = pd.read_csv(data[role])
     frame.loc[2, "b"] = np.inf
     frame.to_csv(data[role], index=False)
@@ -166,7 +166,7 @@ def test_an_infinite_feature_names_the_file_the_column_and_the_row(role, data, m
 
 
 def test_a_model_directory_without_retrofit_json_says_that_file_is_missing(data, capsys, tmp_path):
-    """Issue 15 item 15: "is a directory, not a checkpoint" did not say what was missing."""
+    """ "is a directory, not a checkpoint" did not say what was missing."""
     folder = tmp_path / "model"
     folder.mkdir()
     code, _, err = _run(_predict(data, folder, tmp_path / "p.csv"), capsys)
@@ -183,7 +183,7 @@ def test_a_model_directory_without_retrofit_json_says_that_file_is_missing(data,
 def test_out_resolving_to_an_input_is_refused_before_anything_is_written(
     how, role, data, model_arg, capsys, monkeypatch
 ):
-    """Issue 15 item 6: ``--out`` equal to --train or --test never replaces it."""
+    """``--out`` equal to --train or --test never replaces it."""
     folder = data[role].parent
     monkeypatch.chdir(folder)
     target = data[role]
@@ -207,7 +207,7 @@ def test_out_resolving_to_an_input_is_refused_before_anything_is_written(
 
 
 def test_holdout_out_equal_to_the_training_file_is_refused(data, model_arg, capsys):
-    """Issue 15 item 6: the reported case, ``--train X.csv --holdout 0.25 --out X.csv``."""
+    """The reported case, ``--train X.csv --holdout 0.25 --out X.csv``."""
     original = data["train"].read_bytes()
     argv = ["predict", "--train", data["train"], "--target", "y", "--holdout", "0.25"]
     code, _, err = _run([*argv, "--out", data["train"], "--model", model_arg, *FAST], capsys)
@@ -216,7 +216,7 @@ def test_holdout_out_equal_to_the_training_file_is_refused(data, model_arg, caps
 
 
 def test_patch_out_equal_to_the_model_file_is_refused(tiny_ckpt, capsys, tmp_path):
-    """Issue 15 item 6 (patch): ``--force`` must not replace the source weights."""
+    """``--force`` must not replace the source weights."""
     source = tmp_path / "src.safetensors"
     shutil.copyfile(tiny_ckpt, source)
     original = source.read_bytes()
@@ -233,7 +233,7 @@ def test_patch_out_equal_to_the_model_file_is_refused(tiny_ckpt, capsys, tmp_pat
 def test_predictions_get_the_umask_mode_and_keep_an_existing_files_mode(
     data, model_arg, capsys, umask
 ):
-    """Issue 15 item 7: not 0600 from the temporary file."""
+    """Not 0600 from the temporary file."""
     out = data["train"].parent / "pred.csv"
     umask(0o027)
     assert _run(_predict(data, model_arg, out), capsys)[0] == 0
@@ -245,7 +245,7 @@ def test_predictions_get_the_umask_mode_and_keep_an_existing_files_mode(
 
 
 def test_run_and_session_files_get_the_umask_mode(tmp_path, umask):
-    """Issue 15 item 7: store files follow the umask and keep an existing mode."""
+    """Store files follow the umask and keep an existing mode."""
     umask(0o002)
     row = write_row(tmp_path, {"key": "k" * 64, "status": "ok"})
     session = write_session(tmp_path, {"command": "eval"})
@@ -258,7 +258,7 @@ def test_run_and_session_files_get_the_umask_mode(tmp_path, umask):
 def test_a_saved_model_gets_the_umask_modes_and_keeps_them_when_replaced(
     model_arg, capsys, tmp_path, umask
 ):
-    """Issue 15 item 7: a saved directory was 0700 (mkdtemp); now 0777 & ~umask."""
+    """A saved directory was 0700 (mkdtemp); now 0777 & ~umask."""
     out = tmp_path / "d"
     umask(0o022)
     assert _run(["patch", "--model", model_arg, "--out", out, "--quiet"], capsys)[0] == 0
@@ -302,7 +302,7 @@ def _eval_argv(tiny_ckpt, store, *extra) -> list:
 def test_eval_with_zero_estimators_exits_2_in_one_line_and_stores_nothing(
     tiny_ckpt, capsys, tmp_path
 ):
-    """Issue 15 item 8: it used to store three failed runs that later runs skipped."""
+    """It used to store three failed runs that later runs skipped."""
     store = tmp_path / "new-store"
     argv = _eval_argv(tiny_ckpt, store)
     argv[argv.index("--n-estimators") + 1] = "0"
@@ -314,7 +314,7 @@ def test_eval_with_zero_estimators_exits_2_in_one_line_and_stores_nothing(
 
 
 def test_report_on_a_truncated_run_file_names_it_and_eval_recomputes_it(tiny_ckpt, store, capsys):
-    """Issue 15 item 9: never a silent "failed" row; eval warns in one line and recomputes."""
+    """Never a silent "failed" row; eval warns in one line and recomputes."""
     run_file = sorted(runs_dir(store).glob("*.json"))[0]
     key = run_file.stem
     run_file.write_text(run_file.read_text()[:100])
@@ -337,7 +337,7 @@ def test_report_on_a_truncated_run_file_names_it_and_eval_recomputes_it(tiny_ckp
 
 
 def test_report_at_a_tau_without_runs_lists_the_stored_taus_and_writes_nothing(store, capsys):
-    """Issue 15 item 10: the default --out would have replaced summary.md with an empty table."""
+    """The default --out would have replaced summary.md with an empty table."""
     before = {p.name: p.read_bytes() for p in store.iterdir() if p.is_file()}
     code, _, err = _run(["report", "--store", store, "--tau", "5"], capsys)
     assert code == 2
@@ -350,7 +350,7 @@ def test_report_at_a_tau_without_runs_lists_the_stored_taus_and_writes_nothing(s
 
 
 def test_patch_force_refuses_a_directory_that_is_not_a_saved_model(model_arg, capsys, tmp_path):
-    """Issue 15 item 11: --force deleted any directory (``keep.txt`` gone)."""
+    """--force deleted any directory (``keep.txt`` gone)."""
     out = tmp_path / "d"
     out.mkdir()
     (out / "keep.txt").write_text("mine\n")
@@ -362,7 +362,7 @@ def test_patch_force_refuses_a_directory_that_is_not_a_saved_model(model_arg, ca
 
 
 def test_patch_force_refuses_a_saved_directory_that_holds_other_files(model_arg, capsys, tmp_path):
-    """Issue 15 item 11: a saved directory with the user's own files in it is not replaced."""
+    """A saved directory with the user's own files in it is not replaced."""
     out = tmp_path / "d"
     assert _run(["patch", "--model", model_arg, "--out", out, "--quiet"], capsys)[0] == 0
     (out / "notes.md").write_text("mine\n")
@@ -374,7 +374,7 @@ def test_patch_force_refuses_a_saved_directory_that_holds_other_files(model_arg,
 
 
 def test_patch_force_onto_a_file_replaces_it_and_leaves_nothing_hidden(model_arg, capsys, tmp_path):
-    """Issue 15 item 11: replacing a file left ``.NAME.old-PID`` behind."""
+    """Replacing a file left ``.NAME.old-PID`` behind."""
     out = tmp_path / "d"
     out.write_text("a file\n")
     code, _, err = _run(["patch", "--model", model_arg, "--out", out, "--force", "--quiet"], capsys)
@@ -384,7 +384,7 @@ def test_patch_force_onto_a_file_replaces_it_and_leaves_nothing_hidden(model_arg
 
 
 def test_the_next_patch_removes_what_a_killed_patch_left(model_arg, capsys, tmp_path):
-    """Issue 15 item 11: a killed patch's hidden temp folder is cleaned by the next run.
+    """A killed patch's hidden temp folder is cleaned by the next run.
 
     Simulated: the folders a kill between ``mkdtemp`` and the rename leaves, for a
     dead PID (removed) and for a running one (another patch at work: kept).
@@ -403,7 +403,7 @@ def test_the_next_patch_removes_what_a_killed_patch_left(model_arg, capsys, tmp_
 def test_a_patch_killed_between_its_two_renames_gets_the_old_model_back(
     model_arg, capsys, tmp_path
 ):
-    """Issue 15 item 11: ``DIR`` moved aside to ``.DIR.old-PID`` is put back, not deleted."""
+    """``DIR`` moved aside to ``.DIR.old-PID`` is put back, not deleted."""
     out = tmp_path / "d"
     assert _run(["patch", "--model", model_arg, "--out", out, "--quiet"], capsys)[0] == 0
     aside = tmp_path / f".d.old-{_dead_pid()}"
@@ -417,7 +417,7 @@ def test_a_patch_killed_between_its_two_renames_gets_the_old_model_back(
 def test_a_leftover_old_copy_is_removed_once_the_new_directory_is_in_place(
     model_arg, capsys, tmp_path
 ):
-    """Issue 15 item 11: killed after the second rename, the old copy is just removed."""
+    """Killed after the second rename, the old copy is just removed."""
     out = tmp_path / "d"
     assert _run(["patch", "--model", model_arg, "--out", out, "--quiet"], capsys)[0] == 0
     (tmp_path / f".d.old-{_dead_pid()}").write_text("the file --force replaced\n")
@@ -434,7 +434,7 @@ def test_a_leftover_old_copy_is_removed_once_the_new_directory_is_in_place(
     "command", ["predict", "patch", "exactness", "ablation", "eval", "report", "bench"]
 )
 def test_a_usage_error_of_every_subcommand_is_one_line(command, capsys):
-    """Issue 15 item 13: argparse printed usage plus the error (9 lines)."""
+    """Argparse printed usage plus the error (9 lines)."""
     with pytest.raises(SystemExit) as info:
         cli.main([command, "--no-such-option"])
     assert info.value.code == 2
@@ -455,7 +455,7 @@ def test_a_usage_error_of_every_subcommand_is_one_line(command, capsys):
     ],
 )
 def test_a_usage_error_of_every_python_dash_m_entry_point_is_one_line(module, prog, capsys):
-    """Issue 15 item 13: each ``main`` runs under ``retrofit.cli.console.run_main``."""
+    """Each ``main`` runs under ``retrofit.cli.console.run_main``."""
     main = __import__(module, fromlist=["main"]).main
     assert main(["--no-such-option"]) == 2
     captured = capsys.readouterr()
@@ -464,7 +464,7 @@ def test_a_usage_error_of_every_python_dash_m_entry_point_is_one_line(module, pr
 
 
 def test_a_python_dash_m_entry_point_fails_in_one_line_as_a_process():
-    """Issue 15 item 13: the same through the interpreter, as a user runs it."""
+    """The same through the interpreter, as a user runs it."""
     result = subprocess.run(
         [sys.executable, "-m", "eval.paper.datasets", "--print-manifest", "nope"],
         cwd=ROOT,
@@ -480,7 +480,7 @@ def test_a_python_dash_m_entry_point_fails_in_one_line_as_a_process():
 
 
 def test_library_warnings_logs_and_ansi_escapes_stay_off_a_commands_stderr(capsys):
-    """Issue 15 item 13: only the project's warnings, one line each, no escapes."""
+    """Only the project's warnings, one line each, no escapes."""
 
     def body() -> int:
         warnings.warn("torch: TypedStorage is deprecated", UserWarning, stacklevel=1)
@@ -517,7 +517,7 @@ sys.exit(cli.main(sys.argv[1:]))
 
 
 def test_predict_keeps_the_libraries_warnings_and_logs_off_stderr(data, model_arg, tmp_path):
-    """Issue 15 item 13: as a process (pytest would swallow both): stderr stays empty."""
+    """As a process (pytest would swallow both): stderr stays empty."""
     argv = [str(a) for a in _predict(data, model_arg, tmp_path / "p.csv")]
     result = subprocess.run(
         [sys.executable, "-c", _NOISY_PREDICT, *argv],
@@ -536,7 +536,7 @@ def test_predict_keeps_the_libraries_warnings_and_logs_off_stderr(data, model_ar
 def test_offline_v2_without_hf_hub_offline_fails_fast_in_one_line(
     data, capsys, monkeypatch, tmp_path
 ):
-    """Issue 15 item 13: 16 lines of retry logging over 31 s before; now no download at all."""
+    """16 lines of retry logging over 31 s before; now no download at all."""
     cache = tmp_path / "cache"
     monkeypatch.setattr(model_loading, "get_cache_dir", lambda: cache)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
@@ -582,7 +582,7 @@ def fits(monkeypatch) -> list:
     ],
 )
 def test_a_bad_predict_out_fails_before_the_fit(make_out, expected, data, model_arg, fits, capsys):
-    """Issue 15 item 14: the fit used to run first and the error came after it."""
+    """The fit used to run first and the error came after it."""
     folder = data["train"].parent
     before = _listing(folder)
     code, _, err = _run(_predict(data, model_arg, make_out(folder)), capsys)
@@ -592,7 +592,7 @@ def test_a_bad_predict_out_fails_before_the_fit(make_out, expected, data, model_
 
 
 def test_a_bad_store_fails_before_any_case_is_computed(tiny_ckpt, capsys, monkeypatch, tmp_path):
-    """Issue 15 item 14: ``--store`` that is a file, or lies under a file."""
+    """``--store`` that is a file, or lies under a file."""
     planned = []
     monkeypatch.setattr(eval_command_module, "run_suite", lambda *a, **k: planned.append(a))
     afile = tmp_path / "afile"
@@ -609,7 +609,7 @@ def test_a_bad_store_fails_before_any_case_is_computed(tiny_ckpt, capsys, monkey
 def test_an_eval_that_fails_before_its_first_run_leaves_no_empty_store(
     tiny_ckpt, capsys, monkeypatch, tmp_path
 ):
-    """Issue 15 item 14: the claimed-then-released ``runs/`` folder stayed behind."""
+    """The claimed-then-released ``runs/`` folder stayed behind."""
 
     def changed(task):
         raise CheckpointChangedError("checkpoint tensors changed during the run")
@@ -625,7 +625,7 @@ def test_an_eval_that_fails_before_its_first_run_leaves_no_empty_store(
 
 
 def test_a_patch_out_under_a_file_fails_before_loading_the_model(capsys, monkeypatch, tmp_path):
-    """Issue 15 item 14: checked before the (possibly downloading) model resolution."""
+    """Checked before the (possibly downloading) model resolution."""
     from retrofit.cli import commands as retrofit_cli
 
     resolved = []
@@ -659,7 +659,7 @@ sys.stdin.read()
 def test_a_second_eval_skips_the_runs_another_process_holds_and_takes_over_a_dead_ones(
     tiny_ckpt, tmp_path
 ):
-    """Issue 15 item 16: nothing is computed twice; a killed holder's claims are taken over."""
+    """Nothing is computed twice; a killed holder's claims are taken over."""
     tasks = make_tasks(
         suite="offline18", model_path=tiny_ckpt, modes=("none", "oattention"),
         datasets=["qsar_fish"], seeds=[0, 1], n_estimators=1, max_train_rows=40,
@@ -698,7 +698,7 @@ def test_a_second_eval_skips_the_runs_another_process_holds_and_takes_over_a_dea
 
 
 def test_a_claim_file_of_a_dead_pid_is_taken_over_and_a_held_one_is_not(tmp_path):
-    """Issue 15 item 16: the claim of a killed process never blocks a run forever."""
+    """The claim of a killed process never blocks a run forever."""
     runs_dir(tmp_path).mkdir(parents=True)
     (runs_dir(tmp_path) / "k.claim").write_text(f"{_dead_pid()} somehost\n")
     assert claim_run(tmp_path, "k")
@@ -713,7 +713,7 @@ def test_a_claim_file_of_a_dead_pid_is_taken_over_and_a_held_one_is_not(tmp_path
 def test_a_run_stored_by_another_process_while_planning_is_not_recomputed(
     tiny_ckpt, tmp_path, monkeypatch
 ):
-    """Issue 15 item 16: the other process finished and released between our look and claim."""
+    """The other process finished and released between our look and claim."""
     tasks = make_tasks(
         suite="offline18", model_path=tiny_ckpt, modes=("none",), datasets=["qsar_fish"],
         seeds=[0], n_estimators=1, max_train_rows=40, max_test_rows=12,

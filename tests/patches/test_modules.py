@@ -412,7 +412,7 @@ def test_oattention_kernel_option_selects_the_reference_and_rejects_unknown():
 @pytest.mark.parametrize("tau", [1e-300, 1e39], ids=str)
 @pytest.mark.parametrize("mode", ["full-o", "oattention"])
 def test_block_runs_a_tau_beyond_float32_and_keeps_a_null_token_null(mode, tau):
-    """Issue 15 items 1-2: tau below float32's subnormals (was NaN presence, a raise) or above
+    """Tau below float32's subnormals (was NaN presence, a raise) or above
     its max (was presence 0 for every token) in a float32 block."""
     layer = _layer(torch.float32)
     block = OTransformerBlock.from_module(layer, mode=mode, tau=tau)

@@ -389,7 +389,7 @@ def test_the_vectorised_direct_formula_matches_the_per_row_oracle_and_keeps_its_
     assert same.dtype == torch.float32
 
 
-# --- issue 15 item 4: non-finite values in null tokens never reach the output --------
+# --- non-finite values in null tokens never reach the output --------
 
 ROUTES = ["native", "sink"]  # the CPU flash route, and the one used off CPU
 
@@ -409,7 +409,7 @@ def _poison_null_tokens(q, k, v, p_q, p_k, bad):
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=str)
 @pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
 def test_non_finite_null_tokens_change_nothing_as_in_the_oracle(monkeypatch, route, bad, case):
-    """Issue 15 item 4: NaN/inf in a null source's k/v or a null receiver's q.
+    """NaN/inf in a null source's k/v or a null receiver's q.
 
     The fast path zeroes them before the kernel (and zeroes null receivers'
     rows after it), so its output equals, bit for bit, its output with those
@@ -443,7 +443,7 @@ def test_non_finite_null_tokens_change_nothing_as_in_the_oracle(monkeypatch, rou
 
 
 def test_non_finite_null_tokens_change_nothing_under_autograd():
-    """Issue 15 item 4, on the out-of-place path autograd takes."""
+    """The same, on the out-of-place path autograd takes."""
     q, k, v, p_q, p_k, _, _ = _case("fp32", "none", (4, 2), "contig")
     p_q[:, 2] = 0.0
     q_bad, k_bad, v_bad = _poison_null_tokens(q, k, v, p_q, p_k, float("nan"))
@@ -467,13 +467,13 @@ def test_a_live_token_s_nan_still_shows():
     assert torch.isfinite(oattention(q, k, v, p_q, p_k)[1]).all()
 
 
-# --- issue 15 item 15: scale and head dimension are checked on both paths ------------
+# --- scale and head dimension are checked on both paths ------------
 
 
 @pytest.mark.parametrize("fn", PATHS.values(), ids=list(PATHS))
 @pytest.mark.parametrize("scale", [float("nan"), float("inf"), -float("inf"), "0.5", True])
 def test_a_non_finite_scale_raises_value_error(fn, scale):
-    """Issue 15 item 15: ``oattention(scale=nan)`` is a ValueError on both paths."""
+    """``oattention(scale=nan)`` is a ValueError on both paths."""
     q, k, v, pq, pk = _good()
     with pytest.raises(ValueError, match="scale"):
         fn(q, k, v, pq, pk, scale=scale)
@@ -481,7 +481,7 @@ def test_a_non_finite_scale_raises_value_error(fn, scale):
 
 @pytest.mark.parametrize("fn", PATHS.values(), ids=list(PATHS))
 def test_a_head_dimension_of_zero_raises_value_error(fn):
-    """Issue 15 item 15: head dim 0 is a ValueError on both paths (not a kernel error)."""
+    """Head dim 0 is a ValueError on both paths (not a kernel error)."""
     q, k, v, pq, pk = _good()
     with pytest.raises(ValueError, match="head dimension"):
         fn(q[..., :0], k[..., :0], v, pq, pk)

@@ -87,7 +87,7 @@ def test_bad_tau_raises(tau):
         check_tau(tau)
 
 
-# --- issue 15 items 1-3: the law for every accepted tau and every finite carrier ------
+# --- the law for every accepted tau and every finite carrier ------
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 EXTREME_TAUS = [1e39, 1e300, 1e-300, 5e-324, 1.7976931348623157e308, 2.0**-126, 3.4e38]
@@ -96,7 +96,7 @@ EXTREME_TAUS = [1e39, 1e300, 1e-300, 5e-324, 1.7976931348623157e308, 2.0**-126, 
 @pytest.mark.parametrize("tau", EXTREME_TAUS, ids=str)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_presence_is_zero_exactly_at_the_zero_vector_for_every_tau(dtype, tau):
-    """Issue 15 items 1 and 2: tau beyond float32's range or below its subnormals."""
+    """Tau beyond float32's range or below its subnormals."""
     h = (torch.randn(4, 9, 16) * 3).to(dtype)
     h[1, 4] = 0
     p = presence(h, tau)
@@ -124,7 +124,7 @@ def test_presence_is_zero_exactly_at_the_zero_vector_for_every_tau(dtype, tau):
 )
 @pytest.mark.parametrize("tau", [1.0, 1e-30, 1e38], ids=str)
 def test_a_carrier_whose_squared_norm_overflows_gets_finite_presence(dtype, value, tau):
-    """Issue 15 item 3: ||h||^2 beyond the dtype's range gives about 1, never NaN."""
+    """||h||^2 beyond the dtype's range gives about 1, never NaN."""
     h = torch.full((2, 64), value, dtype=torch.float64).to(dtype)
     h[1, ::2] = -h[1, ::2]
     p = presence(h, tau)
@@ -135,7 +135,7 @@ def test_a_carrier_whose_squared_norm_overflows_gets_finite_presence(dtype, valu
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
 def test_a_faint_carrier_whose_squares_underflow_is_not_null(dtype):
-    """Issue 15 items 1-3: entries whose squares underflow still give presence > 0."""
+    """Entries whose squares underflow still give presence > 0."""
     tiny_entry = 1e-30 if dtype != torch.float64 else 1e-300
     h = torch.full((1, 8), tiny_entry, dtype=torch.float64).to(dtype)
     p = presence(h, 1.0)
@@ -153,7 +153,7 @@ def test_a_faint_carrier_whose_squares_underflow_is_not_null(dtype):
     ids=["tau1e39", "tau1e-300", "tau1e-40", "tau1e300"],
 )
 def test_extreme_tau_presence_matches_exact_arithmetic(tau, value):
-    """Issue 15 items 1-2: not only in range, also the right value.
+    """Not only in range, also the right value.
 
     Float32 carriers, float64 for the last (1e140 is beyond float32); the
     reference is exact rational arithmetic on the carrier as stored, and the

@@ -1,4 +1,4 @@
-"""Issue 22, item 5: README's code runs, and its two set-up commands stay true.
+"""README's code runs, and its two set-up commands stay true.
 
 Every ```python block of README.md is executed, in order and in one
 namespace (a later block may use an earlier one's names), in a temporary

@@ -1,4 +1,4 @@
-"""Issue 22, item 1: a wheel (``pip install .``, not ``-e``) runs the main job.
+"""A wheel (``pip install .``, not ``-e``) runs the main job.
 
 The wheel is built from the working tree with ``pip wheel --no-deps`` (no
 build isolation: the test runs offline, with the setuptools of its own

@@ -1,4 +1,4 @@
-"""Issue 15 item 15 (the Python API): bad input gets a message that says what is wrong."""
+"""Bad input gets a message that says what is wrong."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def _estimator(model_path, **kwargs) -> OTabPFNRegressor:
     ids=["list", "pandas-string", "object-mixed", "bytes", "dates"],
 )
 def test_a_string_target_is_refused_as_not_numeric(tmp_path, y):
-    """Issue 15 item 15: a string target in the API says "y must be numeric"."""
+    """A string target in the API says "y must be numeric"."""
     with pytest.raises(InvalidInputError, match="y must be numeric"):
         _estimator(tiny_v3_checkpoint(tmp_path)).fit(X, y)
     assert issubclass(InvalidInputError, ValueError)
@@ -61,7 +61,7 @@ def test_a_string_target_is_refused_as_not_numeric(tmp_path, y):
         list(range(6)),
         pd.Series(np.arange(6.0)),
         np.arange(6.0).astype(object),
-        # Issue 22 item 8: numbers as text are numbers, as tabpfn takes them.
+        # Numbers as text are numbers, as tabpfn takes them.
         pd.Series(["0", "1", "2", "3", "4", "5.0"]),
         np.array(["0", "1", "2", "3", "4", "5.0"]),
     ],
@@ -72,7 +72,7 @@ def test_numeric_targets_pass_the_target_check(y):
 
 
 def test_patching_something_that_is_not_a_module_is_an_unsupported_architecture():
-    """Issue 15 item 15: ``patch(object(), ...)`` is UnsupportedArchitectureError."""
+    """``patch(object(), ...)`` is UnsupportedArchitectureError."""
     with pytest.raises(UnsupportedArchitectureError, match=r"nn\.Module"):
         retrofit.patch(object(), "full-o")
     with pytest.raises(UnsupportedArchitectureError):
@@ -85,7 +85,7 @@ def test_patching_something_that_is_not_a_module_is_an_unsupported_architecture(
 
 
 def test_a_directory_without_retrofit_json_says_that_file_is_missing(tmp_path):
-    """Issue 15 item 15: a directory given as a model names the missing retrofit.json."""
+    """A directory given as a model names the missing retrofit.json."""
     folder = tmp_path / "weights_dir"
     folder.mkdir()
     tiny_v3_checkpoint(folder)  # a checkpoint inside does not make it a saved directory
@@ -97,7 +97,7 @@ def test_a_directory_without_retrofit_json_says_that_file_is_missing(tmp_path):
 
 @pytest.mark.parametrize("tau", [1e39, 1e300, 1e-300, 1e-39])
 def test_a_tau_outside_the_normal_float32_range_is_refused_up_front(tmp_path, tau):
-    """Issue 15 items 1-2: such a tau is refused, not run all-null or all-present."""
+    """Such a tau is refused, not run all-null or all-present."""
     with pytest.raises(InvalidPatchConfigError, match="tau must lie in"):
         RetrofitSettings("full-o", tau)
     with pytest.raises(InvalidPatchConfigError, match="tau"):

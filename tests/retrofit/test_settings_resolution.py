@@ -1,4 +1,4 @@
-"""One resolution of the retrofit settings from every entry point (issue 22, item 6).
+"""One resolution of the retrofit settings from every entry point.
 
 An unset ``tau`` is the host class's default (0.1 on v2) whether the model is
 patched by :func:`retrofit.patch`, the estimator, ``predict``, ``predict-batch``

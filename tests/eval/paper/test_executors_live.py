@@ -274,7 +274,7 @@ def test_a_case_whose_worker_dies_on_every_try_is_stored_as_failed(
 def test_cases_left_on_a_dask_cluster_with_no_worker_are_stored_as_failed_and_the_run_ends(
     embedded: Path, tmp_path: Path
 ) -> None:
-    """Issue 22 item 12: a worker without a nanny dies and nothing replaces it.
+    """A worker without a nanny dies and nothing replaces it.
 
     The scheduler then holds every case for a worker that never comes; the run
     must store them as failed and end, within a bound, as Ray's does.

@@ -1,4 +1,4 @@
-"""Which stored runs a report counts, and how its files are replaced (issue 22 items 9, 10, 13).
+"""Which stored runs a report counts, and how its files are replaced.
 
 Runs use a tiny perturbed v3 checkpoint on the offline suite cut to a few rows
 per split, as in ``tests/eval/paper/test_execution.py``.

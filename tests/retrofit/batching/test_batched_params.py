@@ -1,4 +1,4 @@
-"""``predict_batched`` follows the estimator's current parameters and inputs (issue 22, items 7, 8).
+"""``predict_batched`` follows the estimator's current parameters and inputs.
 
 On a tiny perturbed v3 checkpoint, float32 unless float64 is the subject:
 ``set_params`` after ``fit`` applies to ragged input as to same-shape input; a

@@ -1,4 +1,4 @@
-"""Issue 22, item 5: how exact a ragged batch is, per precision, on the embedded host.
+"""How exact a ragged batch is, per precision, on the embedded host.
 
 Ragged ``predict_batched`` against each dataset's own ``predict`` (mean
 predictions, the fast OAttention kernel, two estimators), at a moderate and a

@@ -1,4 +1,4 @@
-"""What ``predict``, ``predict-batch`` and saved directories refuse or repair (issue 22).
+"""What ``predict``, ``predict-batch`` and saved directories refuse or repair.
 
 Items 5, 8, 11 and 13: ``--out-dir`` is created; ``--precision float64`` works
 for same-shape datasets; ``--force`` never overwrites an input; a target named

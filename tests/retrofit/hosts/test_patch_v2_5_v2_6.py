@@ -160,7 +160,7 @@ def test_A_null_row_at_block_entry_changes_nothing(name, mode, pos, as_train):
     else:
         # A test row is no key, so the host's other rows move by the same rounding
         # only: bit-identical on AVX-512; not with ATen at `default` and MKL at SSE4.2,
-        # nor on the AMD Zen 4 CPU of issue 22 (2.5e-16).
+        # nor on an AMD Zen 4 CPU (2.5e-16).
         assert base_ulps <= MODEL_ULPS[torch.float64]
 
 

@@ -1,4 +1,4 @@
-"""Issue 15 item 12: no checkpoint the retrofit reads can run code.
+"""No checkpoint the retrofit reads can run code.
 
 A marker pickle is a ``.ckpt`` whose full unpickling creates a file. Full
 unpickling is what ``torch.load`` does by default before torch 2.6, and on
@@ -65,7 +65,7 @@ def test_the_marker_pickle_does_run_code_under_full_unpickling(tmp_path, legacy_
 
 
 def test_loading_a_marker_ckpt_as_a_model_runs_no_code(tmp_path, legacy_default):
-    """Issue 15 item 12: ``load_host`` and ``fit`` refuse it before tabpfn reads it."""
+    """``load_host`` and ``fit`` refuse it before tabpfn reads it."""
     path, marker = _marker_checkpoint(tmp_path)
     with pytest.raises(UnsafeCheckpointError, match="could run code"):
         loading.load_host(str(path))
@@ -76,7 +76,7 @@ def test_loading_a_marker_ckpt_as_a_model_runs_no_code(tmp_path, legacy_default)
 
 
 def test_saving_from_a_marker_ckpt_runs_no_code(tmp_path, legacy_default):
-    """Issue 15 item 12: the saved-directory writer reads sources weights-only too."""
+    """The saved-directory writer reads sources weights-only too."""
     path, marker = _marker_checkpoint(tmp_path)
     with pytest.raises(UnsafeCheckpointError):
         saved.write_saved(path, tmp_path / "out", settings=SETTINGS)
@@ -114,7 +114,7 @@ def _point_manifest_at(directory: Path, weights: Path) -> None:
 
 
 def test_a_saved_dir_edited_to_name_a_ckpt_with_its_sha256_is_refused(tmp_path, legacy_default):
-    """Issue 15 item 12: the saved format admits safetensors only, whatever the hash says."""
+    """The saved format admits safetensors only, whatever the hash says."""
     source = tiny_v3_checkpoint(tmp_path, name="tiny_v3.safetensors")
     out = saved.write_saved(source, tmp_path / "d", settings=SETTINGS).directory
     plain = out / "tabpfn_v3_regressor_retrofit.ckpt"
@@ -134,7 +134,7 @@ def test_a_saved_dir_edited_to_name_a_ckpt_with_its_sha256_is_refused(tmp_path, 
 
 
 def test_the_torch_floor_is_the_first_release_that_loads_weights_only_by_default():
-    """Issue 15 item 12: ``torch>=2.6`` (2.6 made ``weights_only=True`` the default)."""
+    """``torch>=2.6`` (2.6 made ``weights_only=True`` the default)."""
     text = (REPO / "pyproject.toml").read_text()
     floors = re.findall(r'"torch>=(\d+)\.(\d+)', text)
     assert floors, "pyproject.toml declares no torch floor"
@@ -145,7 +145,7 @@ def test_the_torch_floor_is_the_first_release_that_loads_weights_only_by_default
 def test_eval_with_a_ckpt_that_holds_a_pickle_reports_the_projects_unsafe_checkpoint_error(
     tmp_path, monkeypatch, capsys, legacy
 ):
-    """Issue 22 item 13: eval's own hashing of the checkpoint goes through the weights-only
+    """Eval's own hashing of the checkpoint goes through the weights-only
     reader, so the user sees ``UnsafeCheckpointError`` (not torch's message) and no code runs."""
     from eval.cli import main
 

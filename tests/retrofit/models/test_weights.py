@@ -75,7 +75,7 @@ def test_hf_hub_offline_fails_without_trying_a_download(cache_dir, no_download, 
 def test_an_unreachable_hub_fails_fast_without_trying_a_download(
     cache_dir, no_download, monkeypatch
 ):
-    """Issue 15 item 13: offline without HF_HUB_OFFLINE is one line, no retry loop."""
+    """Offline without HF_HUB_OFFLINE is one line, no retry loop."""
     monkeypatch.setattr(weights, "hub_reachable", _REAL_HUB_REACHABLE)
     for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
