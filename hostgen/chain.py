@@ -97,9 +97,14 @@ class ChainConfig:
         seed: Seeds the initialisation and the prior's generator; below
             ``hostgen.in_prior.HELDOUT_KEY``.
         model: Architecture preset (``"default"``: the shipped size).
-        prior_version: Prior version (2: :data:`hostgen.prior.PRIOR_V2`).
+        prior_version: Prior version (2: :data:`hostgen.prior.PRIOR_V2`; 1, the
+            shipped host's, only for the diagnosis arms of ``hostgen.diagnose``).
         cells_per_batch: Rows times columns per batch (small batches).
         max_tasks_per_batch: Cap on tasks per batch.
+        min_rows: Smallest table (see :class:`hostgen.prior.PriorConfig`).
+        small_max_rows: Upper end of the small tables.
+        max_rows: Upper end of the large tables.
+        p_large: Share of batches of large tables.
         time_progress_minutes: Pilots only: when > 0 the schedule's progress is
             the larger of the step and the wall-clock fraction of this many
             minutes, so an arm anneals within its time; this makes the weights
@@ -122,15 +127,24 @@ class ChainConfig:
     cells_per_batch: int = PRIOR_V2.cells_per_batch
     max_tasks_per_batch: int = PRIOR_V2.max_tasks_per_batch
     time_progress_minutes: float = 0.0
+    min_rows: int = PRIOR_V2.min_rows
+    small_max_rows: int = PRIOR_V2.small_max_rows
+    max_rows: int = PRIOR_V2.max_rows
+    p_large: float = PRIOR_V2.p_large
 
     def prior(self) -> PriorConfig:
         """The prior configuration this chain draws from."""
-        if self.prior_version != 2:
-            raise ValueError("a chain draws from prior version 2")
+        if self.prior_version not in (1, 2):
+            raise ValueError(f"no prior version {self.prior_version}")
         return dataclasses.replace(
             PRIOR_V2,
+            version=self.prior_version,
             cells_per_batch=self.cells_per_batch,
             max_tasks_per_batch=self.max_tasks_per_batch,
+            min_rows=self.min_rows,
+            small_max_rows=self.small_max_rows,
+            max_rows=self.max_rows,
+            p_large=self.p_large,
         )
 
 

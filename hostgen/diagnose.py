@@ -1,24 +1,51 @@
-"""Reproduce the prior diagnosis of issue 26: can the target be explained by the table?
+"""Why a chain does not learn: the prior diagnosis and short training arms (issue 26).
 
-``python -m hostgen.diagnose`` draws noise-free function tasks (2 features,
-500 rows) from prior versions 1 and 2 and, on the tasks whose rows repeat the
-same feature values often (designed experiments, coded, rounded or counted
-inputs), measures the share of the target's variance *within* rows of identical
-features. Such variance cannot be explained by any model of the table. In
-version 1 the lossy maps come after the target, so that share is large; in
-version 2 most lossy features precede the target and it is near zero. It also
-reports the share of nearly noise-free tasks and of 200-4,000-row tables.
+Two commands, both printing (and, for ``arms``, writing) JSON:
+
+``python -m hostgen.diagnose`` (``prior``) draws noise-free function tasks (2
+features, 500 rows) from prior versions 1 and 2 and, on the tasks whose rows
+repeat the same feature values often (designed experiments, coded, rounded or
+counted inputs), measures the share of the target's variance *within* rows of
+identical features. Such variance cannot be explained by any model of the
+table. In version 1 the lossy maps come after the target, so that share is
+large; in version 2 most lossy features precede the target and it is near
+zero. It also reports the share of nearly noise-free tasks and of
+200-4,000-row tables.
+
+``python -m hostgen.diagnose arms --dir hostchain/diagnosis --steps 600``
+trains the same model from the same seed for the same number of steps under
+recipes that differ in one thing each (optimiser, prior version, table sizes),
+one thread per arm, and records each arm's smoothed-loss curve and its final
+in-prior metric (``hostgen.in_prior``), plus a learnability check of the
+training tasks themselves (random forest on the first task of training
+batches). A flat loss under every optimiser points at the prior or the batch;
+a flat loss under one optimiser only points at that optimiser.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+import torch
+from safetensors.torch import load_file
+from sklearn.ensemble import RandomForestRegressor
 
 from hostgen import prior as p
+from hostgen.chain import LOG_FILE, ChainConfig, muon_parameter_names, run_link
+from hostgen.train import build_model
+from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.errors import CommandError
 
-__all__ = ["main", "unexplainable_share"]
+__all__ = ["arm_configs", "learnability", "main", "unexplainable_share", "weight_growth"]
 
 
 def unexplainable_share(x_ND: np.ndarray, y_N: np.ndarray, min_groups: int = 20) -> float | None:
@@ -53,8 +80,8 @@ def _shares(version: int, tasks: int) -> list[float]:
     return out
 
 
-def main(tasks: int = 400) -> dict[str, object]:
-    """Print and return the diagnosis (JSON)."""
+def prior_diagnosis(tasks: int = 400) -> dict[str, object]:
+    """The prior diagnosis (see the module docstring)."""
     result: dict[str, object] = {"tasks_drawn": tasks}
     for version in (1, 2):
         shares = _shares(version, tasks)
@@ -67,9 +94,204 @@ def main(tasks: int = 400) -> dict[str, object]:
         p.sample_batch(np.random.default_rng([0, s]), p.PRIOR_V2).x_RBC.shape[0] for s in range(200)
     ]
     result["v2_share_rows_200_4000"] = round(float(np.mean([200 <= r <= 4000 for r in rows])), 3)
-    print(json.dumps(result))
     return result
 
 
+# --------------------------------------------------------------------------- arms
+
+# The shipped host's table sizes and batches (prior version 1's defaults).
+_V1_TABLES = {
+    "min_rows": p.PriorConfig.min_rows,
+    "small_max_rows": p.PriorConfig.small_max_rows,
+    "max_rows": p.PriorConfig.max_rows,
+    "p_large": p.PriorConfig.p_large,
+    "cells_per_batch": p.PriorConfig.cells_per_batch,
+    "max_tasks_per_batch": p.PriorConfig.max_tasks_per_batch,
+}
+
+
+def arm_configs() -> dict[str, Any]:
+    """The diagnosis arms, each one change away from another.
+
+    ``adamw_cosine_*`` is the shipped host's recipe (AdamW 1e-3, 300 warm-up
+    steps, cosine over 7,500 steps, no averaging); ``*_wsd_*`` are link 1's
+    schedule (WSD, EMA 0.998). The first steps of a 7,500-step cosine and of a
+    WSD plan have nearly the same learning rate, so a short arm compares
+    optimisers and priors, not schedules.
+    """
+    old = {"optimizer": "adamw", "schedule": "cosine", "total_steps": 7500, "warmup_steps": 300}
+    old |= {"ema_decay": 0.0}
+    return {
+        "adamw_cosine_v2": ChainConfig(**old),
+        "adamw_cosine_v2_v1tables": ChainConfig(**old, **_V1_TABLES),
+        "adamw_cosine_v1": ChainConfig(**old, prior_version=1, **_V1_TABLES),
+        "adamw_wsd_v2": ChainConfig(total_steps=22000, optimizer="adamw"),
+        "muon_wsd_v2": ChainConfig(total_steps=22000, optimizer="muon"),
+    }
+
+
+def learnability(version: int, batches: int = 24) -> dict[str, float]:
+    """Random forest on the first task of training batches: is the target learnable?
+
+    Returns:
+        The mean and median relative RMSE (RMSE over the train-mean
+        predictor's) of RF on the query rows of training-distribution tasks.
+    """
+    cfg = p.PRIOR_V2 if version == 2 else p.PriorConfig()
+    rel = []
+    for i in range(batches):
+        batch = p.sample_batch(np.random.default_rng([7, version, i]), cfg)
+        n_tr = batch.num_train
+        x_ND = batch.x_RBC[:, 0].double().numpy()
+        y_tr, y_te = batch.y_train_NB[:, 0].double().numpy(), batch.y_test_TB[:, 0].double().numpy()
+        rf = RandomForestRegressor(n_estimators=50, random_state=i, n_jobs=1)
+        pred = rf.fit(x_ND[:n_tr], y_tr).predict(x_ND[n_tr:])
+        base = np.sqrt(np.mean((y_te - y_tr.mean()) ** 2))
+        rel.append(float(np.sqrt(np.mean((pred - y_te) ** 2)) / max(base, 1e-12)))
+    return {
+        "batches": batches,
+        "rf_rel_rmse_mean": round(float(np.mean(rel)), 4),
+        "rf_rel_rmse_median": round(float(np.median(rel)), 4),
+    }
+
+
+def weight_growth(state_path: Path, checkpoint: Path | None = None) -> dict[str, Any]:
+    """RMS of Muon's share of the weights: at initialisation, in a chain state, shipped.
+
+    Muon's update has a fixed size per step whatever the gradient's, so with
+    noisy gradients and a large learning rate the hidden matrices random-walk
+    away from their scale; AdamW at 1e-3 (the shipped host's 7,500 steps)
+    barely moves them. Large growth of the softmax-scaling MLPs (they set the
+    attention temperature) saturates attention.
+
+    Args:
+        state_path: A chain ``state.pt`` (its raw weights).
+        checkpoint: A tabpfn safetensors checkpoint to compare with.
+
+    Returns:
+        Per group of matrices (attention projections, MLPs, softmax-scaling
+        MLPs): mean RMS at init, in the state, and in the checkpoint.
+    """
+    state = torch.load(state_path, weights_only=True)
+    init = build_model(state["model_config"], seed=0)
+    names = muon_parameter_names(init)
+    shipped = load_file(checkpoint) if checkpoint is not None else {}
+    init_sd = init.state_dict()
+
+    def group(name: str) -> str:
+        if "softmax_scaling" in name:
+            return "softmax_scaling_mlps"
+        return "attention_projections" if "projection" in name else "mlps"
+
+    def rms(t: torch.Tensor) -> float:
+        return float(t.float().pow(2).mean().sqrt())
+
+    out: dict[str, Any] = {"state_step": state["step"], "optimizer": state["config"]["optimizer"]}
+    for g in ("attention_projections", "mlps", "softmax_scaling_mlps"):
+        members = [n for n in names if group(n) == g]
+        row = {
+            "matrices": len(members),
+            "init_rms": round(float(np.mean([rms(init_sd[n]) for n in members])), 4),
+            "state_rms": round(float(np.mean([rms(state["model"][n]) for n in members])), 4),
+        }
+        if shipped:
+            row["shipped_rms"] = round(float(np.mean([rms(shipped[n]) for n in members])), 4)
+        out[g] = row
+    return out
+
+
+def _curve(arm_dir: Path, every: int = 100) -> dict[str, float]:
+    out = {}
+    for line in (arm_dir / LOG_FILE).read_text().splitlines():
+        rec = json.loads(line)
+        if rec["step"] % every == 0:
+            out[str(rec["step"])] = rec["loss_ema"]
+    return out
+
+
+def _run_arms(folder: Path, names: list[str], steps: int, parallel: int) -> dict[str, Any]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    pending = list(names)
+    running: list[subprocess.Popen[bytes]] = []
+    while pending or running:
+        while pending and len(running) < parallel:
+            name = pending.pop(0)
+            cmd = [sys.executable, "-m", "hostgen.diagnose", "_arm", "--dir", str(folder)]
+            running.append(subprocess.Popen([*cmd, "--arm", name, "--steps", str(steps)], env=env))
+        running[0].wait()
+        running = [proc for proc in running if proc.poll() is None]
+    results = {}
+    for name in names:
+        arm_dir = folder / name
+        summary = json.loads((arm_dir / "evals.jsonl").read_text().splitlines()[-1])
+        summary["config"] = dataclasses.asdict(arm_configs()[name])
+        summary["loss_ema_every_100"] = _curve(arm_dir)
+        results[name] = summary
+    return results
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = OneLineArgumentParser(
+        prog="python -m hostgen.diagnose",
+        description="Diagnose the host chain: the prior, and short training arms.",
+    )
+    sub = parser.add_subparsers(dest="cmd")
+    sub.add_parser("prior", help="lossy-feature diagnosis of prior versions 1 and 2 (default)")
+    arms = sub.add_parser("arms", help="short training arms, one change apart")
+    growth = sub.add_parser("weights", help="growth of Muon's matrices in a chain state")
+    growth.add_argument("--state", type=Path, required=True, help="chain state.pt")
+    growth.add_argument("--checkpoint", type=Path, default=None, help="safetensors to compare")
+    arm = sub.add_parser("_arm", help=argparse.SUPPRESS)
+    for sp in (arms, arm):
+        sp.add_argument("--dir", type=Path, required=True, help="folder of the arms' states")
+        sp.add_argument("--steps", type=int, default=600, help="optimiser steps per arm")
+    arms.add_argument("--arms", default=",".join(arm_configs()), help="comma-separated arm names")
+    arms.add_argument("--parallel", type=int, default=2, help="arms run at once (one thread each)")
+    arms.add_argument("--out", type=Path, default=None, help="write the JSON here too")
+    arm.add_argument("--arm", required=True)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; prints one JSON object."""
+    return run_main(_parser, lambda args: _run(args, argv), argv)
+
+
+def _run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    if args.cmd == "_arm":
+        summary = run_link(
+            args.dir / args.arm,
+            minutes=1e9,
+            cfg=arm_configs()[args.arm],
+            max_steps=args.steps,
+            checkpoint_minutes=1e9,
+            log=lambda line: print(f"[{args.arm}] {line}", file=sys.stderr, flush=True),
+        )
+        print(json.dumps(summary))
+        return 0
+    if args.cmd == "weights":
+        print(json.dumps(weight_growth(args.state, args.checkpoint)))
+        return 0
+    if args.cmd == "arms":
+        names = [n for n in args.arms.split(",") if n]
+        unknown = sorted(set(names) - set(arm_configs()))
+        if unknown:
+            raise CommandError(f"unknown arms {unknown}; known: {sorted(arm_configs())}")
+        argv_list = list(argv) if argv is not None else sys.argv[1:]
+        result: dict[str, Any] = {
+            "command": "python -m hostgen.diagnose " + " ".join(argv_list),
+            "steps_per_arm": args.steps,
+            "arms": _run_arms(args.dir, names, args.steps, args.parallel),
+            "learnability": {f"v{v}": learnability(v) for v in (1, 2)},
+        }
+        text = json.dumps(result, indent=2)
+        if args.out is not None:
+            args.out.write_text(text + "\n")
+        print(text)
+        return 0
+    print(json.dumps(prior_diagnosis()))
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -13,6 +14,7 @@ from hostgen.chain import ChainConfig, lr_factor, muon_parameter_names, run_link
 from hostgen.prior import (
     _LOSSY_KINDS,
     PRIOR_V2,
+    PriorConfig,
     _features_v2,
     _noise_ratio_v2,
     _random_function_v2,
@@ -229,3 +231,30 @@ def test_replanning_in_the_stable_phase_changes_nothing_done_so_far(tmp_path):
     assert chain.replan(cfg, 50, 300).total_steps == 300
     args = ["resume", "--dir", str(tmp_path / "planned"), "--minutes", "1", "--total-steps", "9"]
     assert chain.main(args) == 2
+
+
+def test_diagnosis_arms_differ_in_one_thing_each():
+    arms = {name: dataclasses.asdict(cfg) for name, cfg in diagnose.arm_configs().items()}
+
+    def diff(a: str, b: str) -> set[str]:
+        return {k for k in arms[a] if arms[a][k] != arms[b][k]}
+
+    tables = {"min_rows", "small_max_rows", "max_rows", "p_large"}
+    tables |= {"cells_per_batch", "max_tasks_per_batch"}
+    assert diff("adamw_cosine_v2", "adamw_cosine_v2_v1tables") == tables
+    assert diff("adamw_cosine_v2_v1tables", "adamw_cosine_v1") == {"prior_version"}
+    assert diff("adamw_wsd_v2", "muon_wsd_v2") == {"optimizer"}
+    # The arms draw what they say: version 1 with the shipped host's tables.
+    v1 = diagnose.arm_configs()["adamw_cosine_v1"].prior()
+    assert v1.version == 1 and v1.max_rows == PriorConfig().max_rows
+    assert ChainConfig(total_steps=5).prior() == PRIOR_V2
+
+
+def test_weight_growth_reads_a_chain_state(tmp_path):
+    cfg = ChainConfig(total_steps=3, warmup_steps=1, model="tiny", cells_per_batch=2000)
+    kwargs = {"minutes": 5.0, "evaluate_at_end": False, "log": lambda s: None}
+    run_link(tmp_path, cfg=dataclasses.replace(cfg, max_tasks_per_batch=4), **kwargs)
+    growth = diagnose.weight_growth(tmp_path / chain.STATE_FILE)
+    assert growth["state_step"] == 3 and growth["optimizer"] == "muon"
+    moved = [g for g in ("attention_projections", "mlps") if growth[g]["matrices"]]
+    assert moved and all(growth[g]["state_rms"] != growth[g]["init_rms"] for g in moved)
