@@ -45,7 +45,15 @@ from hostgen.train import build_model
 from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
 
-__all__ = ["arm_configs", "learnability", "main", "unexplainable_share", "weight_growth"]
+__all__ = [
+    "arm_configs",
+    "learnability",
+    "main",
+    "paired_difference",
+    "report",
+    "unexplainable_share",
+    "weight_growth",
+]
 
 
 def unexplainable_share(x_ND: np.ndarray, y_N: np.ndarray, min_groups: int = 20) -> float | None:
@@ -200,13 +208,70 @@ def weight_growth(state_path: Path, checkpoint: Path | None = None) -> dict[str,
     return out
 
 
-def _curve(arm_dir: Path, every: int = 100) -> dict[str, float]:
-    out = {}
-    for line in (arm_dir / LOG_FILE).read_text().splitlines():
-        rec = json.loads(line)
-        if rec["step"] % every == 0:
-            out[str(rec["step"])] = rec["loss_ema"]
-    return out
+def _windows(log_path: Path, width: int = 500) -> dict[str, Any]:
+    """Smoothed loss every 100 steps and mean logged loss per ``width`` steps of a log."""
+    records = [json.loads(line) for line in log_path.read_text().splitlines()]
+    every_100 = {str(r["step"]): r["loss_ema"] for r in records if r["step"] % 100 == 0}
+    means: dict[str, list[float]] = {}
+    for rec in records:
+        lo = (rec["step"] - 1) // width * width
+        means.setdefault(f"{lo + 1}-{lo + width}", []).append(rec["loss"])
+    return {
+        "last_step": records[-1]["step"] if records else 0,
+        "loss_ema_every_100": every_100,
+        f"mean_loss_per_{width}_steps": {k: round(float(np.mean(v)), 4) for k, v in means.items()},
+    }
+
+
+def paired_difference(log_a: Path, log_b: Path, width: int = 500) -> dict[str, Any]:
+    """Mean of ``loss_a - loss_b`` over the steps both logs hold, per ``width`` steps.
+
+    Two chains with the same seed draw the same batches at the same step, so
+    the difference of their losses at a step is free of the batch-to-batch
+    spread (which is larger than what separates the recipes early on).
+    """
+    a = {r["step"]: r["loss"] for r in map(json.loads, log_a.read_text().splitlines())}
+    b = {r["step"]: r["loss"] for r in map(json.loads, log_b.read_text().splitlines())}
+    diffs: dict[str, list[float]] = {}
+    for step in sorted(set(a) & set(b)):
+        lo = (step - 1) // width * width
+        diffs.setdefault(f"{lo + 1}-{lo + width}", []).append(a[step] - b[step])
+    return {
+        k: {"mean": round(float(np.mean(v)), 4), "logged_steps": len(v)} for k, v in diffs.items()
+    }
+
+
+def report(
+    arms_dir: Path, chain_dir: Path, failed_dir: Path, checkpoint: Path | None
+) -> dict[str, Any]:
+    """The whole diagnosis: arms so far, both chains' curves, paired losses, learnability."""
+    arms: dict[str, Any] = {}
+    known = arm_configs()
+    for name in sorted(known):
+        arm_dir = arms_dir / name
+        if not (arm_dir / LOG_FILE).exists():
+            continue
+        row: dict[str, Any] = {"config": dataclasses.asdict(known[name])}
+        row |= _windows(arm_dir / LOG_FILE)
+        evals = arm_dir / "evals.jsonl"
+        if evals.exists():
+            row["end"] = json.loads(evals.read_text().splitlines()[-1])
+        arms[name] = row
+    result: dict[str, Any] = {
+        "arms": arms,
+        "failed_chain": _windows(failed_dir / LOG_FILE),
+        "chain": _windows(chain_dir / LOG_FILE),
+        "chain_minus_failed_same_batches": paired_difference(
+            chain_dir / LOG_FILE, failed_dir / LOG_FILE
+        ),
+        "learnability_rf": {f"v{v}": learnability(v) for v in (1, 2)},
+        "weight_growth": {
+            "failed_chain": weight_growth(failed_dir / "state.pt", checkpoint),
+        },
+    }
+    if (chain_dir / "state.pt").exists():
+        result["weight_growth"]["chain"] = weight_growth(chain_dir / "state.pt", checkpoint)
+    return result
 
 
 def _run_arms(folder: Path, names: list[str], steps: int, parallel: int) -> dict[str, Any]:
@@ -225,7 +290,7 @@ def _run_arms(folder: Path, names: list[str], steps: int, parallel: int) -> dict
         arm_dir = folder / name
         summary = json.loads((arm_dir / "evals.jsonl").read_text().splitlines()[-1])
         summary["config"] = dataclasses.asdict(arm_configs()[name])
-        summary["loss_ema_every_100"] = _curve(arm_dir)
+        summary |= _windows(arm_dir / LOG_FILE)
         results[name] = summary
     return results
 
@@ -241,6 +306,12 @@ def _parser() -> argparse.ArgumentParser:
     growth = sub.add_parser("weights", help="growth of Muon's matrices in a chain state")
     growth.add_argument("--state", type=Path, required=True, help="chain state.pt")
     growth.add_argument("--checkpoint", type=Path, default=None, help="safetensors to compare")
+    rep = sub.add_parser("report", help="arms so far, both chains, paired losses, learnability")
+    rep.add_argument("--arms-dir", type=Path, required=True, help="folder of the arms")
+    rep.add_argument("--chain", type=Path, required=True, help="the running chain's folder")
+    rep.add_argument("--failed", type=Path, required=True, help="the failed chain's folder")
+    rep.add_argument("--checkpoint", type=Path, default=None, help="shipped safetensors")
+    rep.add_argument("--out", type=Path, default=None, help="write the JSON here too")
     arm = sub.add_parser("_arm", help=argparse.SUPPRESS)
     for sp in (arms, arm):
         sp.add_argument("--dir", type=Path, required=True, help="folder of the arms' states")
@@ -268,6 +339,15 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
             log=lambda line: print(f"[{args.arm}] {line}", file=sys.stderr, flush=True),
         )
         print(json.dumps(summary))
+        return 0
+    if args.cmd == "report":
+        argv_list = list(argv) if argv is not None else sys.argv[1:]
+        result = {"command": "python -m hostgen.diagnose " + " ".join(argv_list)}
+        result |= report(args.arms_dir, args.chain, args.failed, args.checkpoint)
+        text = json.dumps(result, indent=2)
+        if args.out is not None:
+            args.out.write_text(text + "\n")
+        print(text)
         return 0
     if args.cmd == "weights":
         print(json.dumps(weight_growth(args.state, args.checkpoint)))

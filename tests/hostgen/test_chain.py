@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -258,3 +259,15 @@ def test_weight_growth_reads_a_chain_state(tmp_path):
     assert growth["state_step"] == 3 and growth["optimizer"] == "muon"
     moved = [g for g in ("attention_projections", "mlps") if growth[g]["matrices"]]
     assert moved and all(growth[g]["state_rms"] != growth[g]["init_rms"] for g in moved)
+
+
+def test_paired_difference_compares_the_same_steps_only(tmp_path):
+    def write(name: str, rows: list[tuple[int, float]]) -> Path:
+        path = tmp_path / name
+        path.write_text("".join(json.dumps({"step": s, "loss": v}) + "\n" for s, v in rows))
+        return path
+
+    a = write("a.jsonl", [(25, 1.0), (50, 2.0), (525, 0.5)])
+    b = write("b.jsonl", [(25, 1.5), (50, 1.0), (75, 9.0)])
+    diff = diagnose.paired_difference(a, b)
+    assert diff == {"1-500": {"mean": 0.25, "logged_steps": 2}}
