@@ -59,6 +59,7 @@ from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
 
 __all__ = [
+    "TABLES",
     "ChainConfig",
     "lr_factor",
     "main",
@@ -72,6 +73,29 @@ LOG_FILE = "log.jsonl"
 EVALS_FILE = "evals.jsonl"
 
 _MODELS = {"default": DEFAULT_MODEL_CONFIG, "tiny": TINY_MODEL_CONFIG}
+
+TABLES: dict[str, dict[str, Any]] = {
+    "v2": {
+        "min_rows": PRIOR_V2.min_rows,
+        "small_max_rows": PRIOR_V2.small_max_rows,
+        "max_rows": PRIOR_V2.max_rows,
+        "p_large": PRIOR_V2.p_large,
+        "cells_per_batch": PRIOR_V2.cells_per_batch,
+        "max_tasks_per_batch": PRIOR_V2.max_tasks_per_batch,
+    },
+    "v1": {
+        "min_rows": PriorConfig.min_rows,
+        "small_max_rows": PriorConfig.small_max_rows,
+        "max_rows": PriorConfig.max_rows,
+        "p_large": PriorConfig.p_large,
+        "cells_per_batch": PriorConfig.cells_per_batch,
+        "max_tasks_per_batch": PriorConfig.max_tasks_per_batch,
+    },
+}
+"""Table sizes and batching: ``v2`` is :data:`hostgen.prior.PRIOR_V2`'s (80 % of
+batches of 200-4,000 rows, about 6 tasks a step); ``v1`` the shipped host's
+(mostly 24-512 rows, 30 % up to 3,000, about 17 tasks a step), which gives
+about 2.4 times the tasks per CPU minute (``hostchain/diagnosis.json``)."""
 # Inputs and outputs of the network are not hidden matrices: Muon's
 # orthogonalised update suits square-ish hidden maps, not a 1- or 6-column
 # embedding or the 200-bucket decoder (the usual Muon practice).
@@ -551,6 +575,9 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--decay-fraction", type=float, default=0.25)
     start.add_argument("--ema-decay", type=float, default=0.998)
     start.add_argument("--seed", type=int, default=0)
+    start.add_argument(
+        "--tables", choices=sorted(TABLES), default="v2", help="table sizes and batching"
+    )
     resume.add_argument(
         "--total-steps",
         type=int,
@@ -593,6 +620,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
             decay_fraction=args.decay_fraction,
             ema_decay=args.ema_decay,
             seed=args.seed,
+            **TABLES[args.tables],
         )
         if (args.dir / STATE_FILE).exists():
             raise CommandError(f"{args.dir / STATE_FILE} exists; use 'resume'")

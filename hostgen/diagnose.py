@@ -40,7 +40,7 @@ from safetensors.torch import load_file
 from sklearn.ensemble import RandomForestRegressor
 
 from hostgen import prior as p
-from hostgen.chain import LOG_FILE, ChainConfig, muon_parameter_names, run_link
+from hostgen.chain import LOG_FILE, TABLES, ChainConfig, muon_parameter_names, run_link
 from hostgen.train import build_model
 from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
@@ -107,16 +107,6 @@ def prior_diagnosis(tasks: int = 400) -> dict[str, object]:
 
 # --------------------------------------------------------------------------- arms
 
-# The shipped host's table sizes and batches (prior version 1's defaults).
-_V1_TABLES = {
-    "min_rows": p.PriorConfig.min_rows,
-    "small_max_rows": p.PriorConfig.small_max_rows,
-    "max_rows": p.PriorConfig.max_rows,
-    "p_large": p.PriorConfig.p_large,
-    "cells_per_batch": p.PriorConfig.cells_per_batch,
-    "max_tasks_per_batch": p.PriorConfig.max_tasks_per_batch,
-}
-
 
 def arm_configs() -> dict[str, Any]:
     """The diagnosis arms, each one change away from another.
@@ -131,8 +121,8 @@ def arm_configs() -> dict[str, Any]:
     old |= {"ema_decay": 0.0}
     return {
         "adamw_cosine_v2": ChainConfig(**old),
-        "adamw_cosine_v2_v1tables": ChainConfig(**old, **_V1_TABLES),
-        "adamw_cosine_v1": ChainConfig(**old, prior_version=1, **_V1_TABLES),
+        "adamw_cosine_v2_v1tables": ChainConfig(**old, **TABLES["v1"]),
+        "adamw_cosine_v1": ChainConfig(**old, prior_version=1, **TABLES["v1"]),
         "adamw_wsd_v2": ChainConfig(total_steps=22000, optimizer="adamw"),
         "muon_wsd_v2": ChainConfig(total_steps=22000, optimizer="muon"),
     }

@@ -249,6 +249,7 @@ def test_diagnosis_arms_differ_in_one_thing_each():
     v1 = diagnose.arm_configs()["adamw_cosine_v1"].prior()
     assert v1.version == 1 and v1.max_rows == PriorConfig().max_rows
     assert ChainConfig(total_steps=5).prior() == PRIOR_V2
+    assert ChainConfig(total_steps=5, **chain.TABLES["v2"]).prior() == PRIOR_V2
 
 
 def test_weight_growth_reads_a_chain_state(tmp_path):
