@@ -1,6 +1,6 @@
 """Why a chain does not learn: the prior diagnosis and short training arms (issue 26).
 
-Two commands, both printing (and, for ``arms``, writing) JSON:
+Four commands, each printing JSON:
 
 ``python -m hostgen.diagnose`` (``prior``) draws noise-free function tasks (2
 features, 500 rows) from prior versions 1 and 2 and, on the tasks whose rows
@@ -20,6 +20,16 @@ in-prior metric (``hostgen.in_prior``), plus a learnability check of the
 training tasks themselves (random forest on the first task of training
 batches). A flat loss under every optimiser points at the prior or the batch;
 a flat loss under one optimiser only points at that optimiser.
+
+``python -m hostgen.diagnose weights --state S --checkpoint C`` compares the
+size of the hidden matrices in a chain state with their initialisation and
+with a shipped checkpoint.
+
+``python -m hostgen.diagnose report --arms-dir hostchain/diagnosis --chain
+hostchain --failed hostchain/link1-failed --out hostchain/diagnosis.json`` puts
+it all together: every run's smoothed-loss curve and mean loss per 500 steps,
+step-by-step loss differences between runs that draw the same batches, the
+learnability check and the weight growth.
 """
 
 from __future__ import annotations
@@ -40,7 +50,15 @@ from safetensors.torch import load_file
 from sklearn.ensemble import RandomForestRegressor
 
 from hostgen import prior as p
-from hostgen.chain import LOG_FILE, TABLES, ChainConfig, muon_parameter_names, run_link
+from hostgen.chain import (
+    EVALS_FILE,
+    LOG_FILE,
+    STATE_FILE,
+    TABLES,
+    ChainConfig,
+    muon_parameter_names,
+    run_link,
+)
 from hostgen.train import build_model
 from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
@@ -231,37 +249,61 @@ def paired_difference(log_a: Path, log_b: Path, width: int = 500) -> dict[str, A
     }
 
 
+_BATCH_FIELDS = ("seed", "prior_version", *TABLES["v2"])
+"""The plan's fields that fix which batches a run draws at each step."""
+
+
 def report(
-    arms_dir: Path, chain_dir: Path, failed_dir: Path, checkpoint: Path | None
+    arms_dir: Path,
+    chain_dir: Path,
+    failed_dir: Path,
+    checkpoint: Path | None,
+    learnability_batches: int = 24,
 ) -> dict[str, Any]:
-    """The whole diagnosis: arms so far, both chains' curves, paired losses, learnability."""
-    arms: dict[str, Any] = {}
-    known = arm_configs()
-    for name in sorted(known):
-        arm_dir = arms_dir / name
-        if not (arm_dir / LOG_FILE).exists():
-            continue
-        row: dict[str, Any] = {"config": dataclasses.asdict(known[name])}
-        row |= _windows(arm_dir / LOG_FILE)
-        evals = arm_dir / "evals.jsonl"
-        if evals.exists():
-            row["end"] = json.loads(evals.read_text().splitlines()[-1])
-        arms[name] = row
-    result: dict[str, Any] = {
-        "arms": arms,
-        "failed_chain": _windows(failed_dir / LOG_FILE),
-        "chain": _windows(chain_dir / LOG_FILE),
-        "chain_minus_failed_same_batches": paired_difference(
-            chain_dir / LOG_FILE, failed_dir / LOG_FILE
-        ),
-        "learnability_rf": {f"v{v}": learnability(v) for v in (1, 2)},
-        "weight_growth": {
-            "failed_chain": weight_growth(failed_dir / "state.pt", checkpoint),
-        },
+    """The whole diagnosis: every run's curve, paired losses, learnability, weight growth.
+
+    Runs are the arms in ``arms_dir`` (a state file there, when one was
+    written, gives the plan the arm really ran), the failed chain and the
+    running chain. Every two runs that draw the same batches (same seed, prior
+    version and tables) are compared step by step (:func:`paired_difference`).
+    """
+    runs: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for name, cfg in arm_configs().items():
+        if (arms_dir / name / LOG_FILE).exists():
+            runs[name] = (arms_dir / name, dataclasses.asdict(cfg))
+    runs["link1_failed"] = (failed_dir, {})
+    runs["chain"] = (chain_dir, {})
+    rows: dict[str, Any] = {}
+    for name, (folder, config) in runs.items():
+        if (folder / STATE_FILE).exists():
+            # Older states lack newer fields: the defaults are what they ran.
+            stored = torch.load(folder / STATE_FILE, weights_only=True)["config"]
+            config = dataclasses.asdict(ChainConfig(**stored))
+        runs[name] = (folder, config)
+        row: dict[str, Any] = {"folder": folder.as_posix(), "config": config}
+        row |= _windows(folder / LOG_FILE)
+        if (folder / EVALS_FILE).exists():
+            row["end"] = [json.loads(line) for line in (folder / EVALS_FILE).open()]
+        rows[name] = row
+    paired = {}
+    names = list(runs)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            key_a = [runs[a][1].get(f) for f in _BATCH_FIELDS]
+            if key_a == [runs[b][1].get(f) for f in _BATCH_FIELDS]:
+                paired[f"{a} minus {b}"] = paired_difference(
+                    runs[a][0] / LOG_FILE, runs[b][0] / LOG_FILE
+                )
+    growth = {}
+    for name in ("link1_failed", "chain"):
+        if (runs[name][0] / STATE_FILE).exists():
+            growth[name] = weight_growth(runs[name][0] / STATE_FILE, checkpoint)
+    return {
+        "runs": rows,
+        "paired_loss_same_batches": paired,
+        "learnability_rf": {f"v{v}": learnability(v, learnability_batches) for v in (1, 2)},
+        "weight_growth": growth,
     }
-    if (chain_dir / "state.pt").exists():
-        result["weight_growth"]["chain"] = weight_growth(chain_dir / "state.pt", checkpoint)
-    return result
 
 
 def _run_arms(folder: Path, names: list[str], steps: int, parallel: int) -> dict[str, Any]:

@@ -272,3 +272,19 @@ def test_paired_difference_compares_the_same_steps_only(tmp_path):
     b = write("b.jsonl", [(25, 1.5), (50, 1.0), (75, 9.0)])
     diff = diagnose.paired_difference(a, b)
     assert diff == {"1-500": {"mean": 0.25, "logged_steps": 2}}
+
+
+def test_report_pairs_runs_that_draw_the_same_batches(tmp_path):
+    tiny = ChainConfig(total_steps=2, warmup_steps=1, model="tiny", cells_per_batch=2000)
+    tiny = dataclasses.replace(tiny, max_tasks_per_batch=4)
+    kwargs = {"minutes": 5.0, "evaluate_at_end": False, "log_every": 1, "log": lambda s: None}
+    run_link(tmp_path / "failed", cfg=tiny, **kwargs)
+    run_link(tmp_path / "chain", cfg=dataclasses.replace(tiny, optimizer="adamw"), **kwargs)
+    result = diagnose.report(
+        tmp_path / "arms", tmp_path / "chain", tmp_path / "failed", None, learnability_batches=1
+    )
+    assert set(result["runs"]) == {"link1_failed", "chain"}
+    assert result["runs"]["chain"]["last_step"] == 2
+    paired = result["paired_loss_same_batches"]["link1_failed minus chain"]
+    assert paired["1-500"]["logged_steps"] == 2
+    assert result["weight_growth"]["chain"]["optimizer"] == "adamw"
