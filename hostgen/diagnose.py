@@ -143,6 +143,7 @@ def arm_configs() -> dict[str, Any]:
         "adamw_cosine_v1": ChainConfig(**old, prior_version=1, **TABLES["v1"]),
         "adamw_wsd_v2": ChainConfig(total_steps=22000, optimizer="adamw"),
         "muon_wsd_v2": ChainConfig(total_steps=22000, optimizer="muon"),
+        "muon_wsd_v2_v1tables": ChainConfig(total_steps=22000, optimizer="muon", **TABLES["v1"]),
     }
 
 

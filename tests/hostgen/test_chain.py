@@ -245,6 +245,7 @@ def test_diagnosis_arms_differ_in_one_thing_each():
     assert diff("adamw_cosine_v2", "adamw_cosine_v2_v1tables") == tables
     assert diff("adamw_cosine_v2_v1tables", "adamw_cosine_v1") == {"prior_version"}
     assert diff("adamw_wsd_v2", "muon_wsd_v2") == {"optimizer"}
+    assert diff("muon_wsd_v2", "muon_wsd_v2_v1tables") == tables
     # The arms draw what they say: version 1 with the shipped host's tables.
     v1 = diagnose.arm_configs()["adamw_cosine_v1"].prior()
     assert v1.version == 1 and v1.max_rows == PriorConfig().max_rows
