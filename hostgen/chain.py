@@ -12,15 +12,16 @@ folder outside the installed package (``hostchain/`` at the repository root):
 * ``evals.jsonl``: the in-prior metric (``hostgen.in_prior``) of the averaged
   weights at the end of each link.
 
-Optimiser (chosen by the A/B pilot, ``python -m hostgen.chain pilot``):
-``torch.optim.Muon`` on the hidden 2-D matrices (attention projections and
-MLP weights; Muon only accepts 2-D parameters) and AdamW on the rest
-(embeddings, decoder, norms, biases, learned tokens), a warm-up / stable /
-decay (WSD) schedule over the planned steps of the *whole* chain (the decay
-falls in the last link), and an exponential moving average (EMA) of the
-weights. The schedule depends on the step alone, so a chain resumed any
-number of times ends with the weights of an uninterrupted run on the same
-torch build and thread count (tested).
+Optimiser: AdamW (``--optimizer adamw``), or ``torch.optim.Muon`` on the
+hidden 2-D matrices (attention projections and MLP weights; Muon only accepts
+2-D parameters) with AdamW on the rest (embeddings, decoder, norms, biases,
+learned tokens). Muon at lr 0.02 was the first chain's choice and did not
+learn (``hostchain/README.md``, ``hostgen.diagnose``); the running chain uses
+AdamW. Either way: a warm-up / stable / decay (WSD) schedule over the planned
+steps of the *whole* chain (the decay falls in the last link), and an
+exponential moving average (EMA) of the weights. The schedule depends on the
+step alone, so a chain resumed any number of times ends with the weights of an
+uninterrupted run on the same torch build and thread count (tested).
 
 Commands::
 
