@@ -12,15 +12,16 @@ folder outside the installed package (``hostchain/`` at the repository root):
 * ``evals.jsonl``: the in-prior metric (``hostgen.in_prior``) of the averaged
   weights at the end of each link.
 
-Optimiser (chosen by the A/B pilot, ``python -m hostgen.chain pilot``):
-``torch.optim.Muon`` on the hidden 2-D matrices (attention projections and
-MLP weights; Muon only accepts 2-D parameters) and AdamW on the rest
-(embeddings, decoder, norms, biases, learned tokens), a warm-up / stable /
-decay (WSD) schedule over the planned steps of the *whole* chain (the decay
-falls in the last link), and an exponential moving average (EMA) of the
-weights. The schedule depends on the step alone, so a chain resumed any
-number of times ends with the weights of an uninterrupted run on the same
-torch build and thread count (tested).
+Optimiser: AdamW (``--optimizer adamw``), or ``torch.optim.Muon`` on the
+hidden 2-D matrices (attention projections and MLP weights; Muon only accepts
+2-D parameters) with AdamW on the rest (embeddings, decoder, norms, biases,
+learned tokens). Muon at lr 0.02 was the first chain's choice and did not
+learn (``hostchain/README.md``, ``hostgen.diagnose``); the running chain uses
+AdamW. Either way: a warm-up / stable / decay (WSD) schedule over the planned
+steps of the *whole* chain (the decay falls in the last link), and an
+exponential moving average (EMA) of the weights. The schedule depends on the
+step alone, so a chain resumed any number of times ends with the weights of an
+uninterrupted run on the same torch build and thread count (tested).
 
 Commands::
 
@@ -59,6 +60,7 @@ from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
 
 __all__ = [
+    "TABLES",
     "ChainConfig",
     "lr_factor",
     "main",
@@ -72,6 +74,29 @@ LOG_FILE = "log.jsonl"
 EVALS_FILE = "evals.jsonl"
 
 _MODELS = {"default": DEFAULT_MODEL_CONFIG, "tiny": TINY_MODEL_CONFIG}
+
+TABLES: dict[str, dict[str, Any]] = {
+    "v2": {
+        "min_rows": PRIOR_V2.min_rows,
+        "small_max_rows": PRIOR_V2.small_max_rows,
+        "max_rows": PRIOR_V2.max_rows,
+        "p_large": PRIOR_V2.p_large,
+        "cells_per_batch": PRIOR_V2.cells_per_batch,
+        "max_tasks_per_batch": PRIOR_V2.max_tasks_per_batch,
+    },
+    "v1": {
+        "min_rows": PriorConfig.min_rows,
+        "small_max_rows": PriorConfig.small_max_rows,
+        "max_rows": PriorConfig.max_rows,
+        "p_large": PriorConfig.p_large,
+        "cells_per_batch": PriorConfig.cells_per_batch,
+        "max_tasks_per_batch": PriorConfig.max_tasks_per_batch,
+    },
+}
+"""Table sizes and batching: ``v2`` is :data:`hostgen.prior.PRIOR_V2`'s (80 % of
+batches of 200-4,000 rows, about 6 tasks a step); ``v1`` the shipped host's
+(mostly 24-512 rows, 30 % up to 3,000, about 17 tasks a step), which gives
+about 2.4 times the tasks per CPU minute (``hostchain/diagnosis.json``)."""
 # Inputs and outputs of the network are not hidden matrices: Muon's
 # orthogonalised update suits square-ish hidden maps, not a 1- or 6-column
 # embedding or the 200-bucket decoder (the usual Muon practice).
@@ -97,9 +122,14 @@ class ChainConfig:
         seed: Seeds the initialisation and the prior's generator; below
             ``hostgen.in_prior.HELDOUT_KEY``.
         model: Architecture preset (``"default"``: the shipped size).
-        prior_version: Prior version (2: :data:`hostgen.prior.PRIOR_V2`).
+        prior_version: Prior version (2: :data:`hostgen.prior.PRIOR_V2`; 1, the
+            shipped host's, only for the diagnosis arms of ``hostgen.diagnose``).
         cells_per_batch: Rows times columns per batch (small batches).
         max_tasks_per_batch: Cap on tasks per batch.
+        min_rows: Smallest table (see :class:`hostgen.prior.PriorConfig`).
+        small_max_rows: Upper end of the small tables.
+        max_rows: Upper end of the large tables.
+        p_large: Share of batches of large tables.
         time_progress_minutes: Pilots only: when > 0 the schedule's progress is
             the larger of the step and the wall-clock fraction of this many
             minutes, so an arm anneals within its time; this makes the weights
@@ -122,15 +152,24 @@ class ChainConfig:
     cells_per_batch: int = PRIOR_V2.cells_per_batch
     max_tasks_per_batch: int = PRIOR_V2.max_tasks_per_batch
     time_progress_minutes: float = 0.0
+    min_rows: int = PRIOR_V2.min_rows
+    small_max_rows: int = PRIOR_V2.small_max_rows
+    max_rows: int = PRIOR_V2.max_rows
+    p_large: float = PRIOR_V2.p_large
 
     def prior(self) -> PriorConfig:
         """The prior configuration this chain draws from."""
-        if self.prior_version != 2:
-            raise ValueError("a chain draws from prior version 2")
+        if self.prior_version not in (1, 2):
+            raise ValueError(f"no prior version {self.prior_version}")
         return dataclasses.replace(
             PRIOR_V2,
+            version=self.prior_version,
             cells_per_batch=self.cells_per_batch,
             max_tasks_per_batch=self.max_tasks_per_batch,
+            min_rows=self.min_rows,
+            small_max_rows=self.small_max_rows,
+            max_rows=self.max_rows,
+            p_large=self.p_large,
         )
 
 
@@ -537,6 +576,9 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--decay-fraction", type=float, default=0.25)
     start.add_argument("--ema-decay", type=float, default=0.998)
     start.add_argument("--seed", type=int, default=0)
+    start.add_argument(
+        "--tables", choices=sorted(TABLES), default="v2", help="table sizes and batching"
+    )
     resume.add_argument(
         "--total-steps",
         type=int,
@@ -579,6 +621,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
             decay_fraction=args.decay_fraction,
             ema_decay=args.ema_decay,
             seed=args.seed,
+            **TABLES[args.tables],
         )
         if (args.dir / STATE_FILE).exists():
             raise CommandError(f"{args.dir / STATE_FILE} exists; use 'resume'")
