@@ -1,11 +1,14 @@
-"""Cache-sized stage 0-2 chunks change no bit and are undone (``retrofit.batching.chunks``).
+"""Cache-sized stage 0-2 chunks change predictions by rounding at most, and are undone.
 
 Reference: the same tiny v3 model's ``forward`` at tabpfn's default
 ``inference_chunk_cells`` on the same inputs in the same process; float32,
 ``x`` of shape ``(R=40, B=2, C=4)``, 30 train rows. The chunked run splits the
-40 rows into chunks of 8, the smallest chunk measured bit-identical and below
-the :data:`MIN_CHUNK_ROWS` that the ragged path and the evaluation keep, so the
-claim they rely on is checked with margin.
+40 rows into chunks of 8, below the :data:`MIN_CHUNK_ROWS` that the ragged path
+and the evaluation keep. A chunk runs the stages' projections over fewer rows,
+and a BLAS may block a shorter matrix otherwise: bit-identical on AVX-512, one
+ulp-level rounding with ATen and MKL on AVX2 (``.ci/run``'s second pass). So
+the bound is ``MODEL_ULPS`` of the output's scale (tests/helpers/exactness.py),
+the one stated for a whole forward over a taller or shorter matrix.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from retrofit.batching.chunks import (
     lowered_chunk_cells,
 )
 from retrofit.settings import default_chunk_cells
+from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps
 from tests.helpers.tiny_models import build_tiny_v3
 
 R, B, C, N = 40, 2, 4, 30
@@ -39,7 +43,7 @@ def _chunk_settings_seen(model):
     return seen, hook
 
 
-def test_chunks_of_eight_rows_give_bit_identical_predictions_and_the_setting_is_restored():
+def test_chunks_of_eight_rows_agree_within_the_model_bound_and_the_setting_is_restored():
     model = build_tiny_v3()
     default = getattr(model, CHUNK_CELLS_ATTR)
     x_RBC, y_NB = _inputs()
@@ -54,7 +58,7 @@ def test_chunks_of_eight_rows_give_bit_identical_predictions_and_the_setting_is_
         hook.remove()
     assert getattr(model, CHUNK_CELLS_ATTR) == default
     assert len(seen) - unchunked == R // 8 * unchunked  # one aggregator call per chunk
-    assert torch.equal(chunked, whole)
+    assert_within_ulps(chunked, whole, ulps=MODEL_ULPS[torch.float32])
 
 
 def test_each_forward_gets_the_cpu_chunk_size_for_its_shape_and_keeps_min_rows():
