@@ -42,7 +42,10 @@ TEST_MODULES: dict[str, tuple[str, str]] = {
     "regressor": ("tests/test_regressor_interface.py", "from tabpfn import TabPFNRegressor\n"),
     "classifier": ("tests/test_classifier_interface.py", "from tabpfn import TabPFNClassifier\n"),
 }
-sys.path.insert(0, str(HERE))
+# This folder (suite_targets, expectations) and the repository root (suite_targets
+# builds its tiny checkpoints with tests.helpers): `python tests/tabpfn_suite/...`
+# puts neither on the path, and the editable install maps only the packages.
+sys.path[:0] = [str(HERE), str(REPO)]
 
 from suite_targets import TARGETS  # noqa: E402 -- after this folder is on the path
 
