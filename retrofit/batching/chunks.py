@@ -1,4 +1,4 @@
-"""Cache-sized row chunks of tabpfn's stages before ICL, where they change no bit.
+"""Cache-sized row chunks of tabpfn's stages before ICL: faster on a CPU, equal up to rounding.
 
 TabPFN v3 and v3.5 run stages 0-2 (cell embedding, distribution embedder,
 column aggregator) over row chunks of ``inference_chunk_cells`` cells summed
@@ -6,11 +6,13 @@ over the batch (rows per chunk: the cells over batch times columns); the
 default (2048 x 768) is sized for an accelerator's memory. The stages are
 row-local given the train rows' inducing states, so a smaller chunk runs the
 same operations on fewer rows at a time: on a CPU the working set then fits
-the caches, which is faster. The result is bit-identical on the same shapes in
-the same process as long as a chunk keeps :data:`MIN_CHUNK_ROWS` rows (a BLAS
-takes another code path for a matrix of one or two rows: a 2-row chunk moved
-outputs by 1-2 float32 ulps, 8 rows and more by none);
-``tests/retrofit/batching/test_chunks.py`` checks both sides.
+the caches, which is faster. The result equals the unchunked one up to
+rounding: a chunk runs the stages' projections over a shorter matrix, which a
+BLAS may block otherwise (bit-identical on AVX-512 at 8 rows and more, 1.5
+float32 ulps with ATen and MKL on AVX2; a 1- or 2-row matrix takes another
+code path and moves more), so a chunk keeps :data:`MIN_CHUNK_ROWS` rows.
+``tests/retrofit/batching/test_chunks.py`` bounds the change by the ulps bound
+stated for a whole forward over a taller or shorter matrix.
 
 :func:`chunk_cells_for` is the chunk size for one forward's batch and
 columns; :func:`cache_sized_chunks` applies it to every forward of the given
@@ -43,7 +45,7 @@ __all__ = [
 
 #: The public attribute of tabpfn v3 and v3.5 models that holds the chunk size.
 CHUNK_CELLS_ATTR = "inference_chunk_cells"
-#: Fewest rows a lowered chunk keeps (8 was the smallest bit-identical size measured).
+#: Fewest rows a lowered chunk keeps, well above the 1-2 row matrices a BLAS runs otherwise.
 MIN_CHUNK_ROWS = 64
 
 

@@ -30,20 +30,18 @@ The one-hot targets are built as each host builds them (v3: up to the largest
 target; v3.5: ``num_present_classes`` wide, non-finite targets as zero rows).
 
 Shape letters: B batch (ensemble members), N train rows, M test rows,
-E embedding, H decoder heads, D head dimension, T classes, X classes padded to
-a multiple of D.
+E embedding, H decoder heads, D head dimension, T classes, C head-wide chunks
+of the class axis.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
 from tabpfn.architectures import tabpfn_v3, tabpfn_v3_5
 from torch import nn
 
-from patches import presence, support_size
+from patches import oattention_direct, presence, support_size
 from retrofit.errors import MissingPresenceError, UnsupportedArchitectureError
 from retrofit.hosts.row_attention import oattend_rows, scale_queries
 
@@ -169,6 +167,39 @@ class OManyClassDecoder(nn.Module):
         one_hot = F.one_hot(targets_long, num_classes=num_present_classes)
         return torch.where(finite_BN[..., None], one_hot, 0).to(dtype)
 
+    def _attend_class_chunks(
+        self,
+        q_BMHD: torch.Tensor,
+        k_BNHD: torch.Tensor,
+        v_BNHT: torch.Tensor,
+        p_BM: torch.Tensor,
+        p_BN: torch.Tensor,
+    ) -> torch.Tensor:
+        """OAttention with one-hot values wider than a head: ``(B, M, H, T)``.
+
+        The fused kernels want values as wide as the heads, so the class axis is
+        cut into head-wide chunks that are folded into the batch (as the host
+        folds them) and attended in one call: every chunk has the same weights,
+        so this is exact.
+        """
+        B, M, H, D = q_BMHD.shape
+        N, T = v_BNHT.shape[1], v_BNHT.shape[-1]
+        C = -(-T // D)  # chunks
+        v_BCNHD = F.pad(v_BNHT, (0, C * D - T)).reshape(B, N, H, C, D).permute(0, 3, 1, 2, 4)
+
+        def fold(t: torch.Tensor) -> torch.Tensor:  # (B, ...) -> (B * C, ...), chunk-major per b
+            return t.unsqueeze(1).expand(B, C, *t.shape[1:]).reshape(B * C, *t.shape[1:])
+
+        out_bMHD = oattend_rows(
+            fold(q_BMHD),
+            fold(k_BNHD),
+            v_BCNHD.reshape(B * C, N, H, D),
+            fold(p_BM),
+            fold(p_BN),
+            eps_den=self.eps_den,
+        )
+        return out_bMHD.view(B, C, M, H, D).permute(0, 2, 3, 1, 4).reshape(B, M, H, C * D)[..., :T]
+
     def forward(
         self,
         train_keys_BNHD: torch.Tensor,
@@ -195,23 +226,12 @@ class OManyClassDecoder(nn.Module):
         v_BNT = self._one_hot(targets_BN, q_BMHD.dtype, highest_target, num_present_classes)
         v_BNHT = v_BNT.unsqueeze(2).expand(-1, -1, self.num_heads, -1)
         p_BM = presence(test_embeddings_BME, self.tau)
-        # The fused kernels want values as wide as the heads: one OAttention per
-        # head-wide chunk of the class axis (the host folds the same chunks into
-        # its batch); every chunk has the same weights, so this is exact.
-        T, D = v_BNHT.shape[-1], self.head_dim
-        v_BNHX = F.pad(v_BNHT, (0, -T % D))
         dtype = q_BMHD.dtype
         if dtype == torch.float16 and q_BMHD.device.type == "cpu":
             # Scaled queries reach ~1e4, so float16 scores overflow on the CPU
             # kernels: computed in float32, as v3.5's attention does.
-            q_BMHD, k_BNHD, v_BNHX = q_BMHD.float(), k_BNHD.float(), v_BNHX.float()
-        out_BMHT = torch.cat(
-            [
-                oattend_rows(q_BMHD, k_BNHD, chunk, p_BM, p_BN, eps_den=self.eps_den)
-                for chunk in v_BNHX.split(D, dim=-1)
-            ],
-            dim=-1,
-        )[..., :T].to(dtype)
+            q_BMHD, k_BNHD, v_BNHT = q_BMHD.float(), k_BNHD.float(), v_BNHT.float()
+        out_BMHT = self._attend_class_chunks(q_BMHD, k_BNHD, v_BNHT, p_BM, p_BN).to(dtype)
         out_BMT = out_BMHT.mean(2)
         missing = self.max_num_classes - out_BMT.shape[-1]
         if missing:
@@ -228,13 +248,17 @@ class OManyClassDecoder(nn.Module):
         gives what :meth:`forward` turns into logits.
         """
         q_BMHD, k_BNHD, p_BN = self._queries(train_keys_BNHD, test_embeddings_BME)
+        B, N, H, _ = k_BNHD.shape
         wide = torch.float64 if q_BMHD.dtype == torch.float64 else torch.float32
-        s_BHMN = torch.einsum("bmhd,bnhd->bhmn", q_BMHD, k_BNHD).to(wide) / math.sqrt(self.head_dim)
-        live_B11N = (p_BN > 0)[:, None, None, :]
-        s_BHMN = s_BHMN.masked_fill(~live_B11N, float("-inf"))
-        top_BHM1 = s_BHMN.amax(-1, keepdim=True).clamp(min=-1e30)  # all-null rows: finite
-        w_BHMN = p_BN.to(wide)[:, None, None, :] * torch.exp(s_BHMN - top_BHM1)
-        denominator = self.eps_den * torch.exp(-top_BHM1) + w_BHMN.sum(-1, keepdim=True)
-        w_BHMN = torch.where(denominator > 0, w_BHMN / denominator, 0.0)
-        p_BM = presence(test_embeddings_BME, self.tau).to(wide)
-        return (w_BHMN.mean(1) * p_BM[..., None]).float()
+        # Identity values turn OAttention's output into its weights, one column per train row.
+        eye_BHNN = torch.eye(N, dtype=wide, device=q_BMHD.device).expand(B, H, N, N)
+        w_BHMN = oattention_direct(
+            q_BMHD.transpose(1, 2),
+            k_BNHD.transpose(1, 2),
+            eye_BHNN,
+            presence(test_embeddings_BME, self.tau),
+            p_BN,
+            eps_den=self.eps_den,
+            dtype=wide,
+        )
+        return w_BHMN.mean(1).float()
