@@ -180,20 +180,32 @@ def _chunk_lines(chunks: dict[str, Any] | None) -> list[str]:
         f"Host `{setup['host']}` ({setup['mode']}), train rows {setup['train_rows']}, test rows "
         f"{setup['test_rows']}; {setup['cache_sized_cells']} cells a chunk against "
         f"{setup['default_cells']}; {setup['rounds']} interleaved rounds; clock: "
-        f"{setup['clock']}. Bit-identical predictions: {sum(same)} of {len(same)} datasets.",
+        f"{setup['clock']}. Bit-identical predictions: {sum(same)} of {len(same)} datasets"
+        + (
+            f"; largest difference {max(chunks['ulps']):.2g} float32 ulps of the scale."
+            if chunks.get("ulps")
+            else "."
+        ),
         "",
         *markdown_table(
-            ("torch threads", "default s", "cache-sized s", "ratio [95% CI]"),
+            (
+                "torch threads",
+                "default CPU s",
+                "cache-sized CPU s",
+                "CPU ratio [95% CI]",
+                "wall ratio [95% CI]",
+            ),
             [
                 [
                     str(row["threads"]),
                     f"{float(np.median(row['seconds']['default'])):.2f}",
                     f"{float(np.median(row['seconds']['cache_sized'])):.2f}",
                     _fmt_ratio(row["ratio"]),
+                    _fmt_ratio(row["wall_ratio"]) if "wall_ratio" in row else "—",
                 ]
                 for row in chunks["by_threads"]
             ],
-            align="rrrl",
+            align="rrrll",
         ),
         "",
     ]

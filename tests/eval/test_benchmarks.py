@@ -16,6 +16,7 @@ from eval.benchmarks.attention import attention_inputs
 from eval.benchmarks.shapes import ICL_DATASETS, QUICK_SHAPES, Shape, icl_shapes
 from eval.benchmarks.timing import paired_ratio, time_interleaved
 from eval.cli import main
+from tests.helpers.exactness import MODEL_ULPS
 from tests.helpers.oattention_inputs import reference64
 from tests.helpers.tiny_models import TINY_V3_CONFIG
 
@@ -109,7 +110,9 @@ def test_quick_bench_writes_json_and_markdown(tiny_v3_path, tmp_path):
     assert set(loop["ratios"]) == {"none", "full-o"}
     chunks = report["chunks"]
     assert "skipped" not in chunks, chunks
-    assert chunks["bit_identical"] == [True]
+    assert len(chunks["bit_identical"]) == 1
+    # equal up to rounding (tests/helpers/exactness.py), not bit-identical on every CPU
+    assert 0 <= chunks["ulps"][0] <= MODEL_ULPS[torch.float32]
     assert [r["threads"] for r in chunks["by_threads"]] == [1]
     assert set(chunks["by_threads"][0]["seconds"]) == {"default", "cache_sized"}
 
