@@ -55,7 +55,7 @@ from tabpfn.architectures.shared.bar_distribution import FullSupportBarDistribut
 
 from hostgen.in_prior import HELDOUT_KEY, evaluate, model_from_state
 from hostgen.prior import PRIOR_V2, PriorConfig, sample_batch
-from hostgen.train import DEFAULT_MODEL_CONFIG, TINY_MODEL_CONFIG, build_model
+from hostgen.train import DEFAULT_MODEL_CONFIG, TINY_MODEL_CONFIG, build_model, cut_log_after
 from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
 
@@ -429,6 +429,7 @@ def run_link(
         f"link {len(links)} from step {step} of {cfg.total_steps} ({cfg.optimizer}, {cfg.schedule})"
     )
     this_call = 0
+    cut_log_after(folder / LOG_FILE, step)
     with (folder / LOG_FILE).open("a") as log_fh:
         while (
             step < cfg.total_steps

@@ -39,6 +39,7 @@ __all__ = [
     "RegressionObjective",
     "TrainConfig",
     "build_model",
+    "cut_log_after",
     "inference_config_dict",
     "rewrite_inference_config",
     "save_checkpoint",
@@ -135,6 +136,20 @@ def build_model(model_config: dict[str, Any], seed: int = 0) -> tabpfn_v3.TabPFN
     model = tabpfn_v3.get_architecture(parsed)
     # tabpfn zero-initialises some output projections; that is fine for training.
     return model.train()
+
+
+def cut_log_after(log_path: Path, step: int) -> None:
+    """Cuts a training log back to a resumed state's ``step``.
+
+    The steps after the last saved state were lost with the process and are
+    trained again from the same batches, so each step is logged once.
+    """
+    if not log_path.exists():
+        return
+    lines = log_path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
+    if len(kept) != len(lines):
+        write_text_atomic(log_path, "".join(kept))
 
 
 def save_checkpoint(
@@ -363,6 +378,7 @@ def train(
         )
         ema = state.get("loss_ema")
         resumed_at = [*state.get("resumed_at", []), step]
+        cut_log_after(log_path, step)
         log(f"resumed from {state_path} at step {step}")
     elif log_path.exists():
         log_path.unlink()

@@ -154,8 +154,12 @@ def test_a_resumed_chain_ends_bit_identical_to_an_uninterrupted_one(tmp_path):
         max_tasks_per_batch=4,
     )
     kwargs = {"minutes": 5.0, "threads": 1, "evaluate_at_end": False, "log": lambda s: None}
+    kwargs["log_every"] = 1
     run_link(tmp_path / "once", cfg=cfg, **kwargs)
     run_link(tmp_path / "twice", cfg=cfg, max_steps=3, **kwargs)
+    log_path = tmp_path / "twice" / chain.LOG_FILE
+    with log_path.open("a") as fh:  # a step logged after the last saved state, then lost
+        fh.write(json.dumps({"step": 4, "loss": 1.0}) + "\n")
     run_link(tmp_path / "twice", **kwargs)
     once = torch.load(tmp_path / "once" / chain.STATE_FILE, weights_only=False)
     twice = torch.load(tmp_path / "twice" / chain.STATE_FILE, weights_only=False)
@@ -171,8 +175,8 @@ def test_a_resumed_chain_ends_bit_identical_to_an_uninterrupted_one(tmp_path):
         assert torch.equal(averaged.state_dict()[const], once["model"][const])
         assert torch.equal(once["ema"][const], once["model"][const])
     assert not torch.equal(averaged.x_embed.weight, once["model"]["x_embed.weight"])
-    lines = (tmp_path / "twice" / chain.LOG_FILE).read_text().splitlines()
-    assert json.loads(lines[-1])["step"] == 6
+    steps = [json.loads(line)["step"] for line in log_path.read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6]  # the lost step 4 is logged once
     with pytest.raises(FileExistsError):
         run_link(tmp_path / "once", cfg=cfg, **kwargs)
 
