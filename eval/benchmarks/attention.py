@@ -70,10 +70,16 @@ def attention_peers(x: dict[str, Any]) -> dict[str, Callable[[], Any]]:
         Peer name to a zero-argument callable.
     """
     q, k, v, p_q, p_k = x["q"], x["k"], x["v"], x["p_q"], x["p_k"]
+    # What a patched block hands OAttention: null tokens' q, k and v exactly zero.
+    null_q, null_k = (p_q == 0)[:, None, :, None], (p_k == 0)[:, None, :, None]
+    q0, k0, v0 = q.masked_fill(null_q, 0.0), k.masked_fill(null_k, 0.0), v.masked_fill(null_k, 0.0)
     peers = {
         "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
         "oattention": lambda: oattention(q, k, v, p_q, p_k),
         "oattention_trusted": lambda: oattention(q, k, v, p_q, p_k, validate=False),
+        "oattention_block": lambda: oattention(
+            q0, k0, v0, p_q, p_k, validate=False, nulls_are_zero=True
+        ),
     }
     if q.device.type == "cpu":
         # The kernel OAttention calls, with the same bias and nothing else: the
@@ -120,9 +126,13 @@ def bench_attention(
             },
         }
         if "kernel_with_bias" in times:
-            # OAttention's own work on top of the kernel it calls.
+            # OAttention's own work on top of the kernel it calls: the checked
+            # entry, and the call the patched blocks make.
             row["oattention_vs_kernel_with_bias"] = paired_ratio(
                 times["oattention"], times["kernel_with_bias"], seed=i
+            )
+            row["block_vs_kernel_with_bias"] = paired_ratio(
+                times["oattention_block"], times["kernel_with_bias"], seed=i
             )
         target = TARGETS.get(shape.group)
         row["target"] = target

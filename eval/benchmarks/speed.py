@@ -3,10 +3,13 @@
 Three parts, each in its own module, written together to ``bench.json`` and
 ``bench.md`` with provenance:
 
-* ``attention``: :func:`patches.oattention` (and its ``validate=False`` entry
-  for trusted callers) against ``torch.nn.functional.scaled_dot_product_attention``
-  without a bias, on the same inputs, at fixed shapes and at the ICL shapes
-  of the embedded host on the offline suite. Peers are timed interleaved in
+* ``attention``: :func:`patches.oattention` (its checked entry, its
+  ``validate=False`` entry, and the call the patched blocks make, with
+  ``nulls_are_zero`` on inputs whose null tokens are zero) against
+  ``torch.nn.functional.scaled_dot_product_attention`` without a bias, and on
+  CPU against the flash kernel it calls given only its bias, on the same
+  inputs, at fixed shapes and at the ICL shapes of the embedded host on the
+  offline suite. Peers are timed interleaved in
   one process, in a fresh random order each round, so load drift hits every
   peer alike; each measurement repeats a call until it lasts ``min_time_s``
   (scheduler ticks on a loaded machine are several ms). The ratio is the
@@ -128,7 +131,13 @@ def run(
             "device": "cpu",
             "dtype": "float32",
             "repeats": repeats,
-            "peers": ["sdpa", "oattention", "oattention_trusted", "kernel_with_bias"],
+            "peers": [
+                "sdpa",
+                "oattention",
+                "oattention_trusted",
+                "oattention_block",
+                "kernel_with_bias",
+            ],
             "icl_source": source,
             "shapes": [asdict(s) for s in shapes],
             "rows": rows,

@@ -86,8 +86,10 @@ def test_quick_bench_writes_json_and_markdown(tiny_v3_path, tmp_path):
             "sdpa",
             "oattention",
             "oattention_trusted",
+            "oattention_block",
             "kernel_with_bias",
         }
+        assert set(row["block_vs_kernel_with_bias"]) == set(row["oattention_vs_kernel_with_bias"])
         for r in row["ratios"].values():
             assert set(r) == {"ratio", "ci_low", "ci_high", "ratio_of_medians"}
             assert 0 < r["ci_low"] <= r["ratio"] <= r["ci_high"]
