@@ -1,7 +1,9 @@
 """The one-command retrofit: ``tabpfn-retrofit predict`` and ``tabpfn-retrofit patch``.
 
-``predict`` fits :class:`retrofit.OTabPFNRegressor` on a CSV and writes the
-predictions for a test CSV (or a held-out fraction of the training CSV);
+``predict`` fits :class:`retrofit.OTabPFNRegressor` (or, for a classifier
+model or ``--task classification``, :class:`retrofit.OTabPFNClassifier`) on a
+CSV and writes the predictions for a test CSV (or a held-out fraction of the
+training CSV);
 ``patch`` saves a retrofitted model as the original weights plus the retrofit
 settings (see :mod:`retrofit.models.saved`), which ``predict --model DIR`` and
 ``OTabPFNRegressor(model_path=DIR)`` load.
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from retrofit.cli.console import PRECISIONS, PROG, parse_precision, run_command, status
 from retrofit.cli.csv_tables import (
+    class_labels,
     numeric_target,
     read_csv_table,
     refuse_infinite_features,
@@ -105,18 +108,29 @@ def _add_settings(parser: argparse.ArgumentParser, *, mode_default_note: str) ->
     )
 
 
+#: ``--task`` of ``predict`` and ``predict-batch``.
+_TASK_ARGUMENT: dict[str, Any] = {
+    "choices": ("auto", "regression", "classification"),
+    "default": "auto",
+    "help": "what to predict (default auto: the model's task; classification writes one "
+    "probability column per class, named by the class label)",
+}
+
+
 def _add_predict(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "predict",
-        help="fit the retrofitted regressor on a CSV and write predictions",
+        help="fit the retrofitted regressor or classifier on a CSV and write predictions",
         description=(
-            "Fit the retrofitted TabPFN regressor on TRAIN and write predictions for "
-            "TEST (or for a held-out fraction of TRAIN) to OUT as CSV with the columns "
-            "'row' (0-based data row of the file predicted), the target (when known) "
-            "and 'prediction' (or one column 'quantile_Q' per quantile). When the "
-            "target is known, the RMSE of a point prediction is printed. Empty cells "
-            "are missing values; text columns are encoded by tabpfn as categoricals. "
-            + _SETTINGS_NOTE
+            "Fit the retrofitted TabPFN regressor (or classifier, --task) on TRAIN and "
+            "write predictions for TEST (or for a held-out fraction of TRAIN) to OUT as "
+            "CSV with the columns 'row' (0-based data row of the file predicted), the "
+            "target (when known) and 'prediction' (or one column 'quantile_Q' per "
+            "quantile); a classifier writes the predicted label as 'prediction' and one "
+            "probability column per class, named by the class label. When the target is "
+            "known, the RMSE of a point prediction (the accuracy of a classifier's) is "
+            "printed. Empty cells are missing values; text columns are encoded by tabpfn "
+            "as categoricals. " + _SETTINGS_NOTE
         ),
     )
     parser.add_argument("--train", required=True, metavar="TRAIN.csv", help="training data")
@@ -134,6 +148,7 @@ def _add_predict(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", required=True, metavar="PRED.csv", help="predictions file")
     parser.add_argument("--model", default="embedded", metavar="MODEL", help=_MODEL_HELP)
+    parser.add_argument("--task", **_TASK_ARGUMENT)
     _add_settings(parser, mode_default_note="default full-o")
     parser.add_argument(
         "--seed",
@@ -228,13 +243,7 @@ def _add_predict_batch(subparsers: Any) -> argparse.ArgumentParser:
         help="folder for <name>.csv files (created if missing)",
     )
     p.add_argument("--target", metavar="COL", help="target column of entries that name none")
-    p.add_argument(
-        "--task",
-        choices=("auto", "regression", "classification"),
-        default="auto",
-        help="what to predict (default auto: the model's task; classification writes one "
-        "probability column per class, named by the class label)",
-    )
+    p.add_argument("--task", **_TASK_ARGUMENT)
     p.add_argument("--model", default="embedded", help="host, as for 'predict' (embedded)")
     p.add_argument("--mode", choices=MODES, help="retrofit mode (default: full-o)")
     p.add_argument("--tau", type=float, help="presence temperature (default: the host's default)")
@@ -279,19 +288,31 @@ def _requested_settings(args: argparse.Namespace) -> dict[str, Any]:
     return requested
 
 
-def _check_model_argument(model: str) -> ResolvedModel:
+def _check_model_argument(model: str, which: str = "regressor") -> ResolvedModel:
     """Resolve ``--model`` early: downloads a missing v2/v3 file, verifies a saved directory."""
     from retrofit.models.loading import resolve_model  # lazy: keeps --help light
 
-    return resolve_model(model)
+    return resolve_model(model, which)
 
 
 # --- predict ------------------------------------------------------------------------
 
 
-def _load_predict_data(args: argparse.Namespace):
-    """Returns X_train, y_train, X_test, y_test (or None), test row ids, feature names."""
+def _load_predict_data(args: argparse.Namespace, reserved: set[str] | None = None):
+    """Returns X_train, y_train, X_test, y_test (or None), test row ids, feature names.
+
+    Args:
+        args: The parsed arguments.
+        reserved: For a classifier, the prediction file's column names, which
+            no class label may take; None for a regressor (a numeric target).
+    """
     import numpy as np  # lazy: keeps --help light
+
+    def target_of(frame, path, *, allow_missing: bool):
+        if reserved is None:
+            return numeric_target(frame, args.target, path, allow_missing=allow_missing)
+        names = reserved if not allow_missing else set()
+        return class_labels(frame, args.target, path, reserved=names, allow_missing=allow_missing)
 
     if (args.test is None) == (args.holdout is None):
         raise CommandError("give exactly one of --test TEST.csv or --holdout F")
@@ -304,7 +325,7 @@ def _load_predict_data(args: argparse.Namespace):
     features = [c for c in train.columns if c != args.target]
     if not features:
         raise CommandError(f"{args.train} has no feature columns besides {args.target!r}")
-    y_all = numeric_target(train, args.target, args.train, allow_missing=False)
+    y_all = target_of(train, args.train, allow_missing=False)
     X_all = train[features]  # numbers as parsed; text columns stay text, for tabpfn
     refuse_infinite_features(X_all, args.train)
 
@@ -337,7 +358,7 @@ def _load_predict_data(args: argparse.Namespace):
     refuse_infinite_features(X_test, args.test)
     y_test = None
     if args.target in test.columns:
-        y_test = numeric_target(test, args.target, args.test, allow_missing=True)
+        y_test = target_of(test, args.test, allow_missing=True)
     return X_all, y_all, X_test, y_test, np.arange(len(X_test)), features
 
 
@@ -397,6 +418,15 @@ def _categorical_indices(names: str | None, features: list[str]) -> list[int]:
     return [features.index(name) for name in wanted]
 
 
+def _predict_task(args: argparse.Namespace) -> str:
+    """``--task``, or with ``auto`` the model's (loaded for it unless it is the embedded host)."""
+    if args.task != "auto":
+        return args.task
+    from retrofit.cli.predict_batch import model_task  # lazy: loads tabpfn
+
+    return model_task(args.model)
+
+
 def _predict(args: argparse.Namespace) -> int:
     import numpy as np  # lazy: keeps --help light
     import pandas as pd  # lazy: keeps --help light
@@ -407,13 +437,22 @@ def _predict(args: argparse.Namespace) -> int:
         parse_precision(args.precision)
     if args.n_estimators is not None and args.n_estimators < 1:
         raise CommandError(f"--n-estimators must be >= 1, got {args.n_estimators}")
+    classify = _predict_task(args) == "classification"
+    if classify and (args.output_type is not None or args.quantiles is not None):
+        raise CommandError(
+            "--output-type and --quantiles are for regression; a classifier writes the "
+            "predicted label and one probability column per class"
+        )
     output_type, quantiles = _output_request(args)
-    _check_target_name(args.target, _output_columns(output_type, quantiles))
-    X_train, y_train, X_test, y_test, rows, features = _load_predict_data(args)
+    columns = ["row", "prediction"] if classify else _output_columns(output_type, quantiles)
+    _check_target_name(args.target, columns)
+    reserved = {*columns, args.target} if classify else None
+    X_train, y_train, X_test, y_test, rows, features = _load_predict_data(args, reserved)
     categorical = _categorical_indices(args.categorical, features)
-    resolved = _check_model_argument(args.model)  # after the cheap local checks: it may download
+    # After the cheap local checks: resolving may download.
+    resolved = _check_model_argument(args.model, "classifier" if classify else "regressor")
 
-    from retrofit import OTabPFNRegressor  # lazy: keeps --help light
+    from retrofit import OTabPFNClassifier, OTabPFNRegressor  # lazy: keeps --help light
 
     # The estimator resolves the settings (a saved directory's, else the host's defaults)
     # from the model resolved above: a saved directory is hashed once.
@@ -428,7 +467,7 @@ def _predict(args: argparse.Namespace) -> int:
         params["categorical_features_indices"] = categorical
     if args.ignore_pretraining_limits:
         params["ignore_pretraining_limits"] = True
-    estimator = OTabPFNRegressor(**params)
+    estimator = (OTabPFNClassifier if classify else OTabPFNRegressor)(**params)
     status(args, f"fitting on {len(y_train)} rows x {len(features)} features (model {args.model})")
     estimator.fit(X_train, y_train)
     settings = estimator.settings_
@@ -437,11 +476,18 @@ def _predict(args: argparse.Namespace) -> int:
         f"fitted with mode {settings['mode']}, tau {settings['tau']}, "
         f"support {settings['support']}, eps_den {settings['eps_den']}",
     )
-    status(args, f"predicting {len(X_test)} rows ({output_type})")
+    what = "class probabilities" if classify else output_type
+    status(args, f"predicting {len(X_test)} rows ({what})")
     out = pd.DataFrame({"row": rows})
     if y_test is not None:
         out[args.target] = y_test
-    if output_type == "quantiles":
+    if classify:
+        proba = np.asarray(estimator.predict_proba(X_test), dtype=np.float64)
+        prediction = estimator.classes_[np.argmax(proba, axis=1)]  # tabpfn's predict
+        out["prediction"] = prediction
+        for k, label in enumerate(estimator.classes_):
+            out[str(label)] = proba[:, k]
+    elif output_type == "quantiles":
         predicted = estimator.predict(X_test, output_type="quantiles", quantiles=quantiles)
         for q, values in zip(quantiles, predicted, strict=True):
             out[f"quantile_{q:g}"] = np.asarray(values, dtype=np.float64)
@@ -452,8 +498,11 @@ def _predict(args: argparse.Namespace) -> int:
     status(args, f"wrote {len(out)} predictions to {path}")
 
     if y_test is not None and output_type != "quantiles":
-        known = ~np.isnan(y_test)
-        if known.any():
+        known = pd.notna(y_test)
+        if known.any() and classify:
+            accuracy = float(np.mean(prediction[known] == y_test[known]))
+            print(f"accuracy {accuracy:.6g} on {int(known.sum())} rows with a known label")
+        elif known.any():
             rmse = float(np.sqrt(np.mean((prediction[known] - y_test[known]) ** 2)))
             print(f"RMSE {rmse:.6g} on {int(known.sum())} rows with a known target")
     return 0

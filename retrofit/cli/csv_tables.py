@@ -28,7 +28,13 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-__all__ = ["numeric_target", "read_csv_table", "refuse_infinite_features", "write_csv_atomic"]
+__all__ = [
+    "class_labels",
+    "numeric_target",
+    "read_csv_table",
+    "refuse_infinite_features",
+    "write_csv_atomic",
+]
 
 
 def _refuse_repeated_columns(path: Path, role: str) -> None:
@@ -108,6 +114,39 @@ def numeric_target(
         row = int(np.flatnonzero(np.isnan(values))[0])
         raise CommandError(f"target column {target!r} in {path} is empty in data row {row}")
     return values
+
+
+def class_labels(
+    frame: pd.DataFrame, target: str, path: str | Path, *, reserved: set[str], allow_missing: bool
+) -> np.ndarray:
+    """The ``target`` column as class labels, as pandas parsed them.
+
+    Args:
+        frame: The table.
+        target: The target column's name (present in ``frame``).
+        path: The file, for the messages.
+        reserved: Column names of the prediction file: a class's probability
+            column is named by its label, so no label may be one of them.
+        allow_missing: Whether empty cells are allowed (a test file's labels
+            may be partly unknown; a train file's may not).
+
+    Raises:
+        CommandError: If a label is missing where ``allow_missing`` is False, or
+            a label names a reserved column.
+    """
+    import numpy as np  # lazy: keeps --help light
+
+    labels = frame[target].to_numpy()
+    missing = frame[target].isna().to_numpy()
+    if missing.any() and not allow_missing:
+        row = int(np.flatnonzero(missing)[0])
+        raise CommandError(f"target column {target!r} in {path} has no label in data row {row}")
+    clash = sorted({str(c) for c in frame[target][~missing].unique()} & reserved)
+    if clash:
+        raise CommandError(
+            f"class label(s) {clash} in {path} name an output column; rename the class(es)"
+        )
+    return labels
 
 
 def refuse_infinite_features(frame: pd.DataFrame, path: str | Path) -> None:

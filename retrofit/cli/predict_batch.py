@@ -47,6 +47,7 @@ from retrofit.batching.predict import check_batch_lists, predict_batched
 from retrofit.classifier import OTabPFNClassifier
 from retrofit.cli.console import parse_precision, run_command
 from retrofit.cli.csv_tables import (
+    class_labels,
     numeric_target,
     read_csv_table,
     refuse_infinite_features,
@@ -185,7 +186,15 @@ def _load(
         refuse_infinite_features(X_train, entry["train"])
         refuse_infinite_features(X_test, entry["test"])
         if task == "classification":
-            y_train, y_test = _labels(train, test, target, entry["train"])
+            reserved = {*OUTPUT_COLUMNS, target}
+            y_train = class_labels(
+                train, target, entry["train"], reserved=reserved, allow_missing=False
+            )
+            y_test = None
+            if target in test.columns:
+                y_test = class_labels(
+                    test, target, entry["test"], reserved=set(), allow_missing=True
+                )
         else:
             y_train = numeric_target(train, target, entry["train"], allow_missing=False)
             y_test = None
@@ -194,29 +203,6 @@ def _load(
     except CommandError as err:
         raise ManifestError(f"{where}: {err}") from None
     return X_train, y_train, X_test, y_test
-
-
-def _labels(
-    train: pd.DataFrame, test: pd.DataFrame, target: str, path: Path
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """The class labels of the train file (none missing) and of the test file, if it has them.
-
-    Raises:
-        CommandError: A train row without a label, or a label named like an
-            output column (its probability column would collide).
-    """
-    y_train = train[target].to_numpy()
-    missing = train[target].isna().to_numpy()
-    if missing.any():
-        row = int(np.flatnonzero(missing)[0])
-        raise CommandError(f"target column {target!r} in {path} has no label in data row {row}")
-    clash = sorted({str(c) for c in np.unique(y_train)} & {*OUTPUT_COLUMNS, target})
-    if clash:
-        raise CommandError(
-            f"class label(s) {clash} in {path} name an output column; rename the class(es)"
-        )
-    y_test = test[target].to_numpy() if target in test.columns else None
-    return y_train, y_test
 
 
 def _refuse_overwriting_inputs(

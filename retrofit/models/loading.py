@@ -75,10 +75,10 @@ def _embedded_for(model_path: ModelPathLike, which: Which) -> Path | None:
     )
 
 
-def _version_alias(model_path: ModelPathLike) -> Path | None:
+def _version_alias(model_path: ModelPathLike, which: Which = "regressor") -> Path | None:
     if not weights.is_version_alias(model_path):
         return None
-    return weights.default_weights(str(model_path))
+    return weights.default_weights(str(model_path), which=which)
 
 
 def _saved_directory(model_path: ModelPathLike) -> saved.SavedRetrofit | None:
@@ -128,26 +128,32 @@ class ResolvedModel:
         return None if self.saved is None else dict(self.saved.settings)
 
 
-#: Resolvers in order; each returns a path (or a saved directory), None (not mine) or raises.
-RESOLVERS: list[Callable[[ModelPathLike], Path | saved.SavedRetrofit | None]] = [
-    _embedded,
-    _version_alias,
-    _saved_directory,
-    _local_file,
-]
+def _resolvers(which: Which) -> list[Callable[[ModelPathLike], Path | saved.SavedRetrofit | None]]:
+    """Resolvers in order; each returns a path (or a saved directory), None (not mine) or raises."""
+    return [
+        lambda e: _embedded_for(e, which),
+        lambda e: _version_alias(e, which),
+        _saved_directory,
+        _local_file,
+    ]
 
 
-def resolve_model(model_path: ModelPathLike | ResolvedModel) -> ResolvedModel:
+def resolve_model(
+    model_path: ModelPathLike | ResolvedModel, which: Which = "regressor"
+) -> ResolvedModel:
     """Resolve ``model_path`` once: its checkpoint file and saved settings.
 
     Args:
         model_path: ``"embedded"``, ``"v3"``, ``"v2"``, a saved retrofit
             directory, a checkpoint file, or an already resolved model.
+        which: The estimator kind a name (``"embedded"``, a version alias)
+            stands for.
 
     Raises:
         InvalidModelPathError: If ``model_path`` is not a string or path.
         CheckpointNotFoundError: If a local file does not exist.
         CorruptCheckpointError: If a local file is not a checkpoint type.
+        EmbeddedCheckpointError: If ``"embedded"`` names a kind not shipped.
     """
     if isinstance(model_path, ResolvedModel):
         return model_path
@@ -155,7 +161,7 @@ def resolve_model(model_path: ModelPathLike | ResolvedModel) -> ResolvedModel:
         raise InvalidModelPathError(
             f"model_path must be a string or path, got {type(model_path).__name__}"
         )
-    for resolver in RESOLVERS:
+    for resolver in _resolvers(which):
         found = resolver(model_path)
         if isinstance(found, saved.SavedRetrofit):
             return ResolvedModel(str(model_path), found.checkpoint, found)
@@ -164,12 +170,15 @@ def resolve_model(model_path: ModelPathLike | ResolvedModel) -> ResolvedModel:
     raise CheckpointNotFoundError(f"cannot resolve model_path {str(model_path)!r}")  # unreachable
 
 
-def resolve_checkpoint(model_path: ModelPathLike | ResolvedModel) -> Path:
+def resolve_checkpoint(
+    model_path: ModelPathLike | ResolvedModel, which: Which = "regressor"
+) -> Path:
     """The checkpoint file behind ``model_path``.
 
     Args:
         model_path: ``"embedded"``, ``"v3"``, ``"v2"``, a saved retrofit
             directory or a checkpoint file.
+        which: The estimator kind a name stands for (:func:`resolve_model`).
 
     Returns:
         An existing checkpoint file.
@@ -179,7 +188,7 @@ def resolve_checkpoint(model_path: ModelPathLike | ResolvedModel) -> Path:
         CheckpointNotFoundError: If a local file does not exist.
         CorruptCheckpointError: If a local file is not a checkpoint type.
     """
-    return resolve_model(model_path).checkpoint
+    return resolve_model(model_path, which).checkpoint
 
 
 def load_host(
@@ -208,7 +217,7 @@ def load_host(
             reads the file).
         CorruptCheckpointError: If tabpfn cannot read or build it.
     """
-    path = resolve_checkpoint(model_path)
+    path = resolve_checkpoint(model_path, which)
     check_checkpoint(path)
     try:
         model, criterion, arch_config, inference_config = model_loading.load_model(
@@ -255,11 +264,7 @@ def _tabpfn_entry(entry: Any, which: Which) -> tuple[Any, saved.SavedRetrofit | 
             "model_path must be 'auto', 'embedded', a version alias, a path, a ModelSpecs "
             f"or a list of these; got {type(entry).__name__}"
         )
-    resolvers = (
-        lambda e: _embedded_for(e, which),
-        lambda e: weights.default_weights(e, which=which) if weights.is_version_alias(e) else None,
-        _saved_directory,
-    )
+    resolvers = _resolvers(which)[:3]  # a local file goes to tabpfn's own resolver below
     for resolver in resolvers:
         found = resolver(entry)
         if isinstance(found, saved.SavedRetrofit):

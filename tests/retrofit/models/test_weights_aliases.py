@@ -155,3 +155,16 @@ def test_a_saved_directory_keeps_the_version_tabpfn_reads_from_its_file_name(
             name
         ]
     )
+
+
+@pytest.mark.parametrize("alias", ["v2.6", "v3"])
+def test_resolving_an_alias_for_a_classifier_names_the_classifier_file(
+    cache_dir, no_download, alias
+):
+    classifier_file = weights.default_checkpoint_path(alias, which="classifier")
+    assert classifier_file != weights.default_checkpoint_path(alias)
+    with pytest.raises(WeightsUnavailableError) as info:
+        loading.resolve_model(alias, "classifier")
+    assert str(classifier_file) in str(info.value)
+    with pytest.raises(loading.EmbeddedCheckpointError, match="no embedded classifier"):
+        loading.resolve_model("embedded", "classifier")

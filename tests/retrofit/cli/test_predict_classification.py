@@ -1,0 +1,127 @@
+"""``tabpfn-retrofit predict`` for classification, on a tiny v2 classifier checkpoint.
+
+The probabilities the command writes are ``OTabPFNClassifier.predict_proba`` on the
+same data, settings and seed in the same process: the same computation on the same
+shapes, compared within the classifier bound of ``tests/helpers/exactness.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from eval.cli import main
+from retrofit import OTabPFNClassifier
+from tests.helpers.exactness import CLASSIFIER_PROBA_ULPS, assert_within_ulps
+from tests.helpers.tiny_hosts import TINY_MAX_CLASSES, build_tiny_v2, save_tiny_v2_checkpoint
+
+FAST = ["--n-estimators", "2", "--precision", "float32", "--device", "cpu", "--quiet"]
+LABELS = np.array(["ant", "bee", "cat"])
+N_TRAIN, N_TEST = 36, 12
+
+
+@pytest.fixture(scope="module")
+def classifier_checkpoint(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ckpt") / "tiny_v2_classifier.safetensors"
+    model = build_tiny_v2(max_num_classes=TINY_MAX_CLASSES)
+    return save_tiny_v2_checkpoint(model, path, max_num_classes=TINY_MAX_CLASSES)
+
+
+@pytest.fixture
+def files(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(N_TRAIN + N_TEST, 3))
+    y = LABELS[(X[:, 0] > 0).astype(int) + (X[:, 1] > 1).astype(int)]
+    frame = pd.DataFrame(X, columns=["a", "b", "c"]).assign(label=y)
+    train, test = tmp_path / "train.csv", tmp_path / "test.csv"
+    frame.iloc[:N_TRAIN].to_csv(train, index=False)
+    frame.iloc[N_TRAIN:].to_csv(test, index=False)
+    return train, test
+
+
+def _predict(train, test, out, checkpoint, *extra):
+    argv = ["predict", "--train", str(train), "--target", "label", "--out", str(out)]
+    return main([*argv, "--test", str(test), "--model", str(checkpoint), *FAST, *extra])
+
+
+@pytest.mark.parametrize("task", [[], ["--task", "classification"]], ids=["inferred", "given"])
+def test_predict_writes_labels_and_class_probabilities(
+    tmp_path, files, classifier_checkpoint, capsys, task
+):
+    train, test = files
+    out = tmp_path / "pred.csv"
+    assert _predict(train, test, out, classifier_checkpoint, *task) == 0
+    written = pd.read_csv(out)
+    train_frame, test_frame = pd.read_csv(train), pd.read_csv(test)
+    est = OTabPFNClassifier(
+        model_path=str(classifier_checkpoint),
+        inference_precision=torch.float32,
+        device="cpu",
+        n_estimators=2,
+        random_state=0,
+    ).fit(train_frame.drop(columns="label"), train_frame["label"])
+    proba = est.predict_proba(test_frame.drop(columns="label"))
+    classes = list(est.classes_)
+    assert list(written.columns) == ["row", "label", "prediction", *classes]
+    assert_within_ulps(
+        torch.from_numpy(written[classes].to_numpy()),
+        torch.from_numpy(np.asarray(proba, dtype=np.float64)),
+        ulps=CLASSIFIER_PROBA_ULPS[torch.float32],
+        dtype=torch.float32,
+    )
+    assert list(written["prediction"]) == list(est.classes_[np.argmax(proba, axis=1)])
+    accuracy = float(np.mean(written["prediction"] == test_frame["label"]))
+    printed = capsys.readouterr().out.strip()
+    assert printed == f"accuracy {accuracy:.6g} on {N_TEST} rows with a known label"
+
+
+def test_a_holdout_is_classified_too(tmp_path, files, classifier_checkpoint):
+    train, _ = files
+    out = tmp_path / "pred.csv"
+    argv = ["predict", "--train", str(train), "--target", "label", "--holdout", "0.25"]
+    assert main([*argv, "--out", str(out), "--model", str(classifier_checkpoint), *FAST]) == 0
+    written = pd.read_csv(out)
+    assert len(written) == round(0.25 * N_TRAIN)
+    probabilities = written.drop(columns=["row", "label", "prediction"]).to_numpy()
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--output-type", "median"], "--output-type and --quantiles are for regression"),
+        (["--quantiles", "0.5"], "--output-type and --quantiles are for regression"),
+    ],
+)
+def test_regression_outputs_are_refused_for_a_classifier(
+    tmp_path, files, classifier_checkpoint, capsys, extra, message
+):
+    train, test = files
+    out = tmp_path / "pred.csv"
+    assert _predict(train, test, out, classifier_checkpoint, *extra) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_a_class_named_like_an_output_column_is_refused(tmp_path, classifier_checkpoint, capsys):
+    frame = pd.DataFrame({"a": np.arange(12.0), "label": ["prediction", "other"] * 6})
+    train, test = tmp_path / "train.csv", tmp_path / "test.csv"
+    frame.to_csv(train, index=False)
+    frame.drop(columns="label").to_csv(test, index=False)
+    out = tmp_path / "pred.csv"
+    assert _predict(train, test, out, classifier_checkpoint) == 2
+    assert "class label(s) ['prediction']" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_the_embedded_host_cannot_classify_yet(tmp_path, files, capsys):
+    train, test = files
+    out = tmp_path / "pred.csv"
+    argv = ["predict", "--train", str(train), "--target", "label", "--test", str(test)]
+    assert main([*argv, "--out", str(out), "--task", "classification", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no embedded classifier host is shipped yet" in err and len(err.splitlines()) == 1
+    assert not out.exists()
