@@ -185,9 +185,10 @@ def _fit_predict(task: Task, row: dict[str, Any]) -> Any:
 def _cache_sized_chunks(estimator: Any) -> contextlib.AbstractContextManager:
     """The device's cache-sized stage 0-2 chunks for a fitted tabpfn estimator.
 
-    Faster on a CPU at one thread, and equal to tabpfn's default chunks up to
-    rounding (bit-identical on AVX-512, within ulps where a BLAS blocks a shorter
-    matrix otherwise: :mod:`retrofit.batching.chunks`); nothing changes for an estimator without
+    Faster on a CPU (at one thread and at two: ``results/bench``), and equal to
+    tabpfn's default chunks up to rounding (bit-identical on AVX-512, within
+    ulps where a BLAS blocks a shorter matrix otherwise:
+    :mod:`retrofit.batching.chunks`); nothing changes for an estimator without
     tabpfn's fitted models (a stand-in in tests).
     """
     models, devices = getattr(estimator, "models_", None), getattr(estimator, "devices_", None)

@@ -36,6 +36,7 @@ from tabpfn.architectures.tabpfn_v3_5 import TabPFNV3p5
 
 import retrofit
 from eval.calibration import PUBLISHED_CONFIGS, build_random_host
+from patches import oattention_reference, presence
 from retrofit.hosts.many_class_decoder import OManyClassDecoder
 from tests.helpers.exactness import MODEL_ULPS, assert_exactly_zero, deviation_in_ulps
 from tests.helpers.null_row_hooks import FinalCarriers, LastBlockOutput, NullRowAtBlockEntry
@@ -297,6 +298,37 @@ def test_a_null_train_embedding_gets_no_mass_and_no_count_in_the_decoder():
     assert _drift(logits(host, with_null, y_null), base) > 1e6 * F64_ULPS
     weights = patched.attention_weights(patched.project_keys(with_null), test_BME)
     assert_exactly_zero(weights[:, :, 2])
+
+
+def test_classes_wider_than_a_head_are_read_as_the_float64_oracle_reads_them():
+    # 7 classes over head dim 4: the one-hot values are attended as two head-wide
+    # chunks folded into the batch; the oracle takes all 7 columns at once.
+    torch.manual_seed(0)
+    host = ManyClassDecoder(max_num_classes=10, input_size=8, head_dim=4, num_heads=2).double()
+    patched = OManyClassDecoder.from_module(host, tau=1.0)
+    g = torch.Generator().manual_seed(2)
+    train_BNE = torch.randn(B, N, 8, generator=g, dtype=torch.float64)
+    train_BNE[:, POS] = 0.0  # a null train row too
+    test_BME = torch.randn(B, 5, 8, generator=g, dtype=torch.float64)
+    y_BN = torch.randint(0, 7, (B, N), generator=g).double()
+    y_BN[0, :7] = torch.arange(7.0)  # every class present
+    with torch.inference_mode():
+        keys_BNHD = patched.project_keys(train_BNE)
+        logits_MBT = patched(keys_BNHD, test_BME, y_BN)
+        q_BMHD, k_BNHD, p_BN = patched._queries(keys_BNHD, test_BME)
+        v_BHNT = torch.nn.functional.one_hot(y_BN.long(), 7).double()[:, None].expand(-1, 2, -1, -1)
+        out_BHMT = oattention_reference(
+            q_BMHD.transpose(1, 2),
+            k_BNHD.transpose(1, 2),
+            v_BHNT,
+            presence(test_BME, 1.0),
+            p_BN,
+            eps_den=patched.eps_den,
+        )
+    expected_BMT = torch.nn.functional.pad(out_BHMT.mean(1), (0, 3))
+    expected_MBT = torch.log(torch.clamp(expected_BMT.transpose(0, 1), min=1e-5) + 3e-5)
+    assert logits_MBT.shape == expected_MBT.shape == (5, B, 10)
+    assert deviation_in_ulps(logits_MBT, expected_MBT) <= F64_ULPS
 
 
 # ---- fit_with_cache: the decoder keys' presence travels with the cache ---------------------
