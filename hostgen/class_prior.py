@@ -17,6 +17,21 @@ cut into classes:
 * with probability ``p_label_noise`` a share of up to ``max_label_noise`` of
   the rows gets a uniformly random label.
 
+Version 2 (:data:`CLASS_PRIOR_V2`) adds *linear* batches (share ``p_linear``)
+with up to ``linear_max_features`` features, the tasks where logistic
+regression is hard to beat and where real classification data often sits.
+Why: a host trained 3,759 steps on version 1 (cut regression tasks of at most
+20 features) lost to logistic regression on every wide set of ``offline_cls6``,
+by a factor of ten in log loss on 64-feature digits (1.27 against 0.11, seed 0);
+the suite told us which task family was missing, and is used after this only as
+the shipping gate, never to tune. Half of them are class-conditional Gaussians (classes
+are clusters in a random low-dimensional latent space, seen through a random
+linear map with per-feature noise: the model under which linear discriminants
+are optimal), half are multinomial-logistic labels over correlated features
+(labels drawn from a softmax of linear scores, or its argmax). Their features
+get the regression prior's realistic marginals (skewed, coded, counts,
+zero-inflated, coarse) and units.
+
 Classes are renumbered ``0 .. k-1`` over the classes present in the context
 (the host can only predict a class it has seen there); a query row of a class
 absent from the context gets :data:`IGNORE` and is left out of the loss.
@@ -33,9 +48,26 @@ import math
 import numpy as np
 import torch
 
-from hostgen.prior import PRIOR_V2, PriorConfig, sample_batch
+from hostgen.prior import (
+    PRIOR_V2,
+    PriorConfig,
+    _batch_shape,
+    _log_uniform,
+    _quantile_normal,
+    _real_marginal,
+    _robust_squash,
+    sample_batch,
+)
 
-__all__ = ["IGNORE", "ClassBatch", "ClassPriorConfig", "sample_class_batch", "to_classes"]
+__all__ = [
+    "CLASS_PRIOR_V2",
+    "IGNORE",
+    "ClassBatch",
+    "ClassPriorConfig",
+    "linear_task",
+    "sample_class_batch",
+    "to_classes",
+]
 
 IGNORE = -1
 """Label of a query row whose class the context does not show (not scored)."""
@@ -55,6 +87,10 @@ class ClassPriorConfig:
         p_unordered: Probability that labels are in random order.
         p_label_noise: Probability that a task has label noise.
         max_label_noise: Largest share of rows relabelled at random.
+        p_linear: Share of batches drawn by :func:`linear_task` (0 in version 1).
+        linear_max_features: Most features of a linear batch.
+        linear_max_cells: Rows times features of a linear task at most (its
+            rows are cut to fit, so a wide table costs what a narrow one does).
     """
 
     regression: PriorConfig = PRIOR_V2
@@ -65,6 +101,9 @@ class ClassPriorConfig:
     p_unordered: float = 0.7
     p_label_noise: float = 0.3
     max_label_noise: float = 0.1
+    p_linear: float = 0.0
+    linear_max_features: int = 64
+    linear_max_cells: int = 64_000
 
 
 @dataclasses.dataclass
@@ -104,7 +143,7 @@ def to_classes(
         ``(labels_N, k)``: int64 labels, ``0 .. k-1`` for classes the context
         shows and :data:`IGNORE` for query rows of other classes; ``k`` classes.
     """
-    n_classes = 2 if rng.random() < cfg.p_binary else int(rng.integers(3, cfg.max_classes + 1))
+    n_classes = _num_classes(rng, cfg)
     merged = rng.random() < cfg.p_merged
     intervals = 2 * n_classes if merged else n_classes
     low, high = cfg.concentration
@@ -119,13 +158,130 @@ def to_classes(
     else:
         owner = np.arange(n_classes)
     labels_N = owner[interval_N]
+    return _noisy_and_renumbered(rng, labels_N, n_classes, num_train, cfg)
+
+
+def _num_classes(rng: np.random.Generator, cfg: ClassPriorConfig) -> int:
+    return 2 if rng.random() < cfg.p_binary else int(rng.integers(3, cfg.max_classes + 1))
+
+
+def _noisy_and_renumbered(
+    rng: np.random.Generator,
+    labels_N: np.ndarray,
+    n_classes: int,
+    num_train: int,
+    cfg: ClassPriorConfig,
+) -> tuple[np.ndarray, int]:
+    """Label noise (sometimes), then classes renumbered over those the context shows."""
     if rng.random() < cfg.p_label_noise:
-        flip = rng.random(len(y_N)) < rng.uniform(0.0, cfg.max_label_noise)
-        labels_N = np.where(flip, rng.integers(0, n_classes, len(y_N)), labels_N)
+        flip = rng.random(len(labels_N)) < rng.uniform(0.0, cfg.max_label_noise)
+        labels_N = np.where(flip, rng.integers(0, n_classes, len(labels_N)), labels_N)
     seen = np.unique(labels_N[:num_train])
     code = np.full(n_classes, IGNORE, dtype=np.int64)
     code[seen] = np.arange(len(seen))
     return code[labels_N], len(seen)
+
+
+def _gaussian_classes(
+    rng: np.random.Generator, n: int, d: int, n_classes: int, cfg: ClassPriorConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """Class clusters in an ``r``-dimensional latent space, seen through ``d`` noisy features."""
+    low, high = cfg.concentration
+    shares = rng.dirichlet(np.full(n_classes, _log_uniform(rng, low, high)))
+    labels_N = rng.choice(n_classes, size=n, p=shares)
+    r = int(np.clip(round(_log_uniform(rng, 1.0, min(d, 16) + 1) - 0.5), 1, d))
+    # Distance between two class centres, in units of the within-class spread.
+    separation = _log_uniform(rng, 0.5, 8.0)
+    centres_KR = rng.normal(size=(n_classes, r)) * separation / np.sqrt(2.0 * r)
+    spread_K = np.ones(n_classes)
+    if rng.random() < 0.5:  # unequal class spreads: the best boundary is quadratic
+        spread_K = np.exp(rng.normal(0.0, 0.25, size=n_classes))
+    z_NR = centres_KR[labels_N] + rng.normal(size=(n, r)) * spread_K[labels_N, None]
+    loadings_RD = rng.normal(size=(r, d)) / np.sqrt(r)
+    loadings_RD[:, rng.random(d) < rng.uniform(0.0, 0.5)] = 0.0  # pure-noise features
+    noise_D = np.exp(rng.uniform(np.log(0.05), np.log(2.0), size=d))
+    x_ND = z_NR @ loadings_RD + rng.normal(size=(n, d)) * noise_D
+    return x_ND, labels_N
+
+
+def _logistic_classes(
+    rng: np.random.Generator, n: int, d: int, n_classes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Labels from a softmax (or argmax) of linear scores of correlated features."""
+    mixing_DD = rng.normal(size=(d, d)) * np.exp(-np.arange(d) / _log_uniform(rng, 1.0, d + 1.0))
+    x_ND = rng.normal(size=(n, d)) @ mixing_DD
+    x_ND /= np.maximum(x_ND.std(axis=0), 1e-12)
+    weights_DK = rng.normal(size=(d, n_classes))
+    weights_DK[rng.random(d) < rng.uniform(0.0, 0.8)] = 0.0  # uninformative features
+    scores_NK = x_ND @ weights_DK
+    scores_NK *= _log_uniform(rng, 0.5, 10.0) / max(float(scores_NK.std()), 1e-12)
+    scores_NK += rng.normal(0.0, 1.0, size=n_classes)  # class priors
+    if rng.random() < 0.3:  # noise-free: the boundary is exactly linear
+        return x_ND, np.argmax(scores_NK, axis=1)
+    proba_NK = np.exp(scores_NK - scores_NK.max(axis=1, keepdims=True))
+    proba_NK /= proba_NK.sum(axis=1, keepdims=True)
+    u_N = rng.random(n)[:, None]
+    return x_ND, np.minimum((np.cumsum(proba_NK, axis=1) < u_N).sum(axis=1), n_classes - 1)
+
+
+def linear_task(
+    rng: np.random.Generator, n: int, d: int, num_train: int, cfg: ClassPriorConfig
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """One linear classification task (see the module docstring, version 2).
+
+    Args:
+        rng: Source of randomness.
+        n: Rows (context plus queries).
+        d: Features.
+        num_train: Context rows (the first ``num_train``).
+        cfg: The prior's knobs.
+
+    Returns:
+        ``(x_ND, labels_N, k)``: float64 features in realistic marginals and
+        units, labels as :func:`to_classes` returns them, ``k`` classes.
+    """
+    n_classes = _num_classes(rng, cfg)
+    if rng.random() < 0.5:
+        z_ND, labels_N = _gaussian_classes(rng, n, d, n_classes, cfg)
+    else:
+        z_ND, labels_N = _logistic_classes(rng, n, d, n_classes)
+    z_ND = (z_ND - z_ND.mean(axis=0)) / np.maximum(z_ND.std(axis=0), 1e-12)
+    view = rng.random()
+    if view < 0.5:  # realistic marginals and units, as the regression prior gives them
+        x_ND = np.stack([_real_marginal(rng, z_ND[:, j]) for j in range(d)], axis=1)
+    else:  # monotone per-feature units only
+        scale_D = np.exp(rng.uniform(np.log(1e-2), np.log(1e3), size=d))
+        x_ND = z_ND * scale_D + rng.normal(0.0, 3.0, size=d) * scale_D
+    if view > 0.85:
+        x_ND = _quantile_normal(x_ND, num_train)
+    elif view > 0.7:
+        x_ND = _robust_squash(x_ND, num_train)
+    labels_N, k = _noisy_and_renumbered(rng, labels_N, n_classes, num_train, cfg)
+    return x_ND, labels_N, k
+
+
+def _sample_linear_batch(rng: np.random.Generator, cfg: ClassPriorConfig) -> ClassBatch:
+    shape_cfg = dataclasses.replace(cfg.regression, max_features=cfg.linear_max_features)
+    n, d, num_train, tasks = _batch_shape(rng, shape_cfg)
+    if n * d > cfg.linear_max_cells:  # wide tables: fewer rows, same context share
+        n_cut = max(cfg.linear_max_cells // d, 16)
+        num_train = int(np.clip(round(n_cut * num_train / n), 8, n_cut - 4))
+        n = n_cut
+    xs, labels, counts = [], [], []
+    for _ in range(tasks):
+        x_ND, labels_N, k = linear_task(rng, n, d, num_train, cfg)
+        xs.append(x_ND)
+        labels.append(labels_N)
+        counts.append(k)
+    x_RBC = torch.from_numpy(np.stack(xs, axis=1).astype(np.float32))
+    x_RBC = torch.nan_to_num(x_RBC, nan=0.0).clamp(-1e8, 1e8)
+    labels_RB = torch.from_numpy(np.stack(labels, axis=1))
+    return ClassBatch(
+        x_RBC=x_RBC,
+        y_train_NB=labels_RB[:num_train].float(),
+        y_test_TB=labels_RB[num_train:],
+        n_classes_B=counts,
+    )
 
 
 def sample_class_batch(rng: np.random.Generator, cfg: ClassPriorConfig | None = None) -> ClassBatch:
@@ -139,6 +295,8 @@ def sample_class_batch(rng: np.random.Generator, cfg: ClassPriorConfig | None = 
         A :class:`ClassBatch`.
     """
     cfg = cfg or ClassPriorConfig()
+    if cfg.p_linear > 0.0 and rng.random() < cfg.p_linear:
+        return _sample_linear_batch(rng, cfg)
     batch = sample_batch(rng, cfg.regression)
     num_train = batch.num_train
     y_RB = torch.cat([batch.y_train_NB, batch.y_test_TB]).double().numpy()
@@ -154,3 +312,7 @@ def sample_class_batch(rng: np.random.Generator, cfg: ClassPriorConfig | None = 
         y_test_TB=labels_RB[num_train:],
         n_classes_B=counts,
     )
+
+
+CLASS_PRIOR_V2 = ClassPriorConfig(p_linear=0.5)
+"""Version 2: half the batches linear tasks of up to 64 features (module docstring)."""

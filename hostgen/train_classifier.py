@@ -70,7 +70,7 @@ import torch
 import torch.nn.functional as F
 from tabpfn.architectures import tabpfn_v3
 
-from hostgen.class_prior import IGNORE, ClassPriorConfig, sample_class_batch
+from hostgen.class_prior import CLASS_PRIOR_V2, IGNORE, ClassPriorConfig, sample_class_batch
 from hostgen.train import (
     DEFAULT_MODEL_CONFIG,
     TINY_MODEL_CONFIG,
@@ -212,6 +212,13 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_INIT,
         help="checkpoint whose matching tensors start the model ('none': cold start)",
     )
+    p.add_argument(
+        "--prior",
+        type=int,
+        choices=(1, 2),
+        default=2,
+        help="class prior version (1: cut regression tasks; 2: plus linear tasks)",
+    )
     p.add_argument("--n-estimators", type=int, default=4, help="stored N_ESTIMATORS")
     p.add_argument("--no-resume", action="store_true", help="ignore an existing state file")
     return p
@@ -251,7 +258,11 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         inference_config=inference_config_dict(n_estimators=args.n_estimators),
         log=lambda line: print(line, file=sys.stderr, flush=True),
         resume=not args.no_resume,
-        objective=ClassificationObjective(init_from=init, command=_command(argv)),
+        objective=ClassificationObjective(
+            prior=CLASS_PRIOR_V2 if args.prior == 2 else ClassPriorConfig(),
+            init_from=init,
+            command=_command(argv),
+        ),
     )
     print(json.dumps(summary))
     return 0

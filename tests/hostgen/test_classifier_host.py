@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,7 +13,14 @@ from tabpfn import TabPFNClassifier
 from tabpfn.checkpoint import Checkpoint
 
 from hostgen import class_card, class_quality, train_classifier
-from hostgen.class_prior import IGNORE, ClassPriorConfig, sample_class_batch, to_classes
+from hostgen.class_prior import (
+    CLASS_PRIOR_V2,
+    IGNORE,
+    ClassPriorConfig,
+    linear_task,
+    sample_class_batch,
+    to_classes,
+)
 from hostgen.in_prior import HELDOUT_KEY, load_model
 from hostgen.prior import PriorConfig
 from hostgen.train import TINY_MODEL_CONFIG, build_model, save_checkpoint
@@ -52,6 +60,46 @@ def test_class_counts_span_two_to_ten_with_a_third_binary_and_imbalance() -> Non
     assert min(ks) >= 1 and max(ks) == 10
     assert 0.25 < np.mean(np.array(ks) == 2) < 0.45
     assert np.mean(np.array(smallest) < 0.05) > 0.2  # imbalanced tasks are common
+
+
+def test_version_2_mixes_wide_linear_batches_within_the_cell_bound() -> None:
+    cfg = dataclasses.replace(CLASS_PRIOR_V2, regression=SMALL.regression)
+    widths, linear = [], 0
+    for i in range(60):
+        batch = sample_class_batch(np.random.default_rng([8, i]), cfg)
+        rows, _, d = batch.x_RBC.shape
+        widths.append(d)
+        linear += d > SMALL.regression.max_features
+        assert rows * d <= max(cfg.linear_max_cells, 16 * d)
+        for b, k in enumerate(batch.n_classes_B):
+            assert sorted(set(batch.y_train_NB[:, b].long().tolist())) == list(range(k))
+        assert torch.isfinite(batch.x_RBC).all()
+    assert max(widths) > 40 and linear > 5  # wide tables are drawn, and often
+    # Version 1 (p_linear = 0) never draws a linear batch.
+    for i in range(30):
+        old = sample_class_batch(np.random.default_rng([8, i]), SMALL)
+        assert old.x_RBC.shape[2] <= SMALL.regression.max_features
+
+
+def test_linear_tasks_carry_signal_a_linear_model_finds() -> None:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    gains = []
+    for i in range(12):
+        rng = np.random.default_rng([9, i])
+        x_ND, labels_N, k = linear_task(rng, 600, 12, 450, ClassPriorConfig(p_label_noise=0.0))
+        assert x_ND.shape == (600, 12) and k >= 1
+        keep = labels_N[450:] != IGNORE
+        if k < 2:
+            continue
+        model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
+        model.fit(x_ND[:450], labels_N[:450])
+        majority = np.mean(labels_N[450:][keep] == np.bincount(labels_N[:450]).argmax())
+        gains.append(model.score(x_ND[450:][keep], labels_N[450:][keep]) - majority)
+    # Separations range from hard to easy: on most tasks a linear model beats the majority.
+    assert np.mean(np.array(gains) > 0.05) > 0.6
 
 
 def test_warm_start_copies_the_backbone_and_keeps_the_class_heads(tmp_path: Path) -> None:
