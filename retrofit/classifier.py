@@ -15,10 +15,12 @@ classifiers of ``tuning_config``: here they are of this class, so they load
 and patch the same way.
 
 ``model_path`` defaults to tabpfn's ``"auto"`` (tabpfn's default classifier,
-v3.5 unless ``TABPFN_MODEL_VERSION`` says otherwise), not ``"embedded"``: no
-embedded classifier host is shipped yet, so nothing runs offline by default.
-Offline, ``"auto"`` fails with one :class:`~retrofit.WeightsUnavailableError`
-naming the file and where to place it; a classifier checkpoint file or a
+v3.5 unless ``TABPFN_MODEL_VERSION`` says otherwise). ``"embedded"`` is the
+package's own classifier host where the installation ships one
+(:func:`retrofit.models.embedded.embedded_is_shipped`), else one
+:class:`~retrofit.EmbeddedCheckpointError` naming the choices. Offline,
+``"auto"`` fails with one :class:`~retrofit.WeightsUnavailableError` naming the
+file and where to place it; a classifier checkpoint file or a
 ``tabpfn.ModelSpecs`` runs anywhere.
 """
 
@@ -64,8 +66,8 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
             version), a classifier checkpoint file, a saved retrofit directory
             of a classifier, a ``tabpfn.ModelSpecs`` (patched as a copy), a
             :class:`~retrofit.ResolvedModel`, or a list of these.
-            ``"embedded"`` is refused with an error naming these choices (no
-            embedded classifier is shipped yet).
+            ``"embedded"``: the shipped classifier host, where there is one
+            (else an error naming these choices).
         n_estimators: See ``tabpfn.TabPFNClassifier``.
         auto_scale_n_estimators: See ``tabpfn.TabPFNClassifier``.
         categorical_features_indices: See ``tabpfn.TabPFNClassifier``.

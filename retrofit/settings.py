@@ -102,11 +102,11 @@ DEFAULT_MAX_BUCKET_BYTES_BY_DEVICE: Mapping[str, int] = {"cpu": 8 * 2**20}
 #: default, 2048 x 768, is kept where a device is not named. On a CPU a
 #: cache-sized chunk is faster and equal up to rounding (a BLAS may block a
 #: shorter matrix otherwise; ``tests/retrofit/batching/test_chunks.py``).
-#: ``results/bench`` (its ``chunks`` part, 3 datasets of 1,500-2,700 train
-#: rows, quiet 2-core machine): 0.86x [0.81, 0.86] the CPU time at one torch
-#: thread and 0.83x [0.71, 0.84] at two (wall time alike). An earlier 1.17x at
-#: two threads was measured on a machine with load 15, where each smaller
-#: parallel region waited for a descheduled thread.
+#: ``bench``'s ``chunks`` part (3 datasets of 1,500-2,700 train rows, quiet
+#: 2-core machine) measured 0.78-0.86x the CPU time at one and two torch
+#: threads over two runs (wall time alike; ``results/bench`` holds the latest).
+#: An earlier 1.17x at two threads was measured on a machine with load 15,
+#: where each smaller parallel region waited for a descheduled thread.
 DEFAULT_CHUNK_CELLS_BY_DEVICE: Mapping[str, int] = {"cpu": 65_536}
 #: What an unset setting means, unless a saved directory says otherwise; an unset
 #: ``tau`` means the host class's default (:func:`default_tau`), and this ``tau`` is

@@ -62,6 +62,21 @@ def no_download(monkeypatch) -> list:
     return calls
 
 
+@pytest.fixture
+def embedded_dir(tmp_path, monkeypatch) -> Path:
+    """An empty folder standing in for the embedded hosts' (no classifier shipped).
+
+    The refusal of ``"embedded"`` for a kind without a shipped host is tested
+    here, whatever this installation ships.
+    """
+    import retrofit.models.embedded as embedded
+
+    folder = tmp_path / "embedded"
+    folder.mkdir()
+    monkeypatch.setattr(embedded, "_HERE", folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_v3_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The tiny perturbed v3 checkpoint (seed 0, ``tiny_v3.safetensors``), read-only.

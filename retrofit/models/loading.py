@@ -34,7 +34,6 @@ from tabpfn.model_loading import ModelSource
 from retrofit.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
-    EmbeddedCheckpointError,
     InvalidModelPathError,
 )
 from retrofit.models import saved, weights
@@ -58,21 +57,11 @@ ModelPathLike = str | os.PathLike
 CHECKPOINT_SUFFIXES = (".safetensors", ".ckpt")
 
 
-def _embedded(model_path: ModelPathLike) -> Path | None:
+def _embedded(model_path: ModelPathLike, which: Which = "regressor") -> Path | None:
+    """``"embedded"``: the shipped host of the estimator's kind (or its one-line error)."""
     if model_path != "embedded":
         return None
-    return embedded_model_path()
-
-
-def _embedded_for(model_path: ModelPathLike, which: Which) -> Path | None:
-    """``"embedded"`` for an estimator kind: only a regressor host is shipped so far."""
-    if model_path != "embedded" or which == "regressor":
-        return _embedded(model_path)
-    raise EmbeddedCheckpointError(
-        "model_path='embedded': no embedded classifier host is shipped yet; give a "
-        "classifier checkpoint file, 'auto' or a version alias ('v2' ... 'v3.5', whose "
-        "weights tabpfn downloads into its model cache), or a tabpfn.ModelSpecs"
-    )
+    return embedded_model_path(which)
 
 
 def _version_alias(model_path: ModelPathLike, which: Which = "regressor") -> Path | None:
@@ -128,14 +117,17 @@ class ResolvedModel:
         return None if self.saved is None else dict(self.saved.settings)
 
 
-def _resolvers(which: Which) -> list[Callable[[ModelPathLike], Path | saved.SavedRetrofit | None]]:
+_Resolver = Callable[[ModelPathLike], Path | saved.SavedRetrofit | None]
+
+
+def _named_resolvers(which: Which) -> list[_Resolver]:
+    """The resolvers of names (embedded, version alias, saved directory), in order."""
+    return [lambda e: _embedded(e, which), lambda e: _version_alias(e, which), _saved_directory]
+
+
+def _resolvers(which: Which) -> list[_Resolver]:
     """Resolvers in order; each returns a path (or a saved directory), None (not mine) or raises."""
-    return [
-        lambda e: _embedded_for(e, which),
-        lambda e: _version_alias(e, which),
-        _saved_directory,
-        _local_file,
-    ]
+    return [*_named_resolvers(which), _local_file]
 
 
 def resolve_model(
@@ -264,8 +256,7 @@ def _tabpfn_entry(entry: Any, which: Which) -> tuple[Any, saved.SavedRetrofit | 
             "model_path must be 'auto', 'embedded', a version alias, a path, a ModelSpecs "
             f"or a list of these; got {type(entry).__name__}"
         )
-    resolvers = _resolvers(which)[:3]  # a local file goes to tabpfn's own resolver below
-    for resolver in resolvers:
+    for resolver in _named_resolvers(which):  # a local file goes to tabpfn's resolver below
         found = resolver(entry)
         if isinstance(found, saved.SavedRetrofit):
             return str(found.checkpoint), found

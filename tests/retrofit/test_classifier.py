@@ -89,9 +89,11 @@ def test_a_patched_classifier_changes_the_probabilities(checkpoint, mode):
     assert est.settings_["mode"] == mode
 
 
-def test_embedded_is_refused_for_a_classifier_with_the_alternatives_named():
+def test_embedded_is_refused_for_a_classifier_not_shipped_with_the_alternatives_named(
+    embedded_dir,
+):
     est = OTabPFNClassifier(model_path="embedded", device="cpu")
-    with pytest.raises(EmbeddedCheckpointError, match="no embedded classifier host"):
+    with pytest.raises(EmbeddedCheckpointError, match="ships no embedded classifier host"):
         est.fit(*_numeric())
 
 

@@ -1,4 +1,9 @@
-"""The embedded default host: a small TabPFN-v3 regressor shipped with the package.
+"""The embedded hosts: small TabPFN-v3 models shipped with the package.
+
+The regressor is always shipped; a classifier host is shipped once it clears
+its bar (``hostgen.train_classifier``), as a file of the same kind beside it,
+so ``model_path="embedded"`` resolves per estimator kind from the files
+present (:func:`embedded_model_path`).
 
 Real TabPFN weights need a licence acceptance and a download; this checkpoint
 works offline. It has the real ``TabPFNV3`` architecture, was pretrained by this
@@ -20,16 +25,25 @@ from pathlib import Path
 
 from retrofit.errors import EmbeddedCheckpointError
 from retrofit.files import sha256_of_checkpoint
+from retrofit.models.weights import Which
 
 __all__ = [
     "EMBEDDED_FILENAME",
+    "EMBEDDED_FILENAMES",
     "EMBEDDED_SHA256",
+    "embedded_is_shipped",
     "embedded_model_path",
     "verify_checkpoint",
 ]
 
 EMBEDDED_FILENAME = "tabpfn_v3_embedded_regressor.safetensors"
 """File name of the shipped checkpoint (tabpfn reads ``v3`` from it)."""
+
+EMBEDDED_FILENAMES: dict[Which, str] = {
+    "regressor": EMBEDDED_FILENAME,
+    "classifier": "tabpfn_v3_embedded_classifier.safetensors",
+}
+"""File name of each kind's embedded host; a kind is shipped when its digest file is."""
 
 _HERE = Path(__file__).resolve().parent
 
@@ -82,15 +96,30 @@ def __getattr__(name: str) -> str:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def embedded_model_path() -> Path:
-    """Path of the shipped checkpoint, after checking its SHA-256.
+def embedded_is_shipped(which: Which = "regressor") -> bool:
+    """Whether this installation ships an embedded host of kind ``which`` (its digest file)."""
+    return (_HERE / (EMBEDDED_FILENAMES[which] + ".sha256")).is_file()
+
+
+def embedded_model_path(which: Which = "regressor") -> Path:
+    """Path of the shipped checkpoint of kind ``which``, after checking its SHA-256.
+
+    Args:
+        which: ``"regressor"`` (always shipped) or ``"classifier"``.
 
     Returns:
-        Absolute path of ``tabpfn_v3_embedded_regressor.safetensors``.
+        Absolute path of ``tabpfn_v3_embedded_<which>.safetensors``.
 
     Raises:
-        EmbeddedCheckpointError: (a ``ValueError``) if the file is missing or does
-            not match :data:`EMBEDDED_SHA256`.
+        EmbeddedCheckpointError: (a ``ValueError``) if no host of that kind is
+            shipped, or the file is missing or does not match its digest.
     """
-    expected = _read_expected_sha256(_HERE / (EMBEDDED_FILENAME + ".sha256"))
-    return verify_checkpoint(_HERE / EMBEDDED_FILENAME, expected)
+    name = EMBEDDED_FILENAMES[which]
+    if which != "regressor" and not embedded_is_shipped(which):
+        raise EmbeddedCheckpointError(
+            f"model_path='embedded': this installation ships no embedded {which} host; give a "
+            f"{which} checkpoint file, 'auto' or a version alias ('v2' ... 'v3.5', whose "
+            "weights tabpfn downloads into its model cache), or a tabpfn.ModelSpecs"
+        )
+    expected = _read_expected_sha256(_HERE / (name + ".sha256"))
+    return verify_checkpoint(_HERE / name, expected)

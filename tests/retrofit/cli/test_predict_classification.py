@@ -117,11 +117,13 @@ def test_a_class_named_like_an_output_column_is_refused(tmp_path, classifier_che
     assert not out.exists()
 
 
-def test_the_embedded_host_cannot_classify_yet(tmp_path, files, capsys):
+def test_embedded_without_a_shipped_classifier_fails_in_one_line(
+    tmp_path, files, capsys, embedded_dir
+):
     train, test = files
     out = tmp_path / "pred.csv"
     argv = ["predict", "--train", str(train), "--target", "label", "--test", str(test)]
     assert main([*argv, "--out", str(out), "--task", "classification", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "no embedded classifier host is shipped yet" in err and len(err.splitlines()) == 1
+    assert "ships no embedded classifier host" in err and len(err.splitlines()) == 1
     assert not out.exists()

@@ -64,3 +64,21 @@ def test_shipped_host_accepts_more_than_a_thousand_rows_on_cpu():
     X, y = linear_task(1300, 4, seed=2)
     pred = fit_predict(embedded_model_path(), X, y, 1200)
     assert pred.shape == (100,) and np.isfinite(pred).all()
+
+
+def test_embedded_resolves_per_kind_from_the_files_shipped(embedded_dir, tiny_v3_path):
+    """A kind is shipped when its file and digest are; then "embedded" resolves to it."""
+    from retrofit.models.loading import resolve_model
+
+    with pytest.raises(EmbeddedCheckpointError, match="ships no embedded classifier host"):
+        embedded_model_path("classifier")
+    assert not embedded.embedded_is_shipped("classifier")
+    name = embedded.EMBEDDED_FILENAMES["classifier"]
+    shutil.copyfile(tiny_v3_path, embedded_dir / name)
+    (embedded_dir / (name + ".sha256")).write_text(f"{sha256_file(tiny_v3_path)}  {name}\n")
+    assert embedded.embedded_is_shipped("classifier")
+    assert embedded_model_path("classifier") == (embedded_dir / name).resolve()
+    assert resolve_model("embedded", "classifier").checkpoint == (embedded_dir / name).resolve()
+    (embedded_dir / name).write_bytes(b"replaced")
+    with pytest.raises(EmbeddedCheckpointError, match="corrupted"):
+        embedded_model_path("classifier")

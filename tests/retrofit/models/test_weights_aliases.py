@@ -21,7 +21,7 @@ from tabpfn.architectures.shared.bar_distribution import FullSupportBarDistribut
 from tabpfn.checkpoint import save_as_safetensors
 from tabpfn.constants import ModelVersion
 
-from retrofit.errors import WeightsUnavailableError
+from retrofit.errors import EmbeddedCheckpointError, WeightsUnavailableError
 from retrofit.estimator import OTabPFNRegressor
 from retrofit.models import loading, weights
 from retrofit.settings import DEFAULT_TAU_BY_HOST
@@ -159,12 +159,12 @@ def test_a_saved_directory_keeps_the_version_tabpfn_reads_from_its_file_name(
 
 @pytest.mark.parametrize("alias", ["v2.6", "v3"])
 def test_resolving_an_alias_for_a_classifier_names_the_classifier_file(
-    cache_dir, no_download, alias
+    cache_dir, no_download, alias, embedded_dir
 ):
     classifier_file = weights.default_checkpoint_path(alias, which="classifier")
     assert classifier_file != weights.default_checkpoint_path(alias)
     with pytest.raises(WeightsUnavailableError) as info:
         loading.resolve_model(alias, "classifier")
     assert str(classifier_file) in str(info.value)
-    with pytest.raises(loading.EmbeddedCheckpointError, match="no embedded classifier"):
+    with pytest.raises(EmbeddedCheckpointError, match="ships no embedded classifier"):
         loading.resolve_model("embedded", "classifier")
