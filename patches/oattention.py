@@ -21,10 +21,7 @@ Two implementations share one signature:
   the kernel's log-sum-exp: ``out * p_i * sigmoid(lse_i - log eps_den)``.
   Empty support (every source masked or null) is detected from presence and
   the mask, never from the kernel's lse (the CPU kernel returns 0, not -inf,
-  for a fully masked row). On CPU, where every source is fully present
-  (``p_j = 1``, no mask: any unpadded forward) the bias is all zeros and the
-  kernel runs without it, which computes the same scores (adding an exact 0)
-  and costs 15-20 % less at the ICL stage's shapes.
+  for a fully masked row).
 
 Null tokens never reach the result, whatever their projections hold: the
 fast path agrees with the oracle on NaN or inf in a null source's key or
@@ -186,10 +183,10 @@ def _cpu_flash_with_lse(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    bias: torch.Tensor | None,
+    bias: torch.Tensor,
     scale: float | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """CPU flash kernel with an additive bias (None: no bias), returning ``(out, lse)``.
+    """CPU flash kernel with an additive bias, returning ``(out, lse)``.
 
     It takes grouped-query K/V, strided views and a float32 bias beside
     bf16/fp16 queries as they are, so nothing is copied.
@@ -371,14 +368,7 @@ def oattention(
     if mask is not None:
         bias = bias.masked_fill(~_mask_4d(mask), float("-inf"))
         empty = _empty_support(p_k, mask)
-    elif route == "cpu-flash":
-        if not bias.any():
-            # Every source fully present: a zero bias adds exact zeros to the
-            # scores, and the kernel without one skips that pass (measured
-            # 15-20 % of the kernel at (4, 4, 2950, 2359, 8), one thread). The
-            # O(B * S) test costs a few microseconds; a CPU has no sync to pay.
-            bias = None
-    else:
+    elif route != "cpu-flash":
         # Empty support is folded into the receiver presence, (B, L): a batch
         # element whose sources are all null (max presence 0) gets p_i = 0.
         # The CPU flash kernel needs no fold: it writes exact zeros for a row

@@ -243,33 +243,6 @@ def test_identity_presence_one_eps_zero_is_sdpa(mask_kind, heads, dtype_name):
     assert_within_ulps(ref, sdpa, ulps=KERNEL_VS_REFERENCE_ULPS, scale=value_scale(v))
 
 
-@pytest.mark.parametrize("eps_den", [0.0, 1e-6])
-def test_cpu_kernel_runs_without_a_bias_exactly_when_every_source_is_present(monkeypatch, eps_den):
-    """All ``p_j = 1`` and no mask: the zero bias is dropped, and the result is unchanged."""
-    biases = []
-    kernel = oa_mod._cpu_flash_with_lse
-
-    def spy(q, k, v, bias, scale):
-        biases.append(bias)
-        return kernel(q, k, v, bias, scale)
-
-    monkeypatch.setattr(oa_mod, "_cpu_flash_with_lse", spy)
-    gen = torch.Generator().manual_seed(3)
-    q, k, v = make_qkv(torch.float32, 2, 4, 2, 11, 17, 8, noncontig=True, gen=gen)
-    p_q = make_presence(2, 11, gen=gen)
-    for p_k, mask, dropped in (
-        (torch.ones(2, 17), None, True),
-        (torch.ones(2, 17).index_fill_(1, torch.tensor([5]), 0.5), None, False),
-        (torch.ones(2, 17), make_mask("key", 2, 4, 11, 17, gen=gen), False),
-    ):
-        out = oattention(q, k, v, p_q, p_k, mask=mask, eps_den=eps_den)
-        assert (biases[-1] is None) == dropped
-        ref = oattention_reference(q, k, v, p_q, p_k, mask=mask, eps_den=eps_den)
-        assert_within_ulps(
-            out, ref, ulps=KERNEL_VS_REFERENCE_ULPS, scale=value_scale(v), dtype=q.dtype
-        )
-
-
 @pytest.mark.parametrize("L", [64, 256, 1024])
 def test_fp32_error_at_most_twice_sdpa_error(L):
     """Done criterion: fp32 error vs float64 <= ~2x plain SDPA's own error."""
