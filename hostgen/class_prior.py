@@ -51,11 +51,11 @@ import torch
 from hostgen.prior import (
     PRIOR_V2,
     PriorConfig,
-    _batch_shape,
-    _log_uniform,
-    _quantile_normal,
-    _real_marginal,
-    _robust_squash,
+    batch_shape,
+    log_uniform,
+    quantile_normal,
+    real_marginal,
+    robust_squash,
     sample_batch,
 )
 
@@ -187,11 +187,11 @@ def _gaussian_classes(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Class clusters in an ``r``-dimensional latent space, seen through ``d`` noisy features."""
     low, high = cfg.concentration
-    shares = rng.dirichlet(np.full(n_classes, _log_uniform(rng, low, high)))
+    shares = rng.dirichlet(np.full(n_classes, log_uniform(rng, low, high)))
     labels_N = rng.choice(n_classes, size=n, p=shares)
-    r = int(np.clip(round(_log_uniform(rng, 1.0, min(d, 16) + 1) - 0.5), 1, d))
+    r = int(np.clip(round(log_uniform(rng, 1.0, min(d, 16) + 1) - 0.5), 1, d))
     # Distance between two class centres, in units of the within-class spread.
-    separation = _log_uniform(rng, 0.5, 8.0)
+    separation = log_uniform(rng, 0.5, 8.0)
     centres_KR = rng.normal(size=(n_classes, r)) * separation / np.sqrt(2.0 * r)
     spread_K = np.ones(n_classes)
     if rng.random() < 0.5:  # unequal class spreads: the best boundary is quadratic
@@ -208,13 +208,13 @@ def _logistic_classes(
     rng: np.random.Generator, n: int, d: int, n_classes: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Labels from a softmax (or argmax) of linear scores of correlated features."""
-    mixing_DD = rng.normal(size=(d, d)) * np.exp(-np.arange(d) / _log_uniform(rng, 1.0, d + 1.0))
+    mixing_DD = rng.normal(size=(d, d)) * np.exp(-np.arange(d) / log_uniform(rng, 1.0, d + 1.0))
     x_ND = rng.normal(size=(n, d)) @ mixing_DD
     x_ND /= np.maximum(x_ND.std(axis=0), 1e-12)
     weights_DK = rng.normal(size=(d, n_classes))
     weights_DK[rng.random(d) < rng.uniform(0.0, 0.8)] = 0.0  # uninformative features
     scores_NK = x_ND @ weights_DK
-    scores_NK *= _log_uniform(rng, 0.5, 10.0) / max(float(scores_NK.std()), 1e-12)
+    scores_NK *= log_uniform(rng, 0.5, 10.0) / max(float(scores_NK.std()), 1e-12)
     scores_NK += rng.normal(0.0, 1.0, size=n_classes)  # class priors
     if rng.random() < 0.3:  # noise-free: the boundary is exactly linear
         return x_ND, np.argmax(scores_NK, axis=1)
@@ -248,21 +248,21 @@ def linear_task(
     z_ND = (z_ND - z_ND.mean(axis=0)) / np.maximum(z_ND.std(axis=0), 1e-12)
     view = rng.random()
     if view < 0.5:  # realistic marginals and units, as the regression prior gives them
-        x_ND = np.stack([_real_marginal(rng, z_ND[:, j]) for j in range(d)], axis=1)
+        x_ND = np.stack([real_marginal(rng, z_ND[:, j]) for j in range(d)], axis=1)
     else:  # monotone per-feature units only
         scale_D = np.exp(rng.uniform(np.log(1e-2), np.log(1e3), size=d))
         x_ND = z_ND * scale_D + rng.normal(0.0, 3.0, size=d) * scale_D
     if view > 0.85:
-        x_ND = _quantile_normal(x_ND, num_train)
+        x_ND = quantile_normal(x_ND, num_train)
     elif view > 0.7:
-        x_ND = _robust_squash(x_ND, num_train)
+        x_ND = robust_squash(x_ND, num_train)
     labels_N, k = _noisy_and_renumbered(rng, labels_N, n_classes, num_train, cfg)
     return x_ND, labels_N, k
 
 
 def _sample_linear_batch(rng: np.random.Generator, cfg: ClassPriorConfig) -> ClassBatch:
     shape_cfg = dataclasses.replace(cfg.regression, max_features=cfg.linear_max_features)
-    n, d, num_train, tasks = _batch_shape(rng, shape_cfg)
+    n, d, num_train, tasks = batch_shape(rng, shape_cfg)
     if n * d > cfg.linear_max_cells:  # wide tables: fewer rows, same context share
         n_cut = max(cfg.linear_max_cells // d, 16)
         num_train = int(np.clip(round(n_cut * num_train / n), 8, n_cut - 4))

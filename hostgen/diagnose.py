@@ -96,7 +96,7 @@ def _shares(version: int, tasks: int) -> list[float]:
         if version == 1:
             z_ND = p._copula_inputs(rng, 500, 2)
             y_N = p._random_function(rng, z_ND)
-            x_ND = np.stack([p._real_marginal(rng, z_ND[:, j]) for j in range(2)], axis=1)
+            x_ND = np.stack([p.real_marginal(rng, z_ND[:, j]) for j in range(2)], axis=1)
         else:
             x_ND, seen_ND, _, _ = p._features_v2(rng, 500, 2)
             y_N = p._random_function_v2(rng, seen_ND)

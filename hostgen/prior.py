@@ -40,7 +40,18 @@ import numpy as np
 import torch
 from scipy.special import ndtr, ndtri
 
-__all__ = ["PRIOR_V2", "PriorConfig", "TaskBatch", "sample_batch", "sample_task"]
+__all__ = [
+    "PRIOR_V2",
+    "PriorConfig",
+    "TaskBatch",
+    "batch_shape",
+    "log_uniform",
+    "quantile_normal",
+    "real_marginal",
+    "robust_squash",
+    "sample_batch",
+    "sample_task",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +130,8 @@ def _standardize(v: np.ndarray, axis: int = 0) -> np.ndarray:
     return (v - v.mean(axis=axis, keepdims=True)) / np.where(std > 1e-12, std, 1.0)
 
 
-def _log_uniform(rng: np.random.Generator, low: float, high: float) -> float:
+def log_uniform(rng: np.random.Generator, low: float, high: float) -> float:
+    """A draw whose logarithm is uniform on ``[log low, log high]``."""
     return float(math.exp(rng.uniform(math.log(low), math.log(high))))
 
 
@@ -127,7 +139,7 @@ def _univariate(rng: np.random.Generator, z: np.ndarray) -> np.ndarray:
     """A random smooth, monotone, periodic or step function of a standardised z."""
     kind = rng.integers(9)
     c = rng.normal(0.0, 0.8)
-    s = _log_uniform(rng, 0.3, 3.0)
+    s = log_uniform(rng, 0.3, 3.0)
     if kind == 0:
         return np.tanh(s * (z - c))
     if kind == 1:
@@ -168,7 +180,7 @@ def _f_mlp(rng: np.random.Generator, z_ND: np.ndarray) -> np.ndarray:
     for _ in range(rng.integers(1, 4)):
         width = int(rng.integers(8, 65))
         w = rng.normal(size=(h.shape[1], width)) * (
-            _log_uniform(rng, 0.5, 2.5) / math.sqrt(h.shape[1])
+            log_uniform(rng, 0.5, 2.5) / math.sqrt(h.shape[1])
         )
         act = _ACTIVATIONS[rng.integers(len(_ACTIVATIONS))]
         h = act(h @ w + rng.normal(size=width) * 0.5)
@@ -178,7 +190,7 @@ def _f_mlp(rng: np.random.Generator, z_ND: np.ndarray) -> np.ndarray:
 
 def _f_fourier(rng: np.random.Generator, z_ND: np.ndarray) -> np.ndarray:
     n_feats = 64
-    lengthscale_D = np.array([_log_uniform(rng, 0.4, 4.0) for _ in range(z_ND.shape[1])])
+    lengthscale_D = np.array([log_uniform(rng, 0.4, 4.0) for _ in range(z_ND.shape[1])])
     w = rng.normal(size=(z_ND.shape[1], n_feats)) / lengthscale_D[:, None]
     phase = rng.uniform(0, 2 * np.pi, size=n_feats)
     return np.cos(z_ND @ w + phase) @ rng.normal(size=n_feats)
@@ -259,7 +271,7 @@ def _scm_task(rng: np.random.Generator, n: int, d: int) -> tuple[np.ndarray, np.
         w = rng.normal(size=(h.shape[1], width)) / math.sqrt(h.shape[1])
         w *= rng.random(size=w.shape) < rng.uniform(0.3, 1.0)  # sparse edges
         act = _ACTIVATIONS[rng.integers(len(_ACTIVATIONS))]
-        noise = _log_uniform(rng, 0.01, 0.5)
+        noise = log_uniform(rng, 0.01, 0.5)
         h = _standardize(act(h @ w + rng.normal(size=width)))
         h = h + noise * rng.normal(size=h.shape)
         layers.append(h)
@@ -283,15 +295,15 @@ def _scm_task(rng: np.random.Generator, n: int, d: int) -> tuple[np.ndarray, np.
 # ---------------------------------------------------------------------------
 
 
-def _real_marginal(rng: np.random.Generator, z_N: np.ndarray) -> np.ndarray:
+def real_marginal(rng: np.random.Generator, z_N: np.ndarray) -> np.ndarray:
     """Give a standardised column a realistic marginal (monotone or coded)."""
     u = rng.random()
     if u < 0.35:
         out = z_N
     elif u < 0.47:  # log-normal style skew
-        out = np.exp(np.clip(_log_uniform(rng, 0.3, 1.5) * z_N, -30, 30))
+        out = np.exp(np.clip(log_uniform(rng, 0.3, 1.5) * z_N, -30, 30))
     elif u < 0.55:  # heavy tails
-        out = np.sinh(_log_uniform(rng, 0.5, 2.0) * z_N)
+        out = np.sinh(log_uniform(rng, 0.5, 2.0) * z_N)
     elif u < 0.62:  # bounded, uniform-like
         out = ndtr(z_N)
     elif u < 0.77:  # categorical / ordinal codes
@@ -302,16 +314,16 @@ def _real_marginal(rng: np.random.Generator, z_N: np.ndarray) -> np.ndarray:
             codes = rng.permutation(k)[codes.astype(np.int64)].astype(np.float64)
         out = codes
     elif u < 0.87:  # measured with coarse resolution
-        out = np.round(z_N * _log_uniform(rng, 1.0, 10.0))
+        out = np.round(z_N * log_uniform(rng, 1.0, 10.0))
     elif u < 0.93:  # count-like
         out = rng.poisson(np.exp(np.clip(0.7 * z_N + rng.normal(), -5, 5))).astype(np.float64)
     else:  # point mass plus continuous part (zero-inflated)
         out = np.where(z_N < rng.normal(-0.3, 0.7), 0.0, np.exp(0.5 * z_N))
-    scale = _log_uniform(rng, 1e-2, 1e3)
+    scale = log_uniform(rng, 1e-2, 1e3)
     return out * scale + rng.normal(0.0, 3.0) * scale
 
 
-def _quantile_normal(x_ND: np.ndarray, num_train: int) -> np.ndarray:
+def quantile_normal(x_ND: np.ndarray, num_train: int) -> np.ndarray:
     """Map each column through the context's empirical CDF, then to N(0, 1)."""
     out = np.empty_like(x_ND)
     for j in range(x_ND.shape[1]):
@@ -323,7 +335,7 @@ def _quantile_normal(x_ND: np.ndarray, num_train: int) -> np.ndarray:
     return out
 
 
-def _robust_squash(x_ND: np.ndarray, num_train: int) -> np.ndarray:
+def robust_squash(x_ND: np.ndarray, num_train: int) -> np.ndarray:
     """Robust-scale each column on the context, then softly clip the tails."""
     med = np.median(x_ND[:num_train], axis=0)
     q75, q25 = np.percentile(x_ND[:num_train], [75, 25], axis=0)
@@ -339,11 +351,11 @@ def _noisy_target(rng: np.random.Generator, f_N: np.ndarray, x_ND: np.ndarray) -
     f_N = _standardize(f_N)
     u = rng.random()
     if u < 0.04:
-        ratio = _log_uniform(rng, 1.0, 4.0)  # mostly noise
+        ratio = log_uniform(rng, 1.0, 4.0)  # mostly noise
     elif u < 0.25:
-        ratio = _log_uniform(rng, 0.005, 0.05)  # nearly deterministic
+        ratio = log_uniform(rng, 0.005, 0.05)  # nearly deterministic
     else:
-        ratio = _log_uniform(rng, 0.05, 1.0)
+        ratio = log_uniform(rng, 0.05, 1.0)
     if rng.random() < 0.25:
         eps = rng.standard_t(df=rng.uniform(1.5, 6.0), size=f_N.shape)
         eps = np.clip(eps, -50, 50) / 1.5
@@ -359,9 +371,9 @@ def _shape_target(rng: np.random.Generator, y_N: np.ndarray) -> np.ndarray:
     """Optionally skew the target or make it integer-valued."""
     u = rng.random()
     if u < 0.2:
-        y_N = np.exp(np.clip(_log_uniform(rng, 0.2, 1.0) * _standardize(y_N), -20, 20))
+        y_N = np.exp(np.clip(log_uniform(rng, 0.2, 1.0) * _standardize(y_N), -20, 20))
     elif u < 0.3:
-        y_N = -np.exp(np.clip(_log_uniform(rng, 0.2, 1.0) * _standardize(y_N), -20, 20))
+        y_N = -np.exp(np.clip(log_uniform(rng, 0.2, 1.0) * _standardize(y_N), -20, 20))
     if rng.random() < 0.15:  # few integer levels, like a quality score
         levels = int(rng.integers(3, 21))
         y_N = np.round(_standardize(y_N) * levels / 5.0)
@@ -404,7 +416,7 @@ def _lossy(rng: np.random.Generator, z_N: np.ndarray, kind: str) -> tuple[np.nda
             return observed, _standardize(rng.normal(size=k)[codes])
         observed = codes.astype(np.float64)
     elif kind == "round":
-        observed = np.round(z_N * _log_uniform(rng, 1.0, 10.0))
+        observed = np.round(z_N * log_uniform(rng, 1.0, 10.0))
     elif kind == "counts":
         rate = np.exp(np.clip(0.7 * z_N + rng.normal(), -5, 5))
         observed = rng.poisson(rate).astype(np.float64)
@@ -419,24 +431,24 @@ def _lossless(rng: np.random.Generator, z_N: np.ndarray) -> np.ndarray:
     if u < 0.5:
         return z_N
     if u < 0.72:
-        return np.exp(np.clip(_log_uniform(rng, 0.3, 1.5) * z_N, -30, 30))
+        return np.exp(np.clip(log_uniform(rng, 0.3, 1.5) * z_N, -30, 30))
     if u < 0.86:
-        return np.sinh(_log_uniform(rng, 0.5, 2.0) * z_N)
+        return np.sinh(log_uniform(rng, 0.5, 2.0) * z_N)
     return ndtr(z_N)
 
 
 def _doe_column(rng: np.random.Generator, n: int) -> np.ndarray:
     """A designed input: few distinct settings, evenly, log- or irregularly spaced."""
-    k = round(_log_uniform(rng, 2.0, 30.0))
+    k = round(log_uniform(rng, 2.0, 30.0))
     u = rng.random()
     if u < 0.4:
         levels = np.linspace(0.0, 1.0, k)
     elif u < 0.7:
-        levels = np.geomspace(1.0, _log_uniform(rng, 2.0, 1000.0), k)
+        levels = np.geomspace(1.0, log_uniform(rng, 2.0, 1000.0), k)
     else:
         levels = np.sort(rng.normal(size=k))
     # Unbalanced designs: some settings are run far more often than others.
-    weights = rng.dirichlet(np.full(k, _log_uniform(rng, 0.3, 10.0)))
+    weights = rng.dirichlet(np.full(k, log_uniform(rng, 0.3, 10.0)))
     return levels[rng.choice(k, size=n, p=weights)]
 
 
@@ -479,8 +491,8 @@ def _features_v2(
 def _positive(rng: np.random.Generator, z_N: np.ndarray) -> np.ndarray:
     """A positive quantity from a standardised input (log-normal or shifted)."""
     if rng.random() < 0.5:
-        return np.exp(np.clip(_log_uniform(rng, 0.2, 1.0) * z_N, -20, 20))
-    return z_N - z_N.min() + _log_uniform(rng, 0.05, 2.0)
+        return np.exp(np.clip(log_uniform(rng, 0.2, 1.0) * z_N, -20, 20))
+    return z_N - z_N.min() + log_uniform(rng, 0.05, 2.0)
 
 
 def _f_physics(rng: np.random.Generator, z_ND: np.ndarray) -> np.ndarray:
@@ -495,10 +507,10 @@ def _f_physics(rng: np.random.Generator, z_ND: np.ndarray) -> np.ndarray:
             a_K = rng.choice([-2.0, -1.0, -0.5, 0.5, 1.0, 1.5, 2.0, 3.0], size=len(cols))
             term = np.exp(np.clip(np.log(p_NK) @ a_K, -30, 30))
         elif kind == 1:  # ratio of one input to a sum with another
-            den = p_NK[:, -1] + _log_uniform(rng, 0.01, 1.0) * np.median(p_NK[:, -1])
+            den = p_NK[:, -1] + log_uniform(rng, 0.01, 1.0) * np.median(p_NK[:, -1])
             term = p_NK[:, 0] / den
         elif kind == 2:  # saturating: Michaelis-Menten or exponential approach
-            k = _log_uniform(rng, 0.1, 3.0) * np.median(p_NK[:, 0])
+            k = log_uniform(rng, 0.1, 3.0) * np.median(p_NK[:, 0])
             term = p_NK[:, 0] / (k + p_NK[:, 0])
             if rng.random() < 0.5:
                 term = 1.0 - np.exp(-p_NK[:, 0] / k)
@@ -533,10 +545,10 @@ def _noise_ratio_v2(rng: np.random.Generator, low_noise: bool) -> float:
     """Noise-to-signal ratio: 45 % of tasks nearly deterministic (all if ``low_noise``)."""
     u = 0.0 if low_noise else rng.random()
     if u < 0.45:
-        return _log_uniform(rng, 0.002, 0.05)
+        return log_uniform(rng, 0.002, 0.05)
     if u < 0.97:
-        return _log_uniform(rng, 0.05, 1.0)
-    return _log_uniform(rng, 1.0, 4.0)
+        return log_uniform(rng, 0.05, 1.0)
+    return log_uniform(rng, 1.0, 4.0)
 
 
 def _scm_task_v2(rng: np.random.Generator, n: int, d: int) -> tuple[np.ndarray, np.ndarray]:
@@ -562,7 +574,7 @@ def _scm_task_v2(rng: np.random.Generator, n: int, d: int) -> tuple[np.ndarray, 
     layers = [root]
     h = root
     n_nodes = n_roots
-    node_noise = _log_uniform(rng, 0.002, 0.3)
+    node_noise = log_uniform(rng, 0.002, 0.3)
     while n_nodes < d + 2 or len(layers) < 2:
         width = int(rng.integers(max(2, d // 2), 2 * d + 8))
         w = rng.normal(size=(h.shape[1], width)) / math.sqrt(h.shape[1])
@@ -606,9 +618,9 @@ def _sample_task_v2(
     x_ND = x_ND * scale_D + rng.normal(0.0, 3.0, size=d) * scale_D
     view = rng.random()
     if view < 0.15:
-        x_ND = _quantile_normal(x_ND, num_train)
+        x_ND = quantile_normal(x_ND, num_train)
     elif view < 0.3:
-        x_ND = _robust_squash(x_ND, num_train)
+        x_ND = robust_squash(x_ND, num_train)
     return x_ND, y_N
 
 
@@ -650,12 +662,12 @@ def sample_task(
         y_N = _noisy_target(rng, _random_function(rng, z_ND), z_ND)
     y_N = _shape_target(rng, y_N)
 
-    x_ND = np.stack([_real_marginal(rng, z_ND[:, j]) for j in range(d)], axis=1)
+    x_ND = np.stack([real_marginal(rng, z_ND[:, j]) for j in range(d)], axis=1)
     view = rng.random()
     if view < 0.25:
-        x_ND = _quantile_normal(x_ND, num_train)
+        x_ND = quantile_normal(x_ND, num_train)
     elif view < 0.45:
-        x_ND = _robust_squash(x_ND, num_train)
+        x_ND = robust_squash(x_ND, num_train)
 
     return x_ND, _normalise_on_context(y_N, num_train)
 
@@ -667,17 +679,17 @@ def _normalise_on_context(y_N: np.ndarray, num_train: int) -> np.ndarray:
     return np.clip(y_N, -100.0, 100.0)
 
 
-def _batch_shape(rng: np.random.Generator, cfg: PriorConfig) -> tuple[int, int, int, int]:
+def batch_shape(rng: np.random.Generator, cfg: PriorConfig) -> tuple[int, int, int, int]:
     """Rows, features, context rows and tasks of the next batch."""
     small_max = min(cfg.small_max_rows, cfg.max_rows)
     if rng.random() < cfg.p_large and cfg.max_rows > small_max:
-        n = int(_log_uniform(rng, small_max, cfg.max_rows))
+        n = int(log_uniform(rng, small_max, cfg.max_rows))
     else:
-        n = int(_log_uniform(rng, cfg.min_rows, small_max))
+        n = int(log_uniform(rng, cfg.min_rows, small_max))
     # Half log-uniform (favouring few features), half uniform.
     if rng.random() < 0.5:
         d = int(
-            np.clip(round(_log_uniform(rng, 1.0, cfg.max_features + 1) - 0.5), 1, cfg.max_features)
+            np.clip(round(log_uniform(rng, 1.0, cfg.max_features + 1) - 0.5), 1, cfg.max_features)
         )
     else:
         d = int(rng.integers(1, cfg.max_features + 1))
@@ -698,7 +710,7 @@ def sample_batch(rng: np.random.Generator, cfg: PriorConfig | None = None) -> Ta
         A :class:`TaskBatch` with float32 tensors.
     """
     cfg = cfg or PriorConfig()
-    n, d, num_train, tasks = _batch_shape(rng, cfg)
+    n, d, num_train, tasks = batch_shape(rng, cfg)
     xs, ys = [], []
     for _ in range(tasks):
         x_ND, y_N = sample_task(rng, n, d, num_train, version=cfg.version)
