@@ -193,7 +193,7 @@ def _summary_text(
                     _fmt(a["mean_log_loss_delta_pct"], "+.3f") + " %",
                     _fmt(a["median_log_loss_delta_pct"], "+.3f") + " %",
                     _fmt(a["mean_accuracy_delta_pp"], "+.3f") + " pp",
-                    _fmt(a["mean_roc_auc_delta_pts"], "+.4f"),
+                    _fmt(a["mean_roc_auc_delta_pts"], "+.4f") + " pp",
                     a["worse"],
                     a["failed"],
                 ]
@@ -214,7 +214,7 @@ def _summary_text(
                 "accuracy",
                 "change (pp)",
                 "ROC AUC",
-                "change",
+                "change (pp)",
             ),
             [
                 [

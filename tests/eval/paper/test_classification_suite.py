@@ -157,4 +157,4 @@ def test_the_report_pairs_each_retrofit_with_its_unpatched_case(tmp_path: Path) 
     lines = written["cases.csv"].read_text(encoding="utf-8").splitlines()
     assert lines[0].split(",") == list(CLASSIFICATION_CASE_COLUMNS)
     summary = written["summary.md"].read_text(encoding="utf-8")
-    assert "| Full-O | 1 | +2.000 % | +2.000 % | -2.000 pp | +0.0000 | 1 | 0 |" in summary
+    assert "| Full-O | 1 | +2.000 % | +2.000 % | -2.000 pp | +0.0000 pp | 1 | 0 |" in summary
