@@ -3,9 +3,10 @@
 ``python -m hostgen.class_card`` reads the checkpoint header (config, inference
 config, training record: command settings, seed, warm start, prior), the
 training log and the comparison written by ``python -m hostgen.class_quality
---out``, and writes ``MODEL_CARD.md`` and ``loss_curve.png`` into the folder of
-``--out``. Nothing in the card is typed by hand except prose; the regressor's
-card is ``hostgen.card``.
+--out``, and writes the card (``--out``) and ``classifier_loss_curve.png`` beside
+it (named apart from the regressor card's ``loss_curve.png``, since a shipped
+classifier's card lives in the same folder as the regressor's). Nothing in the
+card is typed by hand except prose; the regressor's card is ``hostgen.card``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ from hostgen.card import plot_loss_curve, read_log
 from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.files import sha256_file, write_text_atomic
 
-__all__ = ["main", "training_command", "write_class_card"]
+__all__ = ["LOSS_CURVE_NAME", "main", "training_command", "write_class_card"]
+
+LOSS_CURVE_NAME = "classifier_loss_curve.png"
+"""File name of the loss curve, written beside the card."""
 
 _SUITES = {
     "in-prior": "held-out prior tasks (leak-free; the bar to ship: beat logistic regression)",
@@ -80,7 +84,7 @@ def write_class_card(checkpoint: Path, log_path: Path, quality: Path | None, out
     config, inf = header["config"], header["inference_config"]
     plot_loss_curve(
         read_log(log_path),
-        out.with_name("loss_curve.png"),
+        out.with_name(LOSS_CURVE_NAME),
         loss_name="cross-entropy",
         title="Embedded TabPFN-v3 classifier: pretraining on the class prior",
     )
@@ -121,7 +125,7 @@ def write_class_card(checkpoint: Path, log_path: Path, quality: Path | None, out
         f"kept from tabpfn's init {warm.get('kept')}, not used {warm.get('ignored')}",
         f"- class prior: `{json.dumps(training.get('prior'))}`",
         "",
-        "![loss curve](loss_curve.png)",
+        f"![loss curve]({LOSS_CURVE_NAME})",
         "",
         "## Quality (mean over cases; lower log loss, higher accuracy is better)",
         "",
@@ -149,7 +153,7 @@ def _run(args: argparse.Namespace) -> int:
     log = args.log or args.checkpoint.with_name(args.checkpoint.name + ".log.jsonl")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_class_card(args.checkpoint, log, args.quality, args.out)
-    print(f"wrote {args.out} and {args.out.with_name('loss_curve.png')}")
+    print(f"wrote {args.out} and {args.out.with_name(LOSS_CURVE_NAME)}")
     return 0
 
 

@@ -149,7 +149,8 @@ def test_a_short_run_writes_a_classifier_that_tabpfn_loads_and_its_card(
     text = card.read_text(encoding="utf-8")
     assert "--init-from none" in text and "held-out prior tasks" in text
     assert "--out cls_v3.safetensors --model tiny" in text  # the run's own command
-    assert (card.parent / "loss_curve.png").is_file()
+    assert (card.parent / class_card.LOSS_CURVE_NAME).is_file()
+    assert not (card.parent / "loss_curve.png").exists()  # the regressor card's plot
 
 
 def test_held_out_class_tasks_use_seed_keys_no_training_run_reaches() -> None:
