@@ -30,9 +30,10 @@ LOSS_CURVE_NAME = "classifier_loss_curve.png"
 """File name of the loss curve, written beside the card."""
 
 _SUITES = {
-    "in-prior": "held-out prior tasks (leak-free; the bar to ship: beat logistic regression)",
+    "in-prior": "held-out prior tasks (leak-free; where runs are compared)",
     "dev": "development suite (inference settings are chosen here)",
-    "offline_cls6": "evaluation suite `offline_cls6` (reported, never used to choose)",
+    "offline_cls6": "evaluation suite `offline_cls6` (the bar to ship: beat logistic "
+    "regression; never used to choose settings)",
 }
 _MODELS = ("host", "prior", "logreg", "rf", "hgb")
 
@@ -68,6 +69,15 @@ def _quality_lines(quality: Path | None) -> list[str]:
     return markdown_table(("comparison", "n", "metric", *_MODELS), rows)
 
 
+def _shipped_classifier_sha256() -> str | None:
+    """The digest of the embedded classifier this installation ships, or None."""
+    from retrofit.models import embedded
+
+    if not embedded.embedded_is_shipped("classifier"):
+        return None
+    return sha256_file(embedded.embedded_model_path("classifier"))  # verified first
+
+
 def write_class_card(checkpoint: Path, log_path: Path, quality: Path | None, out: Path) -> None:
     """Write the classifier's model card and its loss curve beside it.
 
@@ -89,6 +99,7 @@ def write_class_card(checkpoint: Path, log_path: Path, quality: Path | None, out
         title="Embedded TabPFN-v3 classifier: pretraining on the class prior",
     )
     n_params = sum(int(v.numel()) for v in header["state_dict"].values())
+    digest = sha256_file(checkpoint)
     warm = training.get("warm_start") or {}
     lines = [
         "# Model card: embedded TabPFN-v3 classifier",
@@ -104,7 +115,9 @@ def write_class_card(checkpoint: Path, log_path: Path, quality: Path | None, out
         "loader: `tabpfn.TabPFNClassifier(model_path=..., inference_precision=torch.float32)`. "
         "It is not Prior Labs' TabPFN.",
         "",
-        f"- file: `{checkpoint.name}`, sha256 `{sha256_file(checkpoint)}`",
+        f"- file: `{checkpoint.name}`, sha256 `{digest}`",
+        "- shipped as this package's embedded classifier: "
+        + ("yes" if digest == _shipped_classifier_sha256() else "no (a candidate)"),
         f"- parameters: {n_params:,}; embed_dim {config['embed_dim']}, ICL blocks "
         f"{config['nlayers']}, decoder {config['decoder_num_heads']} x "
         f"{config['decoder_head_dim']}",

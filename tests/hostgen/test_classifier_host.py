@@ -148,6 +148,7 @@ def test_a_short_run_writes_a_classifier_that_tabpfn_loads_and_its_card(
                             "--out", str(card)]) == 0  # fmt: skip
     text = card.read_text(encoding="utf-8")
     assert "--init-from none" in text and "held-out prior tasks" in text
+    assert "shipped as this package's embedded classifier: no (a candidate)" in text
     assert "--out cls_v3.safetensors --model tiny" in text  # the run's own command
     assert (card.parent / class_card.LOSS_CURVE_NAME).is_file()
     assert not (card.parent / "loss_curve.png").exists()  # the regressor card's plot
