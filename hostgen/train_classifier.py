@@ -57,6 +57,15 @@ plans about 6,000 steps. The runs so far, each resumable with its own line:
         --steps 4500 --minutes 110 --threads 1 --seed 1 --checkpoint-minutes 10 \
         --prior 2 --init-from hostchain/classifier/tabpfn_v3_embedded_classifier.safetensors
 
+* ``hostchain/classifier_run3/`` (prior version 2, from run 2's end; a fresh
+  cosine over 3,300 steps, capped at 58 minutes of its own wall time, so a
+  resume needs a larger ``--minutes``)::
+
+    nice -n 10 env OMP_NUM_THREADS=1 python -m hostgen.train_classifier \
+        --out hostchain/classifier_run3/tabpfn_v3_embedded_classifier.safetensors \
+        --steps 3300 --minutes 58 --threads 1 --seed 2 --checkpoint-minutes 10 \
+        --prior 2 --init-from hostchain/classifier_v2/tabpfn_v3_embedded_classifier.safetensors
+
 A host ships (its file and digest copied beside the regressor's, see
 :mod:`retrofit.models.embedded`) only once it beats logistic regression on
 ``offline_cls6``, the issue's bar; the held-out prior tasks and the
