@@ -54,9 +54,11 @@ from hostgen.prior import (
     batch_shape,
     log_uniform,
     quantile_normal,
+    random_units,
     real_marginal,
     robust_squash,
     sample_batch,
+    stack_features,
 )
 
 __all__ = [
@@ -250,8 +252,7 @@ def linear_task(
     if view < 0.5:  # realistic marginals and units, as the regression prior gives them
         x_ND = np.stack([real_marginal(rng, z_ND[:, j]) for j in range(d)], axis=1)
     else:  # monotone per-feature units only
-        scale_D = np.exp(rng.uniform(np.log(1e-2), np.log(1e3), size=d))
-        x_ND = z_ND * scale_D + rng.normal(0.0, 3.0, size=d) * scale_D
+        x_ND = random_units(rng, z_ND)
     if view > 0.85:
         x_ND = quantile_normal(x_ND, num_train)
     elif view > 0.7:
@@ -273,8 +274,13 @@ def _sample_linear_batch(rng: np.random.Generator, cfg: ClassPriorConfig) -> Cla
         xs.append(x_ND)
         labels.append(labels_N)
         counts.append(k)
-    x_RBC = torch.from_numpy(np.stack(xs, axis=1).astype(np.float32))
-    x_RBC = torch.nan_to_num(x_RBC, nan=0.0).clamp(-1e8, 1e8)
+    return _class_batch(stack_features(xs), labels, counts, num_train)
+
+
+def _class_batch(
+    x_RBC: torch.Tensor, labels: list[np.ndarray], counts: list[int], num_train: int
+) -> ClassBatch:
+    """A :class:`ClassBatch` from the features and each task's labels (context rows first)."""
     labels_RB = torch.from_numpy(np.stack(labels, axis=1))
     return ClassBatch(
         x_RBC=x_RBC,
@@ -305,13 +311,7 @@ def sample_class_batch(rng: np.random.Generator, cfg: ClassPriorConfig | None = 
         labels_N, k = to_classes(rng, y_RB[:, b], num_train, cfg)
         labels.append(labels_N)
         counts.append(k)
-    labels_RB = torch.from_numpy(np.stack(labels, axis=1))
-    return ClassBatch(
-        x_RBC=batch.x_RBC,
-        y_train_NB=labels_RB[:num_train].float(),
-        y_test_TB=labels_RB[num_train:],
-        n_classes_B=counts,
-    )
+    return _class_batch(batch.x_RBC, labels, counts, num_train)
 
 
 CLASS_PRIOR_V2 = ClassPriorConfig(p_linear=0.5)

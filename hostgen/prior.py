@@ -47,10 +47,12 @@ __all__ = [
     "batch_shape",
     "log_uniform",
     "quantile_normal",
+    "random_units",
     "real_marginal",
     "robust_squash",
     "sample_batch",
     "sample_task",
+    "stack_features",
 ]
 
 
@@ -613,9 +615,7 @@ def _sample_task_v2(
     y_N = f_N + ratio * eps
     if not low_noise:
         y_N = _shape_target(rng, y_N)
-    # Units: each column gets its own scale and offset, as measured data does.
-    scale_D = np.exp(rng.uniform(math.log(1e-2), math.log(1e3), size=d))
-    x_ND = x_ND * scale_D + rng.normal(0.0, 3.0, size=d) * scale_D
+    x_ND = random_units(rng, x_ND)
     view = rng.random()
     if view < 0.15:
         x_ND = quantile_normal(x_ND, num_train)
@@ -672,6 +672,22 @@ def sample_task(
     return x_ND, _normalise_on_context(y_N, num_train)
 
 
+def random_units(rng: np.random.Generator, x_ND: np.ndarray) -> np.ndarray:
+    """Each column in its own units: a log-uniform scale in [1e-2, 1e3] and an offset."""
+    d = x_ND.shape[1]
+    scale_D = np.exp(rng.uniform(math.log(1e-2), math.log(1e3), size=d))
+    return x_ND * scale_D + rng.normal(0.0, 3.0, size=d) * scale_D
+
+
+def stack_features(xs: list[np.ndarray]) -> torch.Tensor:
+    """Tasks' ``(N, C)`` features as one float32 ``(R, B, C)`` batch, NaN to 0, clamped.
+
+    float32 overflow from extreme marginals would poison the model's scaler.
+    """
+    x_RBC = torch.from_numpy(np.stack(xs, axis=1).astype(np.float32))
+    return torch.nan_to_num(x_RBC, nan=0.0).clamp(-1e8, 1e8)
+
+
 def _normalise_on_context(y_N: np.ndarray, num_train: int) -> np.ndarray:
     mu = y_N[:num_train].mean()
     sd = y_N[:num_train].std()
@@ -716,10 +732,8 @@ def sample_batch(rng: np.random.Generator, cfg: PriorConfig | None = None) -> Ta
         x_ND, y_N = sample_task(rng, n, d, num_train, version=cfg.version)
         xs.append(x_ND)
         ys.append(y_N)
-    x_RBC = torch.from_numpy(np.stack(xs, axis=1).astype(np.float32))
+    x_RBC = stack_features(xs)
     y_RB = torch.from_numpy(np.stack(ys, axis=1).astype(np.float32))
-    # float32 overflow from extreme marginals would poison the model's scaler.
-    x_RBC = torch.nan_to_num(x_RBC, nan=0.0).clamp(-1e8, 1e8)
     return TaskBatch(x_RBC=x_RBC, y_train_NB=y_RB[:num_train], y_test_TB=y_RB[num_train:])
 
 
