@@ -24,7 +24,11 @@ from eval.benchmarks.shapes import Shape
 from eval.benchmarks.timing import paired_ratio, time_interleaved
 from patches.oattention import oattention
 
-__all__ = ["attention_inputs", "attention_peers", "bench_attention"]
+__all__ = ["OWN_WORK_PEERS", "attention_inputs", "attention_peers", "bench_attention"]
+
+#: The peers that measure OAttention's own work over the kernel it calls
+#: (:func:`bench_attention`'s ``only``), for the one-thread pass of ``bench``.
+OWN_WORK_PEERS: tuple[str, ...] = ("oattention", "oattention_block", "kernel_with_bias")
 
 
 def attention_inputs(
@@ -99,8 +103,21 @@ def bench_attention(
     dtype: Any = None,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    only: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Times SDPA and OAttention interleaved at each shape.
+
+    Args:
+        shapes: The problem sizes.
+        repeats: Timed rounds per shape.
+        min_time_s: Shortest measurement (a call is repeated until it lasts this long).
+        device: Device of the inputs.
+        dtype: Dtype of q, k and v (float32 when None).
+        seed: Seed of the inputs and round orders.
+        progress: Receives one line per shape.
+        only: Time just these peers (for example :data:`OWN_WORK_PEERS`);
+            ratios to SDPA and the SDPA target are then left out unless
+            ``"sdpa"`` is among them.
 
     Returns:
         One row per shape: shape, median ms per peer, ratios with CIs, target.
@@ -109,11 +126,14 @@ def bench_attention(
     rows = []
     for i, shape in enumerate(shapes):
         x = attention_inputs(shape, device=device, dtype=dtype, seed=seed + i)
+        peers = attention_peers(x)
+        if only is not None:
+            peers = {name: peers[name] for name in only if name in peers}
         with torch.inference_mode():
             times, inner = time_interleaved(
-                attention_peers(x), repeats=repeats, min_time_s=min_time_s, sync=sync, seed=i
+                peers, repeats=repeats, min_time_s=min_time_s, sync=sync, seed=i
             )
-        del x
+        del x, peers
         row: dict[str, Any] = {
             "shape": list(shape.dims()),
             "group": shape.group,
@@ -122,27 +142,36 @@ def bench_attention(
             "rounds": repeats,
             "median_ms": {n: 1e3 * float(np.median(t)) for n, t in times.items()},
             "ratios": {
-                n: paired_ratio(t, times["sdpa"], seed=i) for n, t in times.items() if n != "sdpa"
+                n: paired_ratio(t, times["sdpa"], seed=i)
+                for n, t in times.items()
+                if n != "sdpa" and "sdpa" in times
             },
         }
-        if "kernel_with_bias" in times:
-            # OAttention's own work on top of the kernel it calls: the checked
-            # entry, and the call the patched blocks make.
-            row["oattention_vs_kernel_with_bias"] = paired_ratio(
-                times["oattention"], times["kernel_with_bias"], seed=i
-            )
-            row["block_vs_kernel_with_bias"] = paired_ratio(
-                times["oattention_block"], times["kernel_with_bias"], seed=i
-            )
-        target = TARGETS.get(shape.group)
+        # OAttention's own work on top of the kernel it calls: the checked
+        # entry, and the call the patched blocks make.
+        for peer, key in (
+            ("oattention", "oattention_vs_kernel_with_bias"),
+            ("oattention_block", "block_vs_kernel_with_bias"),
+        ):
+            if peer in times and "kernel_with_bias" in times:
+                row[key] = paired_ratio(times[peer], times["kernel_with_bias"], seed=i)
+        target = TARGETS.get(shape.group) if "sdpa" in times else None
         row["target"] = target
         if target is not None:
             row["met"] = row["ratios"]["oattention"]["ci_high"] <= target
         rows.append(row)
         if progress:
-            r = row["ratios"]["oattention"]
-            progress(
-                f"attention {shape.dims()} {shape.label}: sdpa {row['median_ms']['sdpa']:.2f} ms, "
-                f"oattention x{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
-            )
+            progress(f"attention {shape.dims()} {shape.label}: {_progress_line(row)}")
     return rows
+
+
+def _progress_line(row: dict[str, Any]) -> str:
+    """OAttention's ratio to SDPA, or to its kernel where SDPA was not timed."""
+    if "oattention" in row["ratios"]:
+        r = row["ratios"]["oattention"]
+        return (
+            f"sdpa {row['median_ms']['sdpa']:.2f} ms, "
+            f"oattention x{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+        )
+    r = row.get("block_vs_kernel_with_bias")
+    return "block / kernel+bias " + (f"x{r['ratio']:.3f}" if r else "not timed")

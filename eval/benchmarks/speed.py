@@ -9,7 +9,8 @@ Three parts, each in its own module, written together to ``bench.json`` and
   ``torch.nn.functional.scaled_dot_product_attention`` without a bias, and on
   CPU against the flash kernel it calls given only its bias, on the same
   inputs, at fixed shapes and at the ICL shapes of the embedded host on the
-  offline suite. Peers are timed interleaved in
+  offline suite; with more than one torch thread, OAttention's own work over
+  its kernel is timed again at one thread. Peers are timed interleaved in
   one process, in a fresh random order each round, so load drift hits every
   peer alike; each measurement repeats a call until it lasts ``min_time_s``
   (scheduler ticks on a loaded machine are several ms). The ratio is the
@@ -52,7 +53,7 @@ from typing import Any
 import torch
 
 from eval.benchmarks import BENCH_PARTS, TARGETS
-from eval.benchmarks.attention import bench_attention
+from eval.benchmarks.attention import OWN_WORK_PEERS, bench_attention
 from eval.benchmarks.chunks import bench_chunks
 from eval.benchmarks.estimator import DEFAULT_ESTIMATOR_CASES, bench_estimator
 from eval.benchmarks.fit_loop import bench_fit_loop
@@ -142,6 +143,26 @@ def run(
             "shapes": [asdict(s) for s in shapes],
             "rows": rows,
         }
+        all_threads = torch.get_num_threads()
+        if all_threads > 1:
+            # OAttention's own work at one thread as well: the gate pass runs
+            # serially either way, while the kernel scales with threads.
+            torch.set_num_threads(1)
+            try:
+                report["attention"]["one_thread"] = {
+                    "threads": 1,
+                    "peers": list(OWN_WORK_PEERS),
+                    "rows": bench_attention(
+                        shapes,
+                        repeats=repeats,
+                        min_time_s=0.005 if quick else 0.05,
+                        seed=seed,
+                        progress=progress,
+                        only=OWN_WORK_PEERS,
+                    ),
+                }
+            finally:
+                torch.set_num_threads(all_threads)
     if "memory" in parts:
         shape = QUICK_MEMORY_SHAPE if quick else MEMORY_SHAPE
         try:

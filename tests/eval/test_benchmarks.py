@@ -136,6 +136,25 @@ def test_quick_bench_writes_json_and_markdown(tiny_v3_path, tmp_path):
         assert heading in md
 
 
+def test_attention_with_two_threads_times_own_work_at_one_thread_too(tmp_path):
+    threads = torch.get_num_threads()
+    try:
+        report = speed.run(tmp_path / "bench", quick=True, threads=2, parts=("attention",))
+        assert torch.get_num_threads() == 2  # the one-thread pass restores the setting
+    finally:
+        torch.set_num_threads(threads)
+    one = report["attention"]["one_thread"]
+    assert one["threads"] == 1 and len(one["rows"]) == len(QUICK_SHAPES)
+    for row in one["rows"]:
+        assert set(row["median_ms"]) == {"oattention", "oattention_block", "kernel_with_bias"}
+        assert row["ratios"] == {} and row["target"] is None  # no SDPA in this pass
+        for key in ("oattention_vs_kernel_with_bias", "block_vs_kernel_with_bias"):
+            assert 0 < row[key]["ci_low"] <= row[key]["ratio"] <= row[key]["ci_high"]
+    md = (tmp_path / "bench" / "bench.md").read_text()
+    assert "### OAttention's own work at one torch thread" in md
+    assert "checked entry, 1 thread: medians" in md
+
+
 def test_missing_host_is_reported_not_fatal(tmp_path):
     report = speed.run(
         tmp_path, quick=True, parts=("estimator",), model_path=str(tmp_path / "absent_v3.ckpt")
