@@ -27,6 +27,8 @@ from hostgen.train import (
     DEFAULT_MODEL_CONFIG,
     TINY_MODEL_CONFIG,
     TrainConfig,
+    add_device_arguments,
+    checked_device,
     inference_config_dict,
     rewrite_inference_config,
     train,
@@ -124,6 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--checkpoint-minutes", type=float, default=5.0)
     p.add_argument("--no-resume", action="store_true", help="ignore an existing <out>.state.pt")
+    add_device_arguments(p)
     return p
 
 
@@ -145,6 +148,7 @@ def _run(args: argparse.Namespace) -> int:
         digest = rewrite_inference_config(args.out, inference)
         print(json.dumps({"rewrote": str(args.out), "sha256": digest}))
         return 0
+    device, workers = checked_device(args)
     cfg = TrainConfig(
         steps=args.steps,
         max_minutes=args.minutes,
@@ -152,6 +156,8 @@ def _run(args: argparse.Namespace) -> int:
         warmup_steps=min(args.warmup_steps, max(1, args.steps // 10)),
         seed=args.seed,
         threads=args.threads,
+        device=device,
+        workers=workers,
         log_every=args.log_every,
         checkpoint_every_s=args.checkpoint_minutes * 60,
     )

@@ -12,7 +12,10 @@ Shape suffixes: ``R`` rows, ``B`` tasks, ``C`` features, ``N`` context rows,
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -21,7 +24,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 from tabpfn.architectures import tabpfn_v3
 from tabpfn.architectures.shared.bar_distribution import FullSupportBarDistribution
@@ -29,7 +31,9 @@ from tabpfn.checkpoint import Checkpoint, save_as_safetensors
 from tabpfn.inference_config import InferenceConfig
 from tabpfn.preprocessing import PreprocessorConfig
 
-from hostgen.prior import PriorConfig, sample_batch
+from hostgen.batch_stream import Sampler, batch_stream
+from hostgen.prior import PriorConfig, TaskBatch, sample_batch
+from retrofit.errors import CommandError
 from retrofit.files import atomic_path, sha256_file, write_text_atomic
 
 __all__ = [
@@ -38,7 +42,9 @@ __all__ = [
     "Objective",
     "RegressionObjective",
     "TrainConfig",
+    "add_device_arguments",
     "build_model",
+    "checked_device",
     "cut_log_after",
     "inference_config_dict",
     "rewrite_inference_config",
@@ -180,7 +186,7 @@ def save_checkpoint(
         raise ValueError(f"tabpfn reads the version from the file name; {path.name!r}")
     parsed, _ = tabpfn_v3.parse_config(dict(model_config))
     checkpoint: dict[str, Any] = {
-        "state_dict": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "state_dict": {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
         "architecture_name": "tabpfn_v3",
         "config": dataclasses.asdict(parsed),
         "inference_config": inference_config or inference_config_dict(),
@@ -236,6 +242,11 @@ class TrainConfig:
         time_aware_schedule: Let the wall clock advance the cosine schedule
             (see :func:`_lr_factor`). Off by default: it makes the learning
             rate, and so the weights, depend on the machine's speed.
+        device: Where the model trains (``"cpu"``, ``"cuda"``); batches are
+            drawn on the CPU and moved there.
+        workers: Processes drawing the prior's batches ahead of the model
+            (:func:`hostgen.batch_stream.batch_stream`; 0: drawn inline).
+            The batches, and so the weights, do not depend on it.
     """
 
     steps: int = 20_000
@@ -249,6 +260,34 @@ class TrainConfig:
     log_every: int = 50
     checkpoint_every_s: float = 300.0
     time_aware_schedule: bool = False
+    device: str = "cpu"
+    workers: int = 0
+
+
+def add_device_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--device`` and ``--workers`` of the training commands (:class:`TrainConfig`)."""
+    parser.add_argument("--device", default="cpu", help="where the model trains (cpu, cuda)")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="processes drawing the prior's batches ahead"
+    )
+
+
+def checked_device(args: argparse.Namespace) -> tuple[str, int]:
+    """``(device, workers)`` from :func:`add_device_arguments`' flags, refused early when unusable.
+
+    Raises:
+        CommandError: On an unknown device, CUDA without a CUDA device, or
+            negative workers.
+    """
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as err:
+        raise CommandError(f"--device {args.device!r}: {err}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise CommandError(f"--device {args.device}: torch sees no CUDA device here")
+    if args.workers < 0:
+        raise CommandError(f"--workers must be >= 0, got {args.workers}")
+    return str(device), args.workers
 
 
 def _lr_factor(step: int, cfg: TrainConfig, wall_s: float) -> float:
@@ -275,8 +314,12 @@ class Objective(Protocol):
         """The freshly initialised model (training mode)."""
         ...
 
-    def loss(self, model: tabpfn_v3.TabPFNV3, rng: np.random.Generator) -> tuple[torch.Tensor, int]:
-        """The mean loss of one batch drawn from ``rng``, and how many tasks it held."""
+    def sampler(self) -> Sampler:
+        """Draws one step's batch from a generator (picklable, for worker processes)."""
+        ...
+
+    def batch_loss(self, model: tabpfn_v3.TabPFNV3, batch: Any) -> tuple[torch.Tensor, int]:
+        """The mean loss of one batch on the model's device, and how many tasks it held."""
         ...
 
     def describe(self) -> dict[str, Any]:
@@ -301,22 +344,23 @@ class RegressionObjective:
         self._criterion = FullSupportBarDistribution(model.regression_borders.clone())
         return model
 
-    def loss(self, model: tabpfn_v3.TabPFNV3, rng: np.random.Generator) -> tuple[torch.Tensor, int]:
+    def sampler(self) -> Sampler:
+        """:func:`hostgen.prior.sample_batch` over this prior."""
+        return functools.partial(sample_batch, cfg=self.prior)
+
+    def batch_loss(self, model: tabpfn_v3.TabPFNV3, batch: TaskBatch) -> tuple[torch.Tensor, int]:
         """Mean bar-distribution NLL of the query rows of one prior batch."""
         if self._criterion is None:
             raise RuntimeError("build the model first")
-        batch = sample_batch(rng, self.prior)
-        logits_TBK = model(batch.x_RBC, batch.y_train_NB)
-        return self._criterion(logits_TBK, batch.y_test_TB).mean(), int(batch.x_RBC.shape[1])
+        device = model.regression_borders.device
+        criterion = self._criterion.to(device)  # in place; a no-op once there
+        logits_TBK = model(batch.x_RBC.to(device), batch.y_train_NB.to(device))
+        loss_TB = criterion(logits_TBK, batch.y_test_TB.to(device))
+        return loss_TB.mean(), int(batch.x_RBC.shape[1])
 
     def describe(self) -> dict[str, Any]:
         """The prior's settings."""
         return {"prior": dataclasses.asdict(self.prior)}
-
-
-def batch_rng(seed: int, step: int) -> np.random.Generator:
-    """The generator of one step's batch: depends only on (seed, step)."""
-    return np.random.default_rng([seed, step])
 
 
 def train(
@@ -355,7 +399,7 @@ def train(
     model_config = dict(model_config or DEFAULT_MODEL_CONFIG)
     objective = objective or RegressionObjective(prior or PriorConfig())
     torch.set_num_threads(cfg.threads)
-    model = objective.build(model_config, cfg.seed)
+    model = objective.build(model_config, cfg.seed).to(cfg.device)
     optim = torch.optim.AdamW(
         model.parameters(),
         lr=cfg.lr,
@@ -368,7 +412,7 @@ def train(
     resumed_at: list[int] = []  # steps a run continued from its state file
     ema: float | None = None  # smoothed loss of the log; carried across a resume
     if resume and state_path.exists():
-        state = torch.load(state_path, weights_only=True)
+        state = torch.load(state_path, weights_only=True, map_location=cfg.device)
         model.load_state_dict(state["model"])
         optim.load_state_dict(state["optim"])
         step, tasks_seen, prior_wall = (
@@ -384,7 +428,10 @@ def train(
         log_path.unlink()
 
     n_params = sum(p.numel() for p in model.parameters())
-    log(f"params={n_params} steps={cfg.steps} threads={cfg.threads} seed={cfg.seed}")
+    log(
+        f"params={n_params} steps={cfg.steps} threads={cfg.threads} seed={cfg.seed} "
+        f"device={cfg.device} workers={cfg.workers}"
+    )
     start = time.monotonic()
     last_ckpt = start
 
@@ -399,6 +446,7 @@ def train(
             "tasks_seen": tasks_seen,
             "wall_s": round(wall(), 1),
             "threads": cfg.threads,
+            "device": cfg.device,
             "lr": cfg.lr,
             "params": n_params,
             "max_minutes": cfg.max_minutes,
@@ -427,11 +475,12 @@ def train(
         )
         os.replace(tmp, state_path)
 
-    with log_path.open("a") as log_fh:
+    batches = batch_stream(objective.sampler(), cfg.seed, step, cfg.steps, workers=cfg.workers)
+    with log_path.open("a") as log_fh, contextlib.closing(batches):
         while step < cfg.steps and wall() < cfg.max_minutes * 60:
             for group in optim.param_groups:
                 group["lr"] = cfg.lr * _lr_factor(step, cfg, wall())
-            loss, batch_tasks = objective.loss(model, batch_rng(cfg.seed, step))
+            loss, batch_tasks = objective.batch_loss(model, next(batches))
             optim.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

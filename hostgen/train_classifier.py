@@ -37,6 +37,11 @@ started again with the same arguments)::
         --suite in-prior dev --out QUALITY.json
     python -m hostgen.class_card --checkpoint PATH_v3.safetensors --quality QUALITY.json
 
+On a GPU, ``--device cuda --workers N`` trains there while ``N`` processes draw
+the prior's batches ahead (the batches, hence the weights, are those of a run
+that draws them itself); ``.ci/device-session`` is the lent GPU session's
+script, this recipe its last step.
+
 The default size runs about one optimiser step per CPU second on one thread
 (45 steps in 40-42 CPU seconds here), so a 100-CPU-minute background link
 plans about 6,000 steps. The runs so far, each resumable with its own line:
@@ -80,6 +85,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import shlex
 import sys
@@ -87,17 +93,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from tabpfn.architectures import tabpfn_v3
 
-from hostgen.class_prior import CLASS_PRIOR_V2, IGNORE, ClassPriorConfig, sample_class_batch
+from hostgen.batch_stream import Sampler
+from hostgen.class_prior import (
+    CLASS_PRIOR_V2,
+    IGNORE,
+    ClassBatch,
+    ClassPriorConfig,
+    sample_class_batch,
+)
 from hostgen.train import (
     DEFAULT_MODEL_CONFIG,
     TINY_MODEL_CONFIG,
     TrainConfig,
+    add_device_arguments,
     build_model,
+    checked_device,
     inference_config_dict,
     train,
 )
@@ -180,13 +194,17 @@ class ClassificationObjective:
             self.transfer = warm_start(model, self.init_from)
         return model
 
-    def loss(self, model: tabpfn_v3.TabPFNV3, rng: np.random.Generator) -> tuple[torch.Tensor, int]:
+    def sampler(self) -> Sampler:
+        """:func:`hostgen.class_prior.sample_class_batch` over this prior."""
+        return functools.partial(sample_class_batch, cfg=self.prior)
+
+    def batch_loss(self, model: tabpfn_v3.TabPFNV3, batch: ClassBatch) -> tuple[torch.Tensor, int]:
         """Mean cross-entropy over the scorable query rows of one class-prior batch."""
-        batch = sample_class_batch(rng, self.prior)
-        logits_TBK = model(batch.x_RBC, batch.y_train_NB)
+        device = next(model.parameters()).device
+        logits_TBK = model(batch.x_RBC.to(device), batch.y_train_NB.to(device))
         loss = F.cross_entropy(
             logits_TBK.reshape(-1, logits_TBK.shape[-1]),
-            batch.y_test_TB.reshape(-1),
+            batch.y_test_TB.to(device).reshape(-1),
             ignore_index=IGNORE,
         )
         return loss, int(batch.x_RBC.shape[1])
@@ -226,6 +244,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-steps", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
+    add_device_arguments(p)
+    p.add_argument(
+        "--time-aware-schedule",
+        action="store_true",
+        help="let the wall clock advance the cosine (a run of unknown speed anneals before "
+        "--minutes; its weights then depend on the machine's speed)",
+    )
     p.add_argument("--log-every", type=int, default=25)
     p.add_argument("--checkpoint-minutes", type=float, default=10.0)
     p.add_argument("--model", choices=("default", "tiny"), default="default")
@@ -261,6 +286,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     init = None if args.init_from == "none" else args.init_from
     if init is not None and not Path(init).is_file():
         raise CommandError(f"--init-from {init}: no such checkpoint")
+    device, workers = checked_device(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     model_config = CLASSIFIER_MODEL_CONFIG if args.model == "default" else TINY_CLASSIFIER_CONFIG
     cfg = TrainConfig(
@@ -270,6 +296,9 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         warmup_steps=min(args.warmup_steps, max(1, args.steps // 10)),
         seed=args.seed,
         threads=args.threads,
+        device=device,
+        workers=workers,
+        time_aware_schedule=args.time_aware_schedule,
         log_every=args.log_every,
         checkpoint_every_s=args.checkpoint_minutes * 60,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -10,7 +11,8 @@ import torch
 from tabpfn.checkpoint import Checkpoint
 
 from hostgen import card, pretrain
-from hostgen.prior import PriorConfig
+from hostgen.batch_stream import batch_rng, batch_stream
+from hostgen.prior import PriorConfig, sample_batch
 from hostgen.train import TINY_MODEL_CONFIG, TrainConfig, train
 from retrofit.files import sha256_file
 from tests.helpers.regression_tasks import fit_predict, linear_task
@@ -126,6 +128,46 @@ def test_a_resumed_pretrain_ends_with_the_weights_of_an_uninterrupted_one(tmp_pa
     assert steps == [1, 2, 3, 4]  # step 3 ran twice (once lost with the process), logged once
     assert Checkpoint(resumed).load()["training"]["resumed_at_steps"] == [2]
     assert Checkpoint(straight).load()["training"]["resumed_at_steps"] == []
+
+
+@pytest.mark.usefixtures("_keep_threads")
+def test_batches_drawn_by_worker_processes_give_the_weights_of_inline_drawing(tmp_path):
+    prior = PriorConfig(max_rows=80)
+    outs = {}
+    for workers in (0, 2):
+        outs[workers] = tmp_path / f"w{workers}_v3.safetensors"
+        cfg = TrainConfig(steps=3, warmup_steps=1, seed=4, threads=1, workers=workers)
+        train(outs[workers], cfg, model_config=TINY_MODEL_CONFIG, prior=prior, log=lambda _: None)
+    a, b = (Checkpoint(outs[w]).load() for w in (0, 2))
+    assert all(torch.equal(a["state_dict"][k], b["state_dict"][k]) for k in a["state_dict"])
+    assert a["training"]["device"] == "cpu"
+
+
+def test_batch_stream_yields_each_steps_batch_in_order_and_refuses_negative_workers():
+    prior = PriorConfig(max_rows=40)
+    inline = list(batch_stream(functools.partial(sample_batch, cfg=prior), 5, 2, 5))
+    assert len(inline) == 3
+    for step, batch in zip(range(2, 5), inline, strict=True):
+        assert torch.equal(batch.x_RBC, sample_batch(batch_rng(5, step), prior).x_RBC)
+    with pytest.raises(ValueError, match="workers"):
+        next(batch_stream(functools.partial(sample_batch, cfg=prior), 5, 0, 1, workers=-1))
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--device", "cuda:0"], "no CUDA device"),
+        (["--device", "tpu9"], "--device"),
+        (["--workers", "-1"], "--workers"),
+    ],
+)
+def test_pretrain_refuses_an_unusable_device_or_worker_count(tmp_path, capsys, flags, message):
+    if flags[:2] == ["--device", "cuda:0"] and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    argv = ["--out", str(tmp_path / "host_v3.safetensors"), "--steps", "1", *flags]
+    assert pretrain.main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "host_v3.safetensors").exists()
 
 
 def test_pretrain_rejects_a_name_tabpfn_would_read_as_v2(tmp_path):

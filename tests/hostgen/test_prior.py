@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from hostgen.batch_stream import batch_rng
 from hostgen.prior import PriorConfig, sample_batch, sample_task
-from hostgen.train import batch_rng
 
 
 def test_task_is_finite_shaped_and_normalised_on_context():
