@@ -71,6 +71,16 @@ plans about 6,000 steps. The runs so far, each resumable with its own line:
         --steps 3300 --minutes 58 --threads 1 --seed 2 --checkpoint-minutes 10 \
         --prior 2 --init-from hostchain/classifier_v2/tabpfn_v3_embedded_classifier.safetensors
 
+* ``hostchain/classifier_run4/`` (prior version 2, from run 3's end, a lower
+  peak learning rate; planned over 9,000 steps, then resumed at step 1,763
+  with the plan cut to 3,600 so that its cosine anneals within the session)::
+
+    nice -n 10 env OMP_NUM_THREADS=1 python -m hostgen.train_classifier \
+        --out hostchain/classifier_run4/tabpfn_v3_embedded_classifier.safetensors \
+        --steps 3600 --minutes 200 --lr 3e-4 --warmup-steps 100 --threads 1 --seed 3 \
+        --checkpoint-minutes 10 --prior 2 \
+        --init-from hostchain/classifier_run3/tabpfn_v3_embedded_classifier.safetensors
+
 A host ships (its file and digest copied beside the regressor's, see
 :mod:`retrofit.models.embedded`) only once it beats logistic regression on
 ``offline_cls6``, the issue's bar; the held-out prior tasks and the
