@@ -81,6 +81,15 @@ plans about 6,000 steps. The runs so far, each resumable with its own line:
         --checkpoint-minutes 10 --prior 2 \
         --init-from hostchain/classifier_run3/tabpfn_v3_embedded_classifier.safetensors
 
+* ``hostchain/classifier_run5/`` (prior version 2, from run 4's end; 48
+  minutes with the cosine following the clock, 2,590 steps)::
+
+    nice -n 10 env OMP_NUM_THREADS=1 python -m hostgen.train_classifier \
+        --out hostchain/classifier_run5/tabpfn_v3_embedded_classifier.safetensors \
+        --steps 6000 --minutes 48 --time-aware-schedule --lr 3e-4 --warmup-steps 100 \
+        --threads 1 --seed 4 --checkpoint-minutes 10 --prior 2 \
+        --init-from hostchain/classifier_run4/tabpfn_v3_embedded_classifier.safetensors
+
 A host ships (its file and digest copied beside the regressor's, see
 :mod:`retrofit.models.embedded`) only once it beats logistic regression on
 ``offline_cls6``, the issue's bar; the held-out prior tasks and the
