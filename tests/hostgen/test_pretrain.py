@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 
 import numpy as np
 import pytest
@@ -141,6 +142,20 @@ def test_batches_drawn_by_worker_processes_give_the_weights_of_inline_drawing(tm
     a, b = (Checkpoint(outs[w]).load() for w in (0, 2))
     assert all(torch.equal(a["state_dict"][k], b["state_dict"][k]) for k in a["state_dict"])
     assert a["training"]["device"] == "cpu"
+
+
+def _drawn_where(rng):
+    """A batch of a small prior and the process that drew it (module level: picklable)."""
+    return os.getpid(), sample_batch(rng, PriorConfig(max_rows=40))
+
+
+def test_worker_processes_draw_each_steps_batch_in_order():
+    inline = list(batch_stream(_drawn_where, 6, 1, 6))
+    helped = list(batch_stream(_drawn_where, 6, 1, 6, workers=2))
+    assert {pid for pid, _ in inline} == {os.getpid()}
+    assert os.getpid() not in {pid for pid, _ in helped}  # drawn by the helpers, not here
+    for (_, a), (_, b) in zip(inline, helped, strict=True):
+        assert torch.equal(a.x_RBC, b.x_RBC) and torch.equal(a.y_test_TB, b.y_test_TB)
 
 
 def test_batch_stream_yields_each_steps_batch_in_order_and_refuses_negative_workers():
