@@ -370,7 +370,9 @@ def train(
 
     A state file ``<out>.state.pt`` (model, optimiser, step) is saved with every
     periodic checkpoint; with ``resume=True`` a run continues from it. The loss
-    log is ``<out>.log.jsonl`` (one JSON object per log line).
+    log is ``<out>.log.jsonl`` (one JSON object per log line). Both are read by
+    :mod:`hostgen.run_files`: a log's cut last line is dropped with a warning, a
+    damaged, incomplete or other configuration's state is refused in one line.
 
     Args:
         out: Checkpoint path (safetensors; name contains ``v3``).
