@@ -18,6 +18,7 @@ from typing import Any
 
 from eval.locations import default_output
 from eval.markdown import markdown_table
+from hostgen.run_files import read_log
 from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.models.embedded import EMBEDDED_FILENAME
 
@@ -26,12 +27,7 @@ from retrofit.models.embedded import EMBEDDED_FILENAME
 _EMBEDDED_DIR = Path("retrofit", "embedded")
 _QUALITY_DIR = Path("results", "host_quality")
 
-__all__ = ["main", "plot_loss_curve", "read_log", "write_card"]
-
-
-def read_log(path: Path) -> list[dict[str, Any]]:
-    """The records of a training log (JSON lines)."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+__all__ = ["main", "plot_loss_curve", "write_card"]
 
 
 def plot_loss_curve(

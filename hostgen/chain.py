@@ -55,7 +55,8 @@ from tabpfn.architectures.shared.bar_distribution import FullSupportBarDistribut
 
 from hostgen.in_prior import HELDOUT_KEY, evaluate, model_from_state
 from hostgen.prior import PRIOR_V2, PriorConfig, sample_batch
-from hostgen.train import DEFAULT_MODEL_CONFIG, TINY_MODEL_CONFIG, build_model, cut_log_after
+from hostgen.run_files import cut_log_after, load_state
+from hostgen.train import DEFAULT_MODEL_CONFIG, TINY_MODEL_CONFIG, build_model
 from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
 
@@ -72,6 +73,23 @@ __all__ = [
 STATE_FILE = "state.pt"
 LOG_FILE = "log.jsonl"
 EVALS_FILE = "evals.jsonl"
+STATE_KEYS = (
+    "config",
+    "model_config",
+    "model",
+    "optims",
+    "ema",
+    "step",
+    "tasks_seen",
+    "wall_s",
+    "loss_ema",
+    "links",
+    "prior_rng",
+    "torch_rng",
+    "python_rng",
+)
+"""What a chain's ``state.pt`` holds and a resume reads."""
+_RESTART = "start a new chain in another --dir"
 
 _MODELS = {"default": DEFAULT_MODEL_CONFIG, "tiny": TINY_MODEL_CONFIG}
 
@@ -366,7 +384,7 @@ def run_link(
     else:
         if not state_path.exists():
             raise FileNotFoundError(f"no chain state at {state_path}")
-        state = torch.load(state_path, weights_only=True)
+        state = load_state(state_path, keys=STATE_KEYS, restart=_RESTART)
         cfg = ChainConfig(**state["config"])
         if replan_total_steps is not None and replan_total_steps != cfg.total_steps:
             cfg = replan(cfg, state["step"], replan_total_steps)
@@ -429,7 +447,7 @@ def run_link(
         f"link {len(links)} from step {step} of {cfg.total_steps} ({cfg.optimizer}, {cfg.schedule})"
     )
     this_call = 0
-    cut_log_after(folder / LOG_FILE, step)
+    cut_log_after(folder / LOG_FILE, step, restart=_RESTART)
     with (folder / LOG_FILE).open("a") as log_fh:
         while (
             step < cfg.total_steps
@@ -640,7 +658,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         if not (args.dir / STATE_FILE).exists():
             raise CommandError(f"no chain state at {args.dir / STATE_FILE}")
         if args.total_steps is not None:
-            state = torch.load(args.dir / STATE_FILE, weights_only=True)
+            state = load_state(args.dir / STATE_FILE, keys=STATE_KEYS, restart=_RESTART)
             try:
                 replan(ChainConfig(**state["config"]), state["step"], args.total_steps)
             except ValueError as exc:

@@ -20,7 +20,8 @@ from typing import Any
 
 from eval.locations import default_output
 from eval.markdown import markdown_table
-from hostgen.card import plot_loss_curve, read_log
+from hostgen.card import plot_loss_curve
+from hostgen.run_files import read_log
 from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.files import sha256_file, write_text_atomic
 

@@ -39,6 +39,7 @@ from tabpfn.architectures.shared.bar_distribution import FullSupportBarDistribut
 from tabpfn.checkpoint import Checkpoint
 
 from hostgen.prior import PRIOR_V2, PriorConfig, sample_batch, sample_task
+from hostgen.run_files import load_state
 from hostgen.train import build_model
 from retrofit.cli.console import OneLineArgumentParser, run_main
 
@@ -187,7 +188,7 @@ def evaluate(
 
 def model_from_state(path: str | Path, *, averaged: bool = True) -> tabpfn_v3.TabPFNV3:
     """The chain's model with its averaged (or raw) weights, in eval mode."""
-    state = torch.load(path, weights_only=True)
+    state = load_state(path, keys=("config", "model_config", "model", "ema"))
     model = build_model(state["model_config"], seed=0)
     weights = dict(state["model"])
     if averaged and state["config"].get("ema_decay", 0) > 0:

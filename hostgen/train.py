@@ -33,6 +33,7 @@ from tabpfn.preprocessing import PreprocessorConfig
 
 from hostgen.batch_stream import Sampler, batch_stream
 from hostgen.prior import PriorConfig, TaskBatch, sample_batch
+from hostgen.run_files import cut_log_after, load_optimizer, load_state, load_weights
 from retrofit.errors import CommandError
 from retrofit.files import atomic_path, sha256_file, write_text_atomic
 
@@ -45,7 +46,6 @@ __all__ = [
     "add_device_arguments",
     "build_model",
     "checked_device",
-    "cut_log_after",
     "inference_config_dict",
     "rewrite_inference_config",
     "save_checkpoint",
@@ -142,20 +142,6 @@ def build_model(model_config: dict[str, Any], seed: int = 0) -> tabpfn_v3.TabPFN
     model = tabpfn_v3.get_architecture(parsed)
     # tabpfn zero-initialises some output projections; that is fine for training.
     return model.train()
-
-
-def cut_log_after(log_path: Path, step: int) -> None:
-    """Cuts a training log back to a resumed state's ``step``.
-
-    The steps after the last saved state were lost with the process and are
-    trained again from the same batches, so each step is logged once.
-    """
-    if not log_path.exists():
-        return
-    lines = log_path.read_text().splitlines(keepends=True)
-    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
-    if len(kept) != len(lines):
-        write_text_atomic(log_path, "".join(kept))
 
 
 def save_checkpoint(
@@ -363,6 +349,12 @@ class RegressionObjective:
         return {"prior": dataclasses.asdict(self.prior)}
 
 
+_STATE_KEYS = ("model", "optim", "step", "tasks_seen", "wall_s")
+"""What :func:`train`'s state file holds and a resume reads."""
+_RESTART = "rerun with --no-resume"
+"""The fresh start of both training commands (``pretrain``, ``train_classifier``)."""
+
+
 def train(
     out: str | Path,
     cfg: TrainConfig,
@@ -378,7 +370,9 @@ def train(
 
     A state file ``<out>.state.pt`` (model, optimiser, step) is saved with every
     periodic checkpoint; with ``resume=True`` a run continues from it. The loss
-    log is ``<out>.log.jsonl`` (one JSON object per log line).
+    log is ``<out>.log.jsonl`` (one JSON object per log line). Both are read by
+    :mod:`hostgen.run_files`: a log's cut last line is dropped with a warning, a
+    damaged, incomplete or other configuration's state is refused in one line.
 
     Args:
         out: Checkpoint path (safetensors; name contains ``v3``).
@@ -412,9 +406,9 @@ def train(
     resumed_at: list[int] = []  # steps a run continued from its state file
     ema: float | None = None  # smoothed loss of the log; carried across a resume
     if resume and state_path.exists():
-        state = torch.load(state_path, weights_only=True, map_location=cfg.device)
-        model.load_state_dict(state["model"])
-        optim.load_state_dict(state["optim"])
+        state = load_state(state_path, keys=_STATE_KEYS, restart=_RESTART, map_location=cfg.device)
+        load_weights(model, state["model"], path=state_path, restart=_RESTART)
+        load_optimizer(optim, state["optim"], path=state_path, restart=_RESTART)
         step, tasks_seen, prior_wall = (
             state["step"],
             state["tasks_seen"],
@@ -422,7 +416,7 @@ def train(
         )
         ema = state.get("loss_ema")
         resumed_at = [*state.get("resumed_at", []), step]
-        cut_log_after(log_path, step)
+        cut_log_after(log_path, step, restart=_RESTART)
         log(f"resumed from {state_path} at step {step}")
     elif log_path.exists():
         log_path.unlink()
