@@ -55,7 +55,7 @@ def _predict(files, out, model, *extra, capsys):
 
 
 def _status(err: str) -> list[str]:
-    return [line for line in err.splitlines() if line.startswith("[tabpfn-retrofit] task ")]
+    return [line for line in err.splitlines() if "] task " in line]
 
 
 def test_text_labels_are_classified_by_a_model_that_does_both(tmp_path, both_checkpoint, capsys):
@@ -156,3 +156,27 @@ def test_patching_a_model_that_does_both_names_both_estimators(tmp_path, both_ch
     assert f"saved retrofitted regressor and classifier to {saved_dir}" in printed
     for estimator in ("OTabPFNRegressor", "OTabPFNClassifier"):
         assert f"{estimator}(model_path={str(saved_dir)!r})" in printed
+
+
+def test_a_batch_of_text_labels_is_classified_by_a_model_that_does_both(
+    tmp_path, both_checkpoint, capsys
+):
+    entries = []
+    for name in ("first", "second"):
+        folder = tmp_path / name
+        folder.mkdir()
+        train, test = _files(folder, _text_labels)
+        entries.append({"name": name, "train": str(train), "test": str(test)})
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps({"target": "y", "datasets": entries}))
+    out = tmp_path / "out"
+    argv = ["predict-batch", str(manifest), "--out-dir", str(out), "--model", str(both_checkpoint)]
+    assert main([*argv, *FAST]) == 0
+    err = capsys.readouterr().err
+    assert _status(err) == [
+        f"[tabpfn-retrofit predict-batch] task classification: target column 'y' in "
+        f"dataset 0 (first) {entries[0]['train']} holds text (data row 0: "
+        f"'{pd.read_csv(entries[0]['train'])['y'][0]}')"
+    ]
+    classes = sorted(set(pd.read_csv(entries[0]["train"])["y"]))
+    assert list(pd.read_csv(out / "first.csv").columns) == ["row", "y", "prediction", *classes]
