@@ -27,6 +27,7 @@ from eval.paper.protocol import (
 )
 from retrofit.cli import commands as retrofit_cli
 from retrofit.cli.console import PROG, OneLineArgumentParser, run_command
+from retrofit.models.aliases import alias_list
 from retrofit.settings import MODES
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
@@ -99,7 +100,8 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--model",
         default="embedded",
-        help="'embedded' (the shipped host), 'v3' / 'v2' (tabpfn's real weights) or a path",
+        metavar="MODEL",
+        help=retrofit_cli.MODEL_HELP,
     )
     p.add_argument("--modes", nargs="+", default=list(DEFAULT_MODES), choices=MODES)
     p.add_argument(
@@ -107,8 +109,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         nargs="+",
         type=float,
         default=None,
-        help="presence scale(s) (default: the host's default, as in the library: "
-        "1.0 for v3 and v3.5, 0.1 for v2 and v2.5)",
+        help=f"presence scale(s) (default as in the library: {retrofit_cli.TAU_DEFAULT_HELP})",
     )
     p.add_argument(
         "--sweep",
@@ -203,7 +204,13 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         default=list(BENCH_PARTS),
         help="which parts to run",
     )
-    p.add_argument("--model", default="embedded", help="host of the ICL shapes and estimator part")
+    p.add_argument(
+        "--model",
+        default="embedded",
+        metavar="MODEL",
+        help="host of the ICL shapes and estimator part: 'embedded' (default), a version "
+        f"alias ({alias_list(auto=True)}) or a checkpoint file",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--batched",

@@ -1,12 +1,13 @@
 """The one-command retrofit: ``tabpfn-retrofit predict`` and ``tabpfn-retrofit patch``.
 
 ``predict`` fits :class:`retrofit.OTabPFNRegressor` (or, for a classifier
-model or ``--task classification``, :class:`retrofit.OTabPFNClassifier`) on a
-CSV and writes the predictions for a test CSV (or a held-out fraction of the
-training CSV);
+model, a target holding text or ``--task classification``,
+:class:`retrofit.OTabPFNClassifier`: :mod:`retrofit.cli.tasks`) on a CSV and
+writes the predictions for a test CSV (or a held-out fraction of the training
+CSV);
 ``patch`` saves a retrofitted model as the original weights plus the retrofit
 settings (see :mod:`retrofit.models.saved`), which ``predict --model DIR`` and
-``OTabPFNRegressor(model_path=DIR)`` load.
+``OTabPFNRegressor(model_path=DIR)`` (``OTabPFNClassifier`` for a classifier) load.
 
 Every failure a user can cause ends in one line on stderr,
 ``tabpfn-retrofit <command>: error: <what and where>``, and exit status 2;
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from retrofit.cli.console import PRECISIONS, PROG, parse_precision, run_command, status
 from retrofit.cli.csv_tables import (
     class_labels,
+    first_text_label,
     numeric_target,
     read_csv_table,
     refuse_infinite_features,
@@ -35,6 +37,7 @@ from retrofit.cli.csv_tables import (
 )
 from retrofit.cli.outputs import check_output_dir, check_output_file, same_file
 from retrofit.errors import CommandError
+from retrofit.models.aliases import alias_list, default_tau_text
 from retrofit.settings import (
     DEFAULT_MAX_PADDED_FRACTION,
     DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE,
@@ -49,20 +52,25 @@ if TYPE_CHECKING:
     from retrofit.models.loading import ResolvedModel
 
 __all__ = [
+    "MODEL_HELP",
+    "TAU_DEFAULT_HELP",
     "add_subcommands",
     "run_patch",
     "run_predict",
     "run_predict_batch",
 ]
 
-_MODEL_HELP = (
+#: How ``--model`` names the model, for every command that takes it.
+MODEL_HELP = (
     "the host: 'embedded' (the small shipped TabPFN v3 regressor, works offline), "
-    "'v3' or 'v2' (tabpfn's published regressor, downloaded by tabpfn into its model "
-    "cache on first use; v3 needs tabpfn's licence accepted once and TABPFN_TOKEN set to "
-    "your Prior Labs API key; offline, the error names where to put the file), a "
-    ".ckpt/.safetensors file, or a directory written by 'tabpfn-retrofit patch' "
-    "(default: embedded)"
+    f"{alias_list(auto=True)} (tabpfn's published model of that version, or tabpfn's "
+    "default version, downloaded by tabpfn into its model cache on first use; all but v2 "
+    "need tabpfn's licence accepted once and TABPFN_TOKEN set to your Prior Labs API key; "
+    "offline, the error names where to put the file), a .ckpt/.safetensors file, or a "
+    "directory written by 'tabpfn-retrofit patch' (default: embedded)"
 )
+#: The default presence scale, for every command that takes ``--tau``.
+TAU_DEFAULT_HELP = f"the host's, {default_tau_text()}"
 _SETTINGS_NOTE = (
     "With --model DIR the directory's settings are used; a setting given here must "
     "equal the saved one."
@@ -87,10 +95,7 @@ def _add_settings(parser: argparse.ArgumentParser, *, mode_default_note: str) ->
     parser.add_argument(
         "--tau",
         type=float,
-        help=(
-            "presence scale tau > 0 in p = |h|^2 / (tau + |h|^2) (default: the host's "
-            "default, 0.1 for v2, v2.5 and v2.6, 1.0 for v3 and v3.5)"
-        ),
+        help=(f"presence scale tau > 0 in p = |h|^2 / (tau + |h|^2) (default: {TAU_DEFAULT_HELP})"),
     )
     parser.add_argument(
         "--support",
@@ -112,8 +117,11 @@ def _add_settings(parser: argparse.ArgumentParser, *, mode_default_note: str) ->
 _TASK_ARGUMENT: dict[str, Any] = {
     "choices": ("auto", "regression", "classification"),
     "default": "auto",
-    "help": "what to predict (default auto: the model's task; classification writes one "
-    "probability column per class, named by the class label)",
+    "help": "what to predict (default auto: a classifier checkpoint classifies, a regressor "
+    "regresses; a model that does both (embedded, a version alias, v3.5) classifies a "
+    "target of text labels, regresses a numeric one and asks for --task when the target "
+    "mixes numbers and text; the choice and its reason are printed; classification "
+    "writes one probability column per class, named by the class label)",
 }
 
 
@@ -122,7 +130,7 @@ def _add_predict(subparsers: Any) -> argparse.ArgumentParser:
         "predict",
         help="fit the retrofitted regressor or classifier on a CSV and write predictions",
         description=(
-            "Fit the retrofitted TabPFN regressor (or classifier, --task) on TRAIN and "
+            "Fit the retrofitted TabPFN regressor (or classifier, see --task) on TRAIN and "
             "write predictions for TEST (or for a held-out fraction of TRAIN) to OUT as "
             "CSV with the columns 'row' (0-based data row of the file predicted), the "
             "target (when known) and 'prediction' (or one column 'quantile_Q' per "
@@ -147,7 +155,7 @@ def _add_predict(subparsers: Any) -> argparse.ArgumentParser:
         help="instead of --test: predict a random fraction 0 < F < 1 of TRAIN, fit on the rest",
     )
     parser.add_argument("--out", required=True, metavar="PRED.csv", help="predictions file")
-    parser.add_argument("--model", default="embedded", metavar="MODEL", help=_MODEL_HELP)
+    parser.add_argument("--model", default="embedded", metavar="MODEL", help=MODEL_HELP)
     parser.add_argument("--task", **_TASK_ARGUMENT)
     _add_settings(parser, mode_default_note="default full-o")
     parser.add_argument(
@@ -207,14 +215,17 @@ def _add_patch(subparsers: Any) -> argparse.ArgumentParser:
         help="save a retrofitted model (original weights + retrofit settings)",
         description=(
             "Patch MODEL with the retrofit settings (which checks the architecture is "
-            "supported) and save it to DIR as DIR/<tabpfn_vX>_regressor_retrofit."
-            "safetensors (the unchanged original weights, readable by tabpfn) plus "
+            "supported) and save it to DIR as DIR/<tabpfn_vX>_<kind>_retrofit.safetensors "
+            "(the unchanged original weights, readable by tabpfn; kind 'regressor' or "
+            "'classifier', what MODEL is; none for v3.5, which does both) plus "
             "DIR/retrofit.json (mode, tau, support, eps_den, SHA-256 of the weights "
             "and of the source checkpoint, package versions). No pickle. Load it with "
-            "'tabpfn-retrofit predict --model DIR' or OTabPFNRegressor(model_path=DIR)."
+            "'tabpfn-retrofit predict --model DIR', or by its kind with "
+            "OTabPFNRegressor(model_path=DIR) or OTabPFNClassifier(model_path=DIR); the "
+            "command prints which. A version alias patches its regressor."
         ),
     )
-    parser.add_argument("--model", default="embedded", metavar="SRC", help=_MODEL_HELP)
+    parser.add_argument("--model", default="embedded", metavar="SRC", help=MODEL_HELP)
     _add_settings(parser, mode_default_note="default full-o")
     parser.add_argument("--out", required=True, metavar="DIR", help="directory to create")
     parser.add_argument("--force", action="store_true", help="replace DIR if it exists")
@@ -244,9 +255,9 @@ def _add_predict_batch(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--target", metavar="COL", help="target column of entries that name none")
     p.add_argument("--task", **_TASK_ARGUMENT)
-    p.add_argument("--model", default="embedded", help="host, as for 'predict' (embedded)")
+    p.add_argument("--model", default="embedded", metavar="MODEL", help=MODEL_HELP)
     p.add_argument("--mode", choices=MODES, help="retrofit mode (default: full-o)")
-    p.add_argument("--tau", type=float, help="presence temperature (default: the host's default)")
+    p.add_argument("--tau", type=float, help=f"presence scale (default: {TAU_DEFAULT_HELP})")
     p.add_argument("--support", choices=SUPPORTS, help="n_eff of the length scaling")
     p.add_argument("--eps-den", type=float, dest="eps_den", help="OAttention floor")
     p.add_argument("--n-estimators", type=int, dest="n_estimators", metavar="N")
@@ -298,22 +309,8 @@ def _check_model_argument(model: str, which: str = "regressor") -> ResolvedModel
 # --- predict ------------------------------------------------------------------------
 
 
-def _load_predict_data(args: argparse.Namespace, reserved: set[str] | None = None):
-    """Returns X_train, y_train, X_test, y_test (or None), test row ids, feature names.
-
-    Args:
-        args: The parsed arguments.
-        reserved: For a classifier, the prediction file's column names, which
-            no class label may take; None for a regressor (a numeric target).
-    """
-    import numpy as np  # lazy: keeps --help light
-
-    def target_of(frame, path, *, allow_missing: bool):
-        if reserved is None:
-            return numeric_target(frame, args.target, path, allow_missing=allow_missing)
-        names = reserved if not allow_missing else set()
-        return class_labels(frame, args.target, path, reserved=names, allow_missing=allow_missing)
-
+def _read_predict_tables(args: argparse.Namespace):
+    """The train table, the test table (None with ``--holdout``) and the feature names."""
     if (args.test is None) == (args.holdout is None):
         raise CommandError("give exactly one of --test TEST.csv or --holdout F")
     train = read_csv_table(args.train, "train")
@@ -325,9 +322,41 @@ def _load_predict_data(args: argparse.Namespace, reserved: set[str] | None = Non
     features = [c for c in train.columns if c != args.target]
     if not features:
         raise CommandError(f"{args.train} has no feature columns besides {args.target!r}")
-    y_all = target_of(train, args.train, allow_missing=False)
+    refuse_infinite_features(train[features], args.train)
+    if args.test is None:
+        return train, None, features
+    test = read_csv_table(args.test, "test")
+    missing = [c for c in features if c not in test.columns]
+    if missing:
+        raise CommandError(f"test file {args.test} lacks feature column(s): {', '.join(missing)}")
+    refuse_infinite_features(test[features], args.test)
+    return train, test, features
+
+
+def _split_predict_data(args: argparse.Namespace, train, test, features, reserved):
+    """Returns X_train, y_train, X_test, y_test (or None) and the test row ids.
+
+    Args:
+        args: The parsed arguments.
+        train: The train table.
+        test: The test table, or None for ``--holdout``.
+        features: The feature columns.
+        reserved: For a classifier, the prediction file's column names, which
+            no class label may take; None for a regressor (a numeric target).
+    """
+    import numpy as np  # lazy: keeps --help light
+
+    known_test = test if test is not None and args.target in test.columns else None
+    if reserved is None:
+        y_all = numeric_target(train, args.target, args.train, allow_missing=False)
+        y_test = None
+        if known_test is not None:
+            y_test = numeric_target(known_test, args.target, args.test, allow_missing=True)
+    else:  # train and test labels read alike, so equal-looking labels are equal
+        y_all, y_test = class_labels(
+            args.target, train, args.train, known_test, args.test, reserved=reserved
+        )
     X_all = train[features]  # numbers as parsed; text columns stay text, for tabpfn
-    refuse_infinite_features(X_all, args.train)
 
     if args.holdout is not None:
         F = args.holdout
@@ -347,19 +376,8 @@ def _load_predict_data(args: argparse.Namespace, reserved: set[str] | None = Non
             X_all.iloc[test_rows],
             y_all[test_rows],
             test_rows,
-            features,
         )
-
-    test = read_csv_table(args.test, "test")
-    missing = [c for c in features if c not in test.columns]
-    if missing:
-        raise CommandError(f"test file {args.test} lacks feature column(s): {', '.join(missing)}")
-    X_test = test[features]
-    refuse_infinite_features(X_test, args.test)
-    y_test = None
-    if args.target in test.columns:
-        y_test = target_of(test, args.test, allow_missing=True)
-    return X_all, y_all, X_test, y_test, np.arange(len(X_test)), features
+    return X_all, y_all, test[features], y_test, np.arange(len(test))
 
 
 def _check_predict_out(args: argparse.Namespace) -> None:
@@ -418,13 +436,16 @@ def _categorical_indices(names: str | None, features: list[str]) -> list[int]:
     return [features.index(name) for name in wanted]
 
 
-def _predict_task(args: argparse.Namespace) -> str:
-    """``--task``, or with ``auto`` the model's (loaded for it unless it is the embedded host)."""
-    if args.task != "auto":
-        return args.task
-    from retrofit.cli.predict_batch import model_task  # lazy: loads tabpfn
+def _predict_task(args: argparse.Namespace, train) -> str:
+    """``--task``, or with ``auto`` the model's and the target's (printed, with the reason)."""
+    from retrofit.cli.tasks import TextTarget, choose_task  # lazy: loads tabpfn
 
-    return model_task(args.model)
+    found = first_text_label(train, args.target)
+    text = None if found is None else TextTarget(str(args.train), *found)
+    task, reason = choose_task(args.task, args.model, args.target, text)
+    if reason is not None:
+        status(args, f"task {task}: {reason}")
+    return task
 
 
 def _predict(args: argparse.Namespace) -> int:
@@ -437,7 +458,8 @@ def _predict(args: argparse.Namespace) -> int:
         parse_precision(args.precision)
     if args.n_estimators is not None and args.n_estimators < 1:
         raise CommandError(f"--n-estimators must be >= 1, got {args.n_estimators}")
-    classify = _predict_task(args) == "classification"
+    train, test, features = _read_predict_tables(args)
+    classify = _predict_task(args, train) == "classification"
     if classify and (args.output_type is not None or args.quantiles is not None):
         raise CommandError(
             "--output-type and --quantiles are for regression; a classifier writes the "
@@ -447,7 +469,9 @@ def _predict(args: argparse.Namespace) -> int:
     columns = ["row", "prediction"] if classify else _output_columns(output_type, quantiles)
     _check_target_name(args.target, columns)
     reserved = {*columns, args.target} if classify else None
-    X_train, y_train, X_test, y_test, rows, features = _load_predict_data(args, reserved)
+    X_train, y_train, X_test, y_test, rows = _split_predict_data(
+        args, train, test, features, reserved
+    )
     categorical = _categorical_indices(args.categorical, features)
     # After the cheap local checks: resolving may download.
     resolved = _check_model_argument(args.model, "classifier" if classify else "regressor")
@@ -526,6 +550,7 @@ def _check_patch_out(args: argparse.Namespace) -> Path:
 
 def _patch(args: argparse.Namespace) -> int:
     from retrofit.models import saving  # lazy: keeps --help light
+    from retrofit.models.kinds import ESTIMATOR_NAMES  # lazy: imports tabpfn
 
     requested = _requested_settings(args)
     out = _check_patch_out(args)
@@ -539,7 +564,12 @@ def _patch(args: argparse.Namespace) -> int:
         f"saved {result.checkpoint.name} and retrofit.json (mode {settings['mode']}, "
         f"tau {settings['tau']}, support {settings['support']}, eps_den {settings['eps_den']})",
     )
-    print(f"saved retrofitted model to {result.directory}")
+    where = str(result.directory)
+    loaders = [f"{ESTIMATOR_NAMES[kind]}(model_path={where!r})" for kind in result.kinds]
+    print(
+        f"saved retrofitted {' and '.join(result.kinds)} to {where}; load it with "
+        f"{' or '.join(loaders)} or 'tabpfn-retrofit predict --model {where}'"
+    )
     return 0
 
 

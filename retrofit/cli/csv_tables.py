@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "class_labels",
+    "first_text_label",
     "numeric_target",
     "read_csv_table",
     "refuse_infinite_features",
@@ -106,7 +107,8 @@ def numeric_target(
         row = int(np.flatnonzero(bad)[0])
         raise CommandError(
             f"target column {target!r} in {path} is not numeric "
-            f"(data row {row}: {frame[target].iloc[row]!r})"
+            f"(data row {row}: {frame[target].iloc[row]!r}); for class labels give "
+            "--task classification"
         )
     if not np.isfinite(values[~np.isnan(values)]).all():
         raise CommandError(f"target column {target!r} in {path} holds an infinite value")
@@ -116,37 +118,110 @@ def numeric_target(
     return values
 
 
+def first_text_label(frame: pd.DataFrame, target: str) -> tuple[int, object, bool] | None:
+    """Where ``target`` first holds a cell that is not a number; None if none does.
+
+    Empty cells are missing, neither text nor numbers; ``True``/``False`` cells
+    are text (class labels, not the numbers 1 and 0).
+
+    Returns:
+        The 0-based data row, its cell, and whether other cells are numbers.
+    """
+    import numpy as np  # lazy: keeps --help light
+    import pandas as pd  # lazy: keeps --help light
+
+    column = frame[target]
+    if column.dtype.kind in "iuf":
+        return None
+    present = column.notna().to_numpy()
+    if column.dtype.kind == "b":
+        text = present
+    else:
+        not_number = pd.to_numeric(column, errors="coerce").isna().to_numpy()
+        boolean = column.map(lambda cell: isinstance(cell, (bool, np.bool_))).to_numpy(bool)
+        text = present & (not_number | boolean)
+    if not text.any():
+        return None
+    row = int(np.flatnonzero(text)[0])
+    return row, column.iloc[row], bool((present & ~text).any())
+
+
+def _label_text(frame: pd.DataFrame, target: str, path: str | Path) -> pd.Series:
+    """``frame``'s ``target`` cells as the file holds them: text (blanks stripped), or missing.
+
+    The column is read again from ``path`` as text, so a cell pandas parsed as a
+    number (``1``, ``1.50``) keeps the characters the file holds.
+    """
+    import pandas as pd  # lazy: keeps --help light
+
+    try:
+        column = pd.read_csv(Path(path).expanduser(), usecols=[target], dtype=str)[target]
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        message = f"cannot read target column {target!r} of {path}: {one_line(exc)}"
+        raise CommandError(message) from exc
+    if len(column) != len(frame):
+        raise CommandError(
+            f"{path}: target column {target!r} read as text has {len(column)} rows, "
+            f"the table {len(frame)}; the file changed while it was read"
+        )
+    return column.str.strip()
+
+
 def class_labels(
-    frame: pd.DataFrame, target: str, path: str | Path, *, reserved: set[str], allow_missing: bool
-) -> np.ndarray:
-    """The ``target`` column as class labels, as pandas parsed them.
+    target: str,
+    train: pd.DataFrame,
+    train_path: str | Path,
+    test: pd.DataFrame | None = None,
+    test_path: str | Path | None = None,
+    *,
+    reserved: set[str],
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The ``target`` columns of a train table and of a test table as class labels, read alike.
+
+    pandas types each file's column on its own: one text label among integers
+    makes the train column text while the test file's stays integers, and then
+    no test label equals its class (``"1" != 1``). So labels are taken as the
+    files show them, the same way for both files: numbers when both columns
+    hold only numbers (``1`` and ``1.0`` are one class), otherwise the text of
+    every cell in both (a test file's ``1`` is the train file's ``1``). A test
+    file may lack classes of the train file, or hold others.
 
     Args:
-        frame: The table.
-        target: The target column's name (present in ``frame``).
-        path: The file, for the messages.
+        target: The target column's name (present in ``train``).
+        train: The training table; every row must have a label.
+        train_path: Its file, read again for the labels' text, and for the messages.
+        test: The test table, when it has the target column (its labels may be
+            partly missing), else None.
+        test_path: Its file.
         reserved: Column names of the prediction file: a class's probability
-            column is named by its label, so no label may be one of them.
-        allow_missing: Whether empty cells are allowed (a test file's labels
-            may be partly unknown; a train file's may not).
+            column is named by its label, so no train label may be one of them.
+
+    Returns:
+        The train labels and the test labels (None without ``test``).
 
     Raises:
-        CommandError: If a label is missing where ``allow_missing`` is False, or
-            a label names a reserved column.
+        CommandError: If a train label is missing or names a reserved column.
     """
     import numpy as np  # lazy: keeps --help light
 
-    labels = frame[target].to_numpy()
-    missing = frame[target].isna().to_numpy()
-    if missing.any() and not allow_missing:
+    tables = [(train, train_path)] + ([(test, test_path)] if test is not None else [])
+    as_text = any(first_text_label(frame, target) is not None for frame, _ in tables)
+    columns = [
+        _label_text(frame, target, path) if as_text else frame[target] for frame, path in tables
+    ]
+    missing = columns[0].isna().to_numpy()
+    if missing.any():
         row = int(np.flatnonzero(missing)[0])
-        raise CommandError(f"target column {target!r} in {path} has no label in data row {row}")
-    clash = sorted({str(c) for c in frame[target][~missing].unique()} & reserved)
+        raise CommandError(
+            f"target column {target!r} in {train_path} has no label in data row {row}"
+        )
+    clash = sorted({str(c) for c in columns[0].unique()} & reserved)
     if clash:
         raise CommandError(
-            f"class label(s) {clash} in {path} name an output column; rename the class(es)"
+            f"class label(s) {clash} in {train_path} name an output column; rename the class(es)"
         )
-    return labels
+    labels = [column.to_numpy() for column in columns]
+    return labels[0], (labels[1] if test is not None else None)
 
 
 def refuse_infinite_features(frame: pd.DataFrame, path: str | Path) -> None:

@@ -8,10 +8,12 @@ manifest's folder), and optionally ``name`` (default: its position) and
 :func:`retrofit.batching.predict.predict_batched` (regression) or
 :func:`retrofit.batching.classify.predict_proba_batched` (classification);
 ragged datasets share null-padded ICL forwards on a patched host. The task is
-``--task``, or with ``--task auto`` (the default) the model's: classification
-for a classification-only checkpoint (v2 with ``max_num_classes >= 2``, a
-v2.5, v2.6 or v3 classifier), regression otherwise (the embedded host; v3.5,
-which does both, unless ``--task classification``). One file per dataset,
+``--task``, or with ``--task auto`` (the default) the model's and the
+targets' (:mod:`retrofit.cli.tasks`): classification for a classifier
+checkpoint, regression for a regressor checkpoint; for a model that does both
+(``embedded``, a version alias, a v3.5 file) classification when the train
+targets hold text, regression when they are numbers (a target mixing both, or
+a batch of both kinds, asks for ``--task``). One file per dataset,
 ``OUT_DIR/<name>.csv`` with the columns ``row``, the target (when the test
 file has it) and ``prediction`` (the predicted value, or the most probable
 class label), and for classification one column of probabilities per class
@@ -39,7 +41,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from tabpfn.architectures.tabpfn_v2 import TabPFNV2
 from tqdm.auto import tqdm
 
 from retrofit.batching.classify import predict_proba_batched
@@ -48,41 +49,25 @@ from retrofit.classifier import OTabPFNClassifier
 from retrofit.cli.console import parse_precision, run_command
 from retrofit.cli.csv_tables import (
     class_labels,
+    first_text_label,
     numeric_target,
     read_csv_table,
     refuse_infinite_features,
     write_csv_atomic,
 )
 from retrofit.cli.outputs import check_output_dir, same_file
+from retrofit.cli.tasks import TextTarget, choose_task
 from retrofit.errors import BatchInputError, CommandError, ManifestError
 from retrofit.estimator import OTabPFNRegressor
 from retrofit.files import missing_dirs, remove_empty_dirs
-from retrofit.models.loading import load_host
 from retrofit.settings import check_max_padded_fraction
 
-__all__ = ["model_task", "read_manifest", "run"]
+__all__ = ["read_manifest", "run"]
 
 PROG = "tabpfn-retrofit predict-batch"
 #: The columns of a prediction file besides the known target; a target of one of
 #: these names would overwrite it (or be overwritten).
 OUTPUT_COLUMNS = ("row", "prediction")
-
-
-def model_task(model: str) -> str:
-    """``"classification"`` or ``"regression"``: what the model at ``--model`` predicts.
-
-    A v2.5, v2.6 or v3 model says so itself (``task_type``); a v2 model
-    classifies when its config has ``max_num_classes >= 2`` (the rule its own
-    target encoding follows). The embedded host and v3.5 (one model for both
-    tasks) are regression here; ``--task classification`` asks v3.5 to classify.
-    """
-    if model == "embedded":
-        return "regression"  # no embedded classifier is shipped: nothing to load
-    specs = load_host(model)
-    task = getattr(specs.model, "task_type", None)
-    if task is None and isinstance(specs.model, TabPFNV2):
-        task = "multiclass" if specs.architecture_config.max_num_classes >= 2 else "regression"
-    return "classification" if task == "multiclass" else "regression"
 
 
 def read_manifest(path: str | Path, default_target: str | None = None) -> list[dict[str, Any]]:
@@ -159,17 +144,13 @@ def read_manifest(path: str | Path, default_target: str | None = None) -> list[d
     return entries
 
 
-def _load(
-    entry: dict[str, Any], i: int, task: str = "regression"
-) -> tuple[Any, np.ndarray, Any, np.ndarray | None]:
-    """``X_train, y_train, X_test, y_test or None`` of one manifest entry.
+def _read_tables(entry: dict[str, Any], i: int) -> tuple[Any, Any, list[str]]:
+    """The train and test tables of one manifest entry, and its feature columns.
 
     Read as ``predict`` reads its files (:mod:`retrofit.cli.csv_tables`): feature
-    columns as pandas parsed them (text stays text, for tabpfn), a regression
-    target numeric, class labels as pandas parsed them (none missing in the
-    train file); a refusal names the dataset.
+    columns as pandas parsed them (text stays text, for tabpfn); a refusal names
+    the dataset.
     """
-    where = f"dataset {i} ({entry['name']})"
     target = entry["target"]
     try:
         train = read_csv_table(entry["train"], "train")
@@ -182,27 +163,58 @@ def _load(
         missing = [c for c in features if c not in test.columns]
         if missing:
             raise CommandError(f"{entry['test']} lacks feature column(s) {missing}")
-        X_train, X_test = train[features], test[features]
-        refuse_infinite_features(X_train, entry["train"])
-        refuse_infinite_features(X_test, entry["test"])
+        refuse_infinite_features(train[features], entry["train"])
+        refuse_infinite_features(test[features], entry["test"])
+    except CommandError as err:
+        raise ManifestError(f"{_where(entry, i)}: {err}") from None
+    return train, test, features
+
+
+def _where(entry: dict[str, Any], i: int) -> str:
+    return f"dataset {i} ({entry['name']})"
+
+
+def _targets(
+    entry: dict[str, Any], i: int, train: Any, test: Any, task: str
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``y_train, y_test or None`` of one entry: numeric, or class labels read alike.
+
+    A regression target is numeric; class labels are read from the train and
+    test files alike (:func:`retrofit.cli.csv_tables.class_labels`), none missing
+    in the train file. A refusal names the dataset.
+    """
+    target = entry["target"]
+    known_test = test if target in test.columns else None
+    try:
         if task == "classification":
             reserved = {*OUTPUT_COLUMNS, target}
-            y_train = class_labels(
-                train, target, entry["train"], reserved=reserved, allow_missing=False
+            return class_labels(
+                target, train, entry["train"], known_test, entry["test"], reserved=reserved
             )
-            y_test = None
-            if target in test.columns:
-                y_test = class_labels(
-                    test, target, entry["test"], reserved=set(), allow_missing=True
-                )
-        else:
-            y_train = numeric_target(train, target, entry["train"], allow_missing=False)
-            y_test = None
-            if target in test.columns:
-                y_test = numeric_target(test, target, entry["test"], allow_missing=True)
+        y_train = numeric_target(train, target, entry["train"], allow_missing=False)
+        y_test = None
+        if known_test is not None:
+            y_test = numeric_target(known_test, target, entry["test"], allow_missing=True)
     except CommandError as err:
-        raise ManifestError(f"{where}: {err}") from None
-    return X_train, y_train, X_test, y_test
+        raise ManifestError(f"{_where(entry, i)}: {err}") from None
+    return y_train, y_test
+
+
+def _batch_task(args: argparse.Namespace, entries: list[dict[str, Any]], tables: list) -> str:
+    """``--task``, or with ``auto`` the model's and the targets' (printed, with the reason)."""
+    text = numeric = None
+    for i, (entry, (train, _, _)) in enumerate(zip(entries, tables, strict=True)):
+        found = first_text_label(train, entry["target"])
+        where = f"{_where(entry, i)} {entry['train']}"
+        if found is not None and text is None:
+            text = TextTarget(where, *found)
+        if found is None and numeric is None:
+            numeric = where
+    target = ", ".join(sorted({e["target"] for e in entries}))
+    task, reason = choose_task(args.task, args.model, target, text, numeric)
+    if reason is not None and not args.quiet:
+        print(f"[{PROG}] task {task}: {reason}", file=sys.stderr)
+    return task
 
 
 def _refuse_overwriting_inputs(
@@ -247,8 +259,12 @@ def _predict_batch(args: argparse.Namespace) -> int:
     existing = [str(t) for t in targets if t.exists()]
     if existing and not args.force:
         raise ManifestError(f"prediction file(s) exist (use --force): {', '.join(existing)}")
-    task = model_task(args.model) if args.task == "auto" else args.task
-    data = [_load(entry, i, task) for i, entry in enumerate(entries)]
+    tables = [_read_tables(entry, i) for i, entry in enumerate(entries)]
+    task = _batch_task(args, entries, tables)
+    data = []
+    for i, (entry, (train, test, features)) in enumerate(zip(entries, tables, strict=True)):
+        y, y_test = _targets(entry, i, train, test, task)
+        data.append((train[features], y, test[features], y_test))
     X_train, y_train, X_test = ([d[k] for d in data] for k in range(3))
     check_batch_lists(X_train, y_train, X_test, numeric=task == "regression")
 

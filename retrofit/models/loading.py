@@ -37,6 +37,7 @@ from retrofit.errors import (
     InvalidModelPathError,
 )
 from retrofit.models import saved, weights
+from retrofit.models.aliases import alias_list
 from retrofit.models.checkpoints import check_checkpoint
 from retrofit.models.embedded import embedded_model_path
 from retrofit.models.weights import Which
@@ -85,9 +86,8 @@ def _local_file(model_path: ModelPathLike) -> Path | None:
         )
     if not path.is_file():
         raise CheckpointNotFoundError(
-            f"model_path {str(model_path)!r}: no such file, and not 'embedded', a version "
-            f"alias ({', '.join([*weights.DEFAULT_VERSIONS, weights.AUTO])}) "
-            "or a saved retrofit directory"
+            f"model_path {str(model_path)!r}: no such file, and not "
+            f"{alias_list(embedded=True, auto=True)} or a saved retrofit directory"
         )
     if path.suffix not in CHECKPOINT_SUFFIXES:
         raise CorruptCheckpointError(
@@ -270,7 +270,7 @@ def _tabpfn_entry(entry: Any, which: Which) -> tuple[Any, saved.SavedRetrofit | 
     if where.is_file() or Path(entry).name in _tabpfn_file_names():
         return entry, None  # tabpfn loads it, or downloads one of its own checkpoints
     raise CheckpointNotFoundError(
-        f"model_path {str(entry)!r}: no such file, and not 'auto', 'embedded', 'v3', 'v2', "
+        f"model_path {str(entry)!r}: no such file, and not {alias_list(embedded=True, auto=True)}, "
         "a saved retrofit directory or one of tabpfn's checkpoint names"
     )
 

@@ -4,6 +4,8 @@ A saved directory holds exactly two files, no pickle::
 
     DIR/tabpfn_v3_regressor_retrofit.safetensors   the host checkpoint, unchanged
                                                    weights, readable by tabpfn's loader
+                                                   (``_classifier_`` for a classifier;
+                                                   neither for v3.5, which does both)
     DIR/retrofit.json                              mode, tau, support, eps_den, the
                                                    SHA-256 of the weights file and of
                                                    the source checkpoint, versions
@@ -60,6 +62,7 @@ from retrofit.files import (
     sha256_of_checkpoint,
 )
 from retrofit.models.checkpoints import load_checkpoint
+from retrofit.models.weights import KINDS, Which
 from retrofit.settings import SETTING_NAMES, check_given
 from retrofit.versions import package_versions
 
@@ -102,6 +105,17 @@ class SavedRetrofit:
     checkpoint: Path
     settings: dict[str, Any]
     manifest: dict[str, Any]
+
+    @property
+    def kinds(self) -> tuple[Which, ...]:
+        """What the saved model does, as its weights file name says.
+
+        ``("regressor",)``, ``("classifier",)``, or both for a v3.5 model.
+        """
+        for kind in KINDS:
+            if self.checkpoint.name.endswith(f"_{kind}_retrofit{WEIGHTS_SUFFIX}"):
+                return (kind,)
+        return KINDS
 
 
 def is_saved_dir(path: object) -> bool:
@@ -147,7 +161,7 @@ def check_replaceable(out_dir: str | os.PathLike[str], *, overwrite: bool) -> No
 
 
 def _is_weights_file_name(name: str) -> bool:
-    return name.endswith("_regressor_retrofit.safetensors")
+    return name.endswith(f"_retrofit{WEIGHTS_SUFFIX}")
 
 
 # Leftovers of a killed write beside DIR: .DIR.tmp-PID-XXXX and .DIR.old-PID.
@@ -200,12 +214,14 @@ def _match_modes(tmp: Path, out: Path) -> None:
     os.chmod(tmp, stat.S_IMODE(out.stat().st_mode) if replaced else default_dir_mode())
 
 
-def _weights_file_name(architecture_name: str) -> str:
+def _weights_file_name(architecture_name: str, kinds: Collection[str]) -> str:
     # tabpfn picks the version from the file name ("v3" in it -> v3, "v3.5" ->
     # v3.5, none of its identifiers -> v2), so the architecture name leads it,
-    # with its minor version written as tabpfn spells it ("tabpfn_v3_5" -> "tabpfn_v3.5").
+    # with its minor version written as tabpfn spells it ("tabpfn_v3_5" -> "tabpfn_v3.5");
+    # the kind follows, as in tabpfn's own names, unless the model does both.
     versioned = re.sub(r"^(tabpfn_v\d+)_(\d+)$", r"\1.\2", architecture_name)
-    return f"{versioned}_regressor_retrofit{WEIGHTS_SUFFIX}"
+    kind = f"_{next(iter(kinds))}" if len(kinds) == 1 else ""
+    return f"{versioned}{kind}_retrofit{WEIGHTS_SUFFIX}"
 
 
 def write_saved(
@@ -215,6 +231,7 @@ def write_saved(
     settings: Mapping[str, Any],
     patch_digest: str | None = None,
     source_label: str | None = None,
+    kinds: Collection[str] = ("regressor",),
     overwrite: bool = False,
 ) -> SavedRetrofit:
     """Write ``source_checkpoint``'s weights and ``settings`` as a saved directory.
@@ -229,6 +246,8 @@ def write_saved(
         patch_digest: ``PatchReport.digest()`` of the model patched with these
             settings, recorded for provenance.
         source_label: How the user named the source (``"embedded"``, ``"v3"``, a path).
+        kinds: What the model does (:func:`retrofit.models.kinds.host_kinds`):
+            ``("regressor",)``, ``("classifier",)`` or both; it names the weights file.
         overwrite: Replace an existing ``out_dir`` (only once the new one is complete).
 
     Returns:
@@ -246,6 +265,8 @@ def write_saved(
     missing = [name for name in SETTING_NAMES if name not in settings]
     if missing:
         raise SavedModelError(f"settings lack {', '.join(missing)}")
+    if not kinds or not set(kinds) <= set(KINDS):
+        raise SavedModelError(f"kinds must be among {', '.join(KINDS)}, got {list(kinds)}")
     source = Path(source_checkpoint)
     out = Path(out_dir).expanduser()
     remove_leftovers(out)
@@ -259,7 +280,7 @@ def write_saved(
     architecture_name = checkpoint.get("architecture_name", "tabpfn_v2")
     kept = {"state_dict": checkpoint["state_dict"]}
     kept.update({k: checkpoint[k] for k in _CHECKPOINT_KEYS if k in checkpoint})
-    weights_name = _weights_file_name(architecture_name)
+    weights_name = _weights_file_name(architecture_name, set(kinds))
 
     created = missing_dirs(out.parent)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from retrofit.models.kinds import host_kinds
 from retrofit.models.loading import ModelPathLike, ResolvedModel, load_host, resolve_model
 from retrofit.models.saved import SavedRetrofit, check_replaceable, write_saved
 from retrofit.patcher import patch, resolve_for_model
@@ -33,7 +34,9 @@ def save_patched(
     once, as every entry point resolves them
     (:func:`retrofit.patcher.resolve_for_model`), and ``retrofit.json`` records
     the resolved ones (an unset ``tau`` as the host's default) and the patch
-    report's digest.
+    report's digest. The weights file is named by what the host does
+    (``..._regressor_retrofit``, ``..._classifier_retrofit``, or neither for v3.5,
+    which does both: :attr:`SavedRetrofit.kinds`).
 
     Args:
         model_path: ``"embedded"``, ``"v3"``, ``"v2"``, a checkpoint file, a saved
@@ -70,5 +73,6 @@ def save_patched(
         settings=settings.to_dict(),
         patch_digest=digest,
         source_label=source.label,
+        kinds=host_kinds(specs),
         overwrite=overwrite,
     )

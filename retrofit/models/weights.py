@@ -29,10 +29,12 @@ from tabpfn import model_loading
 from tabpfn.constants import ModelVersion
 
 from retrofit.errors import UnknownVersionError, WeightsUnavailableError
+from retrofit.models.aliases import AUTO, VERSION_ALIASES, alias_list
 
 __all__ = [
     "AUTO",
     "DEFAULT_VERSIONS",
+    "KINDS",
     "Which",
     "default_checkpoint_path",
     "default_weights",
@@ -43,17 +45,14 @@ __all__ = [
 
 #: Which of tabpfn's two estimator kinds a checkpoint is for (tabpfn's own ``which``).
 Which = Literal["regressor", "classifier"]
+#: Both kinds, in that order (what a model that does both tasks, v3.5, is).
+KINDS: tuple[Which, ...] = ("regressor", "classifier")
 
-#: The version aliases this package resolves to tabpfn's default checkpoint.
+#: The version aliases this package resolves to tabpfn's default checkpoint
+#: (the table of :mod:`retrofit.models.aliases`, as tabpfn's versions).
 DEFAULT_VERSIONS: dict[str, ModelVersion] = {
-    "v2": ModelVersion.V2,
-    "v2.5": ModelVersion.V2_5,
-    "v2.6": ModelVersion.V2_6,
-    "v3": ModelVersion.V3,
-    "v3.5": ModelVersion.V3_5,
+    alias: ModelVersion(alias) for alias in VERSION_ALIASES
 }
-#: The alias of tabpfn's own default version (what ``TabPFNRegressor()`` loads).
-AUTO = "auto"
 
 # Where a user fetches each default file by hand (the Hugging Face repository
 # tabpfn downloads from; every one but v2 is gated behind the licence acceptance).
@@ -88,13 +87,12 @@ def resolve_version(version: str) -> str:
         if resolved not in DEFAULT_VERSIONS:
             raise UnknownVersionError(
                 f"tabpfn's default version is {resolved!r}, which has no retrofit alias; "
-                f"expected one of {sorted(DEFAULT_VERSIONS)}"
+                f"set TABPFN_MODEL_VERSION to one of {alias_list()}"
             )
         return resolved
     if version not in DEFAULT_VERSIONS:
         raise UnknownVersionError(
-            f"unknown TabPFN version {version!r}; expected one of "
-            f"{sorted(DEFAULT_VERSIONS)} or {AUTO!r}"
+            f"unknown TabPFN version {version!r}; expected {alias_list(auto=True)}"
         )
     return version
 

@@ -24,6 +24,7 @@ from tests.helpers.tiny_models import (
     build_tiny_v3,
     perturb_zero_init,
     tiny_inference,
+    tiny_inference_config,
     tiny_v3_config,
 )
 
@@ -33,6 +34,7 @@ __all__ = [
     "TINY_V2",
     "build_host",
     "build_tiny_v2",
+    "save_tiny_host_checkpoint",
     "save_tiny_v2_checkpoint",
     "tiny_classifier_specs",
     "tiny_host_specs",
@@ -112,6 +114,31 @@ def tiny_host_specs(name: str, n_estimators: int = 2, seed: int = 0) -> ModelSpe
         inference_config=tiny_inference(n_estimators),
         norm_criterion=criterion,
     )
+
+
+def save_tiny_host_checkpoint(name: str, path, seed: int = 0):
+    """A tiny ``name`` model (a key of :data:`TINY`) saved as tabpfn's loader reads it.
+
+    tabpfn reads the version from the file name, so ``path``'s name must carry
+    it (``tiny-v3.5-regressor.safetensors``). v2.5 and v2.6 get a bar
+    distribution over ``[-4, 4]`` as their criterion (v3.5 carries its
+    regression borders in its heads); v3.5 does both tasks.
+    """
+    model = build_host(name, seed)
+    parsed, _ = ARCHITECTURES[name].parse_config(dict(TINY[name]))
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if name != "tabpfn_v3_5":
+        borders = torch.linspace(-4.0, 4.0, TINY[name]["num_buckets"] + 1)
+        criterion = FullSupportBarDistribution(borders)
+        state.update({f"criterion.{k}": v for k, v in criterion.state_dict().items()})
+    checkpoint = {
+        "state_dict": state,
+        "architecture_name": name,
+        "config": dataclasses.asdict(parsed),
+        "inference_config": tiny_inference_config(),
+    }
+    save_as_safetensors(checkpoint, path)
+    return path
 
 
 TINY_V2: dict[str, Any] = {

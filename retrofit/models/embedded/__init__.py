@@ -25,6 +25,7 @@ from pathlib import Path
 
 from retrofit.errors import EmbeddedCheckpointError
 from retrofit.files import sha256_of_checkpoint
+from retrofit.models.aliases import alias_list
 from retrofit.models.weights import Which
 
 __all__ = [
@@ -118,8 +119,8 @@ def embedded_model_path(which: Which = "regressor") -> Path:
     if which != "regressor" and not embedded_is_shipped(which):
         raise EmbeddedCheckpointError(
             f"model_path='embedded': this installation ships no embedded {which} host; give a "
-            f"{which} checkpoint file, 'auto' or a version alias ('v2' ... 'v3.5', whose "
-            "weights tabpfn downloads into its model cache), or a tabpfn.ModelSpecs"
+            f"{which} checkpoint file, {alias_list(auto=True)} (whose weights tabpfn "
+            "downloads into its model cache), or a tabpfn.ModelSpecs"
         )
     expected = _read_expected_sha256(_HERE / (name + ".sha256"))
     return verify_checkpoint(_HERE / name, expected)

@@ -169,7 +169,7 @@ def test_patch_then_predict_from_the_directory_is_bit_identical(data, model_arg,
         ),
         capsys,
     )
-    assert code == 0 and "saved retrofitted model" in stdout
+    assert code == 0 and "saved retrofitted regressor" in stdout
     assert _listing(saved_dir) == ["retrofit.json", "tabpfn_v3_regressor_retrofit.safetensors"]
     manifest = json.loads((saved_dir / "retrofit.json").read_text())
     assert manifest["settings"] == {

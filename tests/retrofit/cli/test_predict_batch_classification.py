@@ -11,7 +11,7 @@ import torch
 
 from eval.cli import main
 from retrofit import OTabPFNClassifier
-from retrofit.cli.predict_batch import model_task
+from retrofit.cli.tasks import model_kinds
 from tests.helpers.exactness import CLASSIFIER_PROBA_ULPS, assert_within_ulps
 from tests.helpers.tiny_hosts import TINY_MAX_CLASSES, build_tiny_v2, save_tiny_v2_checkpoint
 
@@ -49,9 +49,9 @@ def _run(manifest, out, checkpoint, *extra):
 
 
 def test_the_task_is_the_models(classifier_checkpoint, tiny_v3_path):
-    assert model_task(str(classifier_checkpoint)) == "classification"
-    assert model_task(str(tiny_v3_path)) == "regression"
-    assert model_task("embedded") == "regression"
+    assert model_kinds(str(classifier_checkpoint)) == ("classifier",)
+    assert model_kinds(str(tiny_v3_path)) == ("regressor",)
+    assert model_kinds("embedded") == ("regressor", "classifier")
 
 
 @pytest.mark.parametrize("task", [[], ["--task", "classification"]], ids=["inferred", "given"])

@@ -127,3 +127,84 @@ def test_embedded_without_a_shipped_classifier_fails_in_one_line(
     err = capsys.readouterr().err.strip()
     assert "ships no embedded classifier host" in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_one_text_label_in_train_leaves_integer_test_labels_equal_to_their_class(
+    tmp_path, classifier_checkpoint, capsys
+):
+    # The hostile tester's files: integer labels in both, one 'x' among the train
+    # ones, so pandas reads the train column as text and the test column as integers;
+    # the rare 'x' is absent from the test file. The command printed "accuracy 0".
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(N_TRAIN + N_TEST, 3))
+    frame = pd.DataFrame(X, columns=["a", "b", "c"]).assign(label=(X[:, 0] > 0).astype(int))
+    train_frame = frame.iloc[:N_TRAIN].astype({"label": object})
+    train_frame.loc[5, "label"] = "x"
+    train, test = tmp_path / "train.csv", tmp_path / "test.csv"
+    train_frame.to_csv(train, index=False)
+    frame.iloc[N_TRAIN:].to_csv(test, index=False)
+    assert pd.read_csv(train)["label"].dtype.kind not in "iuf"  # the trap is set: text
+    assert pd.read_csv(test)["label"].dtype.kind == "i"
+    out = tmp_path / "pred.csv"
+    assert _predict(train, test, out, classifier_checkpoint, "--task", "classification") == 0
+
+    # The labels as the files show them: the same text in both files.
+    y_train = pd.read_csv(train, dtype={"label": str})["label"]
+    y_test = pd.read_csv(test, dtype={"label": str})["label"].to_numpy()
+    est = OTabPFNClassifier(
+        model_path=str(classifier_checkpoint),
+        inference_precision=torch.float32,
+        device="cpu",
+        n_estimators=2,
+        random_state=0,
+    ).fit(pd.read_csv(train).drop(columns="label"), y_train)
+    predicted = est.predict(pd.read_csv(test).drop(columns="label"))
+    accuracy = float(np.mean(predicted == y_test))
+    assert 0 < accuracy  # the tiny random host gets some right: 0 would be the old bug
+    written = pd.read_csv(out, dtype=str)
+    assert list(written["prediction"]) == list(predicted)
+    assert list(written["label"]) == list(y_test)
+    printed = capsys.readouterr().out.strip()
+    assert printed == f"accuracy {accuracy:.6g} on {N_TEST} rows with a known label"
+
+
+def test_patching_a_classifier_names_the_file_and_the_estimator_by_its_kind(
+    tmp_path, files, classifier_checkpoint, capsys
+):
+    saved_dir = tmp_path / "retrofitted"
+    argv = ["patch", "--model", str(classifier_checkpoint), "--mode", "full-o"]
+    assert main([*argv, "--out", str(saved_dir), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert sorted(p.name for p in saved_dir.iterdir()) == [
+        "retrofit.json",
+        "tabpfn_v2_classifier_retrofit.safetensors",
+    ]
+    assert f"saved retrofitted classifier to {saved_dir}" in printed
+    assert f"OTabPFNClassifier(model_path={str(saved_dir)!r})" in printed
+    assert "OTabPFNRegressor" not in printed
+
+    # What the hint says works: the saved classifier predicts as the patched checkpoint.
+    train_frame, test_frame = (pd.read_csv(f) for f in files)
+
+    def proba(model_path, **settings):
+        est = OTabPFNClassifier(
+            model_path=str(model_path),
+            inference_precision=torch.float32,
+            device="cpu",
+            n_estimators=2,
+            random_state=0,
+            **settings,
+        ).fit(train_frame.drop(columns="label"), train_frame["label"])
+        return est.predict_proba(test_frame.drop(columns="label"))
+
+    from_dir = proba(saved_dir)
+    assert np.array_equal(from_dir, proba(classifier_checkpoint, mode="full-o"))
+    assert not np.allclose(from_dir, proba(classifier_checkpoint, mode="none"), atol=1e-6)
+
+
+def test_patch_help_names_both_estimators(capsys):
+    with pytest.raises(SystemExit):
+        main(["patch", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "OTabPFNClassifier(model_path=DIR)" in text
+    assert "<tabpfn_vX>_<kind>_retrofit.safetensors" in text

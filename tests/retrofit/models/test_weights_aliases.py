@@ -9,24 +9,19 @@ in every fit mode.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from tabpfn import model_loading
-from tabpfn.architectures import ARCHITECTURES
-from tabpfn.architectures.shared.bar_distribution import FullSupportBarDistribution
-from tabpfn.checkpoint import save_as_safetensors
 from tabpfn.constants import ModelVersion
 
 from retrofit.errors import EmbeddedCheckpointError, WeightsUnavailableError
 from retrofit.estimator import OTabPFNRegressor
 from retrofit.models import loading, weights
 from retrofit.settings import DEFAULT_TAU_BY_HOST
-from tests.helpers.tiny_hosts import TINY, build_host
-from tests.helpers.tiny_models import tiny_inference_config
+from tests.helpers.tiny_hosts import save_tiny_host_checkpoint
 
 NEW_ALIASES = {
     "v2.5": "tabpfn-v2.5-regressor-v2.5_default.ckpt",
@@ -72,7 +67,7 @@ def test_the_estimator_on_auto_offline_names_the_v3_5_file(cache_dir, no_downloa
 
 
 def test_an_unknown_path_lists_every_alias(tmp_path):
-    with pytest.raises(loading.CheckpointNotFoundError, match=r"v2\.5, v2\.6, v3, v3\.5, auto"):
+    with pytest.raises(loading.CheckpointNotFoundError, match=r"'v2\.5', 'v2\.6', 'v3' or 'v3\.5'"):
         loading.resolve_checkpoint(tmp_path / "missing.ckpt")
 
 
@@ -86,22 +81,7 @@ FILE_NAMES = {
 
 
 def _checkpoint(name: str, directory: Path) -> Path:
-    model = build_host(name)
-    parsed, _ = ARCHITECTURES[name].parse_config(dict(TINY[name]))
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    if name != "tabpfn_v3_5":  # v3.5 carries its regression borders in the heads
-        borders = torch.linspace(-4.0, 4.0, TINY[name]["num_buckets"] + 1)
-        criterion = FullSupportBarDistribution(borders)
-        state.update({f"criterion.{k}": v for k, v in criterion.state_dict().items()})
-    checkpoint = {
-        "state_dict": state,
-        "architecture_name": name,
-        "config": dataclasses.asdict(parsed),
-        "inference_config": tiny_inference_config(),
-    }
-    path = directory / FILE_NAMES[name]
-    save_as_safetensors(checkpoint, path)
-    return path
+    return save_tiny_host_checkpoint(name, directory / FILE_NAMES[name])
 
 
 @pytest.mark.parametrize("name", sorted(FILE_NAMES))
