@@ -697,6 +697,65 @@ def test_a_second_eval_skips_the_runs_another_process_holds_and_takes_over_a_dea
     assert sorted(p.name for p in runs_dir(store).iterdir()) == sorted(f"{k}.json" for k in keys)
 
 
+_KILLED_MID_RUN = """
+import os, pickle, signal, sys
+from eval.paper.execution import run_suite
+store, tasks = sys.argv[1], pickle.load(open(sys.argv[2], "rb"))
+done = []
+
+def task_fn(task):
+    if len(done) == 2:  # two runs stored, the third in flight: kill -9
+        os.kill(os.getpid(), signal.SIGKILL)
+    done.append(task.spec.key)
+    return {"key": task.spec.key, "status": "ok", "dataset": task.spec.dataset,
+            "seed": task.spec.seed, "mode": task.spec.mode, "pid": os.getpid()}
+
+run_suite(tasks, store, task_fn=task_fn, progress=False)
+"""
+
+
+def test_a_killed_eval_resumed_to_completion_leaves_no_claim_and_steals_no_live_one(
+    tiny_ckpt, tmp_path
+):
+    """Issue 33: the claims of a killed eval stayed in the store after its resume finished."""
+    import pickle
+
+    tasks = make_tasks(
+        suite="offline18", model_path=tiny_ckpt, modes=("none", "oattention"),
+        datasets=["qsar_fish"], seeds=[0, 1], n_estimators=1, max_train_rows=40,
+        max_test_rows=12,
+    )  # fmt: skip
+    keys = [t.spec.key for t in tasks]
+    store = tmp_path / "store"
+    (tmp_path / "tasks.pkl").write_bytes(pickle.dumps(tasks))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_MID_RUN, str(store), str(tmp_path / "tasks.pkl")],
+        cwd=ROOT, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr
+    claims = sorted(p.stem for p in runs_dir(store).glob("*.claim"))
+    assert len(list(runs_dir(store).glob("*.json"))) == 2 and keys[2] in claims
+    # Another live eval holds a claim on a run of another plan (say, another tau).
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(store), "f" * 64],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        summary = run_suite(tasks, store, task_fn=_fake_row, progress=False)
+        assert (summary.skipped, summary.computed) == (2, 2)
+        assert sorted(p.name for p in runs_dir(store).iterdir()) == sorted(
+            [*(f"{k}.json" for k in keys), f"{'f' * 64}.claim"]
+        )
+        assert not claim_run(store, "f" * 64)  # still the holder's
+    finally:
+        holder.kill()
+        holder.wait()
+    run_suite(tasks, store, task_fn=_fake_row, progress=False)  # the holder died: its claim goes
+    assert sorted(p.name for p in runs_dir(store).iterdir()) == sorted(f"{k}.json" for k in keys)
+
+
 def test_a_claim_file_of_a_dead_pid_is_taken_over_and_a_held_one_is_not(tmp_path):
     """The claim of a killed process never blocks a run forever."""
     runs_dir(tmp_path).mkdir(parents=True)
