@@ -120,11 +120,30 @@ def test_on_another_cpu_runs_are_recomputed_the_cpu_is_named_and_both_tables_are
     assert _digest(results) == before
 
 
-@pytest.mark.parametrize("command", ["exactness", "ablation"])
-def test_exactness_and_ablation_default_to_the_untracked_folder(command: str) -> None:
+@pytest.mark.parametrize(
+    ("command", "quick"), [("exactness", ["--quick", "--lengths", "32"]), ("ablation", ["--quick"])]
+)
+def test_a_quick_exactness_or_ablation_run_leaves_the_full_run_s_folder_alone(
+    command: str,
+    quick: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 33: ``--quick`` wrote over the full run's files; now ``<command>/quick``, as bench."""
     # (eval's and report's default store is shown by the main-job tests above.)
-    out = Path(build_parser().parse_args([command]).out)
-    assert out == locations.DEFAULT_OUTPUT_ROOT / command
+    monkeypatch.chdir(tmp_path)
+    full = locations.DEFAULT_OUTPUT_ROOT / command
+    full.mkdir(parents=True)
+    for name in (f"{command}.json", f"{command}.md"):
+        (full / name).write_text("the full run's file\n")
+    assert main([command, *quick, "--threads", "1"]) == 0
+    assert f"wrote {full / 'quick'}/{command}.json" in capsys.readouterr().out
+    for name in (f"{command}.json", f"{command}.md"):
+        assert (full / name).read_text() == "the full run's file\n"
+        assert (full / "quick" / name).stat().st_size > 0
+    assert '"quick": true' in (full / "quick" / f"{command}.json").read_text()
+    assert build_parser().parse_args([command]).out is None  # resolved by --quick or not
 
 
 def test_bench_and_host_quality_and_card_default_to_the_untracked_folder() -> None:
