@@ -175,6 +175,12 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
         help="tau of the main table (default: the host's default, recorded by eval)",
     )
     p.add_argument("--checkpoint", default=None, help="SHA-256 prefix to report")
+    p.add_argument(
+        "--partial",
+        action="store_true",
+        help="report a store that lacks some of the suite's planned runs (they are named); "
+        "without it such a store is refused (exit 2) and nothing is written",
+    )
     p.set_defaults(handler=_run_report)
 
 

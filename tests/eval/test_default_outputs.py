@@ -46,7 +46,8 @@ def committed_runs(ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
                        datasets=["qsar_fish"], seeds=[0, 1], n_estimators=1, threads=1,
                        **ROWS)  # fmt: skip
     assert run_suite(tasks, store, progress=False).computed == 6
-    assert main(["report", "--store", str(store), "--committed", "none", "--tau", "1"]) == 0
+    report = ["report", "--store", str(store), "--committed", "none", "--tau", "1", "--partial"]
+    assert main(report) == 0
     return results
 
 
@@ -83,7 +84,7 @@ def test_the_main_job_reuses_committed_runs_into_an_untracked_store_and_writes_n
     assert f"reused 6 runs of the committed store {results / 'offline18'}" in out
     assert "0 computed" in out and "6 already stored" in out
     assert len(load_rows(store)) == 6
-    assert main(["report"]) == 0
+    assert main(["report", "--partial"]) == 0
     out = capsys.readouterr().out
     assert (store / "summary.md").exists() and (store / "cases.csv").exists()
     assert "mean (committed)" in out and "Same run context as the committed table" in out
@@ -112,12 +113,32 @@ def test_on_another_cpu_runs_are_recomputed_the_cpu_is_named_and_both_tables_are
     assert "6 computed" in out
     assert "6 runs recomputed: their keys differ from the committed runs in cpu (here: " in out
     assert f"committed: {OTHER_CPU!r})" in out
-    assert main(["report"]) == 0
+    assert main(["report", "--partial"]) == 0
     out = capsys.readouterr().out
     table = [line for line in out.splitlines() if line.startswith("| Full-O")]
     assert len(table) == 1 and table[0].count("%") == 4  # yours and committed, mean and median
     assert f"committed: {OTHER_CPU!r})" in out and "Runs recomputed here because" in out
     assert _digest(results) == before
+
+
+def test_report_prints_its_table_outside_a_checkout(
+    committed_runs: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 33: with no committed table (a wheel), report printed only "wrote ..." lines."""
+    store = tmp_path / "offline18"
+    shutil.copytree(committed_runs / "offline18", store)
+    monkeypatch.setattr(locations, "_CHECKOUT_RESULTS", None)  # as from site-packages
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "--store", str(store), "--tau", "1", "--partial"]) == 0
+    out = capsys.readouterr().out
+    summary = (store / "summary.md").read_text()
+    for variant in ("| OAttention (support=count", "| Full-O (support=count"):
+        (printed,) = [line for line in out.splitlines() if line.startswith(variant)]
+        assert printed in summary.splitlines() and printed.count("%") == 3  # mean, median, paper
+    assert "no committed table to compare with" in out
 
 
 @pytest.mark.parametrize(

@@ -283,7 +283,7 @@ def stored_suite(tiny_ckpt, tmp_path_factory) -> Path:
     store = tmp_path_factory.mktemp("suite") / "store"
     argv = ["eval", "--model", tiny_ckpt, "--modes", "none", "oattention", "--store", store]
     assert cli.main([str(a) for a in [*argv, *EVAL_FAST, *EVAL_CASES]]) == 0
-    assert cli.main(["report", "--store", str(store)]) == 0
+    assert cli.main(["report", "--store", str(store), "--partial"]) == 0
     return store
 
 
@@ -319,7 +319,7 @@ def test_report_on_a_truncated_run_file_names_it_and_eval_recomputes_it(tiny_ckp
     key = run_file.stem
     run_file.write_text(run_file.read_text()[:100])
     summary_before = (store / "summary.md").read_bytes()
-    code, _, err = _run(["report", "--store", store], capsys)
+    code, _, err = _run(["report", "--store", store, "--partial"], capsys)
     assert code == 2
     _one_error_line(err, "report")
     assert str(run_file) in err and "unreadable" in err
@@ -333,13 +333,13 @@ def test_report_on_a_truncated_run_file_names_it_and_eval_recomputes_it(tiny_ckp
     assert str(run_file) in lines[0] and "recomputing it" in lines[0]
     assert "1 computed" in stdout
     assert read_row(run_file)["key"] == key
-    assert _run(["report", "--store", store], capsys)[0] == 0
+    assert _run(["report", "--store", store, "--partial"], capsys)[0] == 0
 
 
 def test_report_at_a_tau_without_runs_lists_the_stored_taus_and_writes_nothing(store, capsys):
     """The default --out would have replaced summary.md with an empty table."""
     before = {p.name: p.read_bytes() for p in store.iterdir() if p.is_file()}
-    code, _, err = _run(["report", "--store", store, "--tau", "5"], capsys)
+    code, _, err = _run(["report", "--store", store, "--tau", "5", "--partial"], capsys)
     assert code == 2
     _one_error_line(err, "report")
     assert "no stored runs at tau 5; the store has tau 1" in err
