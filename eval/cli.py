@@ -32,9 +32,9 @@ from retrofit.settings import MODES
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
+
 # A user's command never writes the committed results/ (``.ci/regenerate-results``
 # names those paths); every default output is under eval.locations' untracked folder.
-_OUT_HELP = f"output directory (default under {DEFAULT_OUTPUT_ROOT}/; results/ only if named)"
 _STORE_HELP = f"run store and report folder (default {DEFAULT_OUTPUT_ROOT}/SUITE)"
 _COMMITTED_HELP = (
     "committed store, only read: runs with the same key are reused and report compares "
@@ -42,12 +42,19 @@ _COMMITTED_HELP = (
 )
 
 
+def _quick_out_help(name: str) -> str:
+    return (
+        f"output directory (default {default_output(name)}; {default_output(name, quick=True)} "
+        "with --quick, so a smoke run never overwrites a full run; results/ only if named)"
+    )
+
+
 def _add_exactness(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "exactness",
         help="operator exactness of OAttention vs float64 and same-dtype direct evaluation",
     )
-    p.add_argument("--out", default=str(default_output("exactness")), help=_OUT_HELP)
+    p.add_argument("--out", default=None, help=_quick_out_help("exactness"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="small lengths (tests, smoke runs)")
     p.add_argument(
@@ -60,6 +67,7 @@ def _add_exactness(sub: argparse._SubParsersAction) -> None:
 def _run_exactness(args: argparse.Namespace) -> int:
     from eval.operators import exactness
 
+    args.out = args.out or str(default_output("exactness", quick=args.quick))
     report = exactness.run(
         out_dir=args.out,
         seed=args.seed,
@@ -76,7 +84,7 @@ def _add_ablation(sub: argparse._SubParsersAction) -> None:
         "ablation",
         help="two-block null-token ablation: standard vs OA-only vs OTransformer",
     )
-    p.add_argument("--out", default=str(default_output("ablation")), help=_OUT_HELP)
+    p.add_argument("--out", default=None, help=_quick_out_help("ablation"))
     p.add_argument("--seed", type=int, default=0, help="first seed; seeds are seed..seed+n-1")
     p.add_argument("--quick", action="store_true", help="fewer seeds and scales (tests)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: keep)")
@@ -86,6 +94,7 @@ def _add_ablation(sub: argparse._SubParsersAction) -> None:
 def _run_ablation(args: argparse.Namespace) -> int:
     from eval.operators import ablation
 
+    args.out = args.out or str(default_output("ablation", quick=args.quick))
     ablation.run(out_dir=args.out, seed=args.seed, quick=args.quick, threads=args.threads)
     print(f"wrote {args.out}/ablation.json and ablation.md")
     return 0
@@ -167,6 +176,12 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
         help="tau of the main table (default: the host's default, recorded by eval)",
     )
     p.add_argument("--checkpoint", default=None, help="SHA-256 prefix to report")
+    p.add_argument(
+        "--partial",
+        action="store_true",
+        help="report a store that lacks some of the suite's planned runs (they are named); "
+        "without it such a store is refused (exit 2) and nothing is written",
+    )
     p.set_defaults(handler=_run_report)
 
 
@@ -188,8 +203,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         "--out",
         default=None,
         help=f"output directory (default {default_output('bench')}; "
-        f"{default_output('bench/quick')} with --quick, so a smoke run never overwrites a "
-        "measurement; with --batched bench_batched instead of bench)",
+        f"{default_output('bench', quick=True)} with --quick, so a smoke run never overwrites "
+        "a measurement; with --batched bench_batched instead of bench)",
     )
     p.add_argument("--quick", action="store_true", help="tiny shapes, few rounds (smoke run)")
     p.add_argument("--repeats", type=int, default=None, help="rounds per shape (default 25)")

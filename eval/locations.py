@@ -33,9 +33,15 @@ _ROOT = Path(__file__).resolve().parent.parent
 _CHECKOUT_RESULTS: Path | None = _ROOT / "results" if (_ROOT / "pyproject.toml").is_file() else None
 
 
-def default_output(name: str) -> Path:
-    """The default output folder of a command (``tabpfn-retrofit-results/<name>``)."""
-    return DEFAULT_OUTPUT_ROOT / name
+def default_output(name: str, *, quick: bool = False) -> Path:
+    """The default output folder of a command (``tabpfn-retrofit-results/<name>``).
+
+    Args:
+        name: The command's folder name.
+        quick: A ``--quick`` smoke run: ``<name>/quick``, so that a smoke run
+            never overwrites the full run's files.
+    """
+    return DEFAULT_OUTPUT_ROOT / name / "quick" if quick else DEFAULT_OUTPUT_ROOT / name
 
 
 def _is_checkout(folder: Path) -> bool:

@@ -420,7 +420,7 @@ def render_batched_markdown(report: dict[str, Any]) -> str:
 
 def bench_batched_command(args: Any) -> int:
     """``tabpfn-retrofit bench --batched``."""
-    out = args.out or str(default_output("bench_batched/quick" if args.quick else "bench_batched"))
+    out = args.out or str(default_output("bench_batched", quick=args.quick))
     sizes = [2, 3] if args.quick else args.batched_sizes
     rows = [20, 60] if args.quick else args.batched_rows
     bench_batched(

@@ -67,7 +67,7 @@ from eval.benchmarks.shapes import (
     SMALL_SHAPES,
     icl_shapes,
 )
-from eval.benchmarks.speed_markdown import render_markdown
+from eval.benchmarks.speed_markdown import part_text, render_markdown
 from eval.locations import DEFAULT_OUTPUT_ROOT, default_output
 from eval.provenance import provenance_dict
 from retrofit.files import write_json_atomic, write_text_atomic
@@ -170,7 +170,7 @@ def run(
         except (RuntimeError, subprocess.SubprocessError) as err:
             report["memory"] = {"shape": list(shape.dims()), "error": str(err)}
         if progress:
-            progress(f"memory: {report['memory']}")
+            progress(part_text("memory", report["memory"]))
     if "estimator" in parts:
         cases = [("qsar_fish", 0)] if quick else list(DEFAULT_ESTIMATOR_CASES)
         try:
@@ -199,7 +199,7 @@ def run(
             )
         )
         if progress:
-            progress(f"fit_loop: {report['fit_loop'].get('ratios', report['fit_loop'])}")
+            progress(part_text("fit_loop", report["fit_loop"]))
     if "chunks" in parts:
         report["chunks"] = _reported(
             lambda: bench_chunks(
@@ -212,7 +212,7 @@ def run(
             )
         )
         if progress:
-            progress(f"chunks: {[r.get('ratio') for r in report['chunks'].get('by_threads', [])]}")
+            progress(part_text("chunks", report["chunks"]))
     report["environment"] = {"start": env_start, "end": environment()}
     report["provenance"] = provenance_dict(
         benchmark="eval.benchmarks.speed", parts=list(parts), seed=seed, targets=TARGETS
@@ -237,7 +237,7 @@ def _reported(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 def bench_command(args: Any) -> int:
     """``python -m eval bench``: runs :func:`run` and prints one line per measurement."""
     if args.out is None:
-        args.out = str(default_output("bench/quick" if args.quick else "bench"))
+        args.out = str(default_output("bench", quick=args.quick))
     run(
         out_dir=args.out,
         quick=args.quick,

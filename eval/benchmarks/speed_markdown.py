@@ -9,7 +9,7 @@ import numpy as np
 from eval.benchmarks import TARGETS
 from eval.markdown import markdown_table
 
-__all__ = ["render_markdown"]
+__all__ = ["part_text", "render_markdown"]
 
 
 def _fmt_ratio(r: dict[str, float]) -> str:
@@ -170,6 +170,30 @@ def _estimator_rows(cases: list[dict[str, Any]]) -> list[list[object]]:
     ]
 
 
+def _memory_lines(mem: dict[str, Any] | None) -> list[str]:
+    """The ``memory`` part: each peer's extra peak memory of one call."""
+    if not mem:
+        return []
+    lines = ["## Peak memory of one call (fresh process each)", ""]
+    if "error" in mem:
+        return [*lines, f"Not measured: {mem['error']}", ""]
+    ratio = mem["ratio"]
+    shown = "unknown (a probe read nothing)" if ratio is None else f"{ratio:.3f}"
+    return [
+        *lines,
+        f"Shape {tuple(mem['shape'])}, {mem['runs']} runs per peer; {mem['method']}.",
+        "",
+        *markdown_table(
+            ("peer", "extra peak MiB (median)", "runs (MiB)", "output MiB", "inputs MiB"),
+            _memory_rows(mem["peers"]),
+            align="lrlrr",
+        ),
+        "",
+        f"OAttention / SDPA extra peak: {shown} (target <= {mem['target']}: {_mark(mem['met'])}).",
+        "",
+    ]
+
+
 def _fit_loop_lines(loop: dict[str, Any] | None) -> list[str]:
     """The ``fit_loop`` part: each peer's loop against plain tabpfn's."""
     if not loop:
@@ -248,6 +272,20 @@ def _chunk_lines(chunks: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+_PART_LINES = {"memory": _memory_lines, "fit_loop": _fit_loop_lines, "chunks": _chunk_lines}
+
+
+def part_text(part: str, result: dict[str, Any]) -> str:
+    """The section of ``bench.md`` for one finished part, as ``bench`` prints it.
+
+    Args:
+        part: ``"memory"``, ``"fit_loop"`` or ``"chunks"`` (the parts measured
+            as a whole; the others print a line per shape or case).
+        result: The part's entry of the report.
+    """
+    return "\n".join(_PART_LINES[part](result)).rstrip()
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """The Markdown form of a benchmark report."""
     prov = report["provenance"]
@@ -310,29 +348,7 @@ def render_markdown(report: dict[str, Any]) -> str:
                 ),
                 "",
             ]
-    mem = report.get("memory")
-    if mem:
-        lines += ["## Peak memory of one call (fresh process each)", ""]
-        if "error" in mem:
-            lines += [f"Not measured: {mem['error']}", ""]
-        else:
-            lines += [
-                f"Shape {tuple(mem['shape'])}, {mem['runs']} runs per peer; {mem['method']}.",
-                "",
-                *markdown_table(
-                    ("peer", "extra peak MiB (median)", "runs (MiB)", "output MiB", "inputs MiB"),
-                    _memory_rows(mem["peers"]),
-                    align="lrlrr",
-                ),
-            ]
-            ratio = mem["ratio"]
-            shown = "unknown (a probe read nothing)" if ratio is None else f"{ratio:.3f}"
-            lines += [
-                "",
-                f"OAttention / SDPA extra peak: {shown} (target <= {mem['target']}: "
-                f"{_mark(mem['met'])}).",
-                "",
-            ]
+    lines += _memory_lines(report.get("memory"))
     est = report.get("estimator")
     if est:
         lines += ["## OTabPFNRegressor fit + predict vs mode='none' (CPU, float32)", ""]

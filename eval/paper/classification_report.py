@@ -27,8 +27,9 @@ from typing import Any
 
 from eval.locations import default_output
 from eval.markdown import markdown_table
+from eval.paper.completeness import Completeness, completeness, pair_counts, require_complete
 from eval.paper.datasets import SUITE_DATASETS
-from eval.paper.report import main_tau, one_run_per_case, select_context
+from eval.paper.report import main_tau, one_run_per_case, planned_cases, select_context
 from eval.paper.store import load_rows
 from retrofit.files import atomic_file_set, write_text_atomic
 
@@ -80,6 +81,8 @@ CLASSIFICATION_REPORT_FILES: tuple[str, ...] = ("cases.csv", "summary.md")
 _MODE_ORDER = {"none": 0, "oattention": 1, "full-o": 2}
 _MODE_LABEL = {"oattention": "OAttention", "full-o": "Full-O"}
 _DELTAS = ("log_loss_delta_pct", "accuracy_delta_pp", "roc_auc_delta_pts")
+_MISSING_LISTED = 40
+"""How many missing runs summary.md lists by name."""
 
 
 def _delta(row: dict[str, Any], base: dict[str, Any] | None, metric: str) -> float | None:
@@ -108,6 +111,8 @@ def classification_case_table(rows: Sequence[dict[str, Any]]) -> list[dict[str, 
         for metric, delta in zip(("log_loss", "accuracy", "roc_auc"), _DELTAS, strict=True):
             record[f"{metric}_none"] = base.get(metric) if base else None
             record[delta] = _delta(row, base, metric)
+        # status_none (not a column): the baseline's status, None if it was never stored.
+        record["status_none"] = base.get("status") if base else None
         table.append(record)
     names = [name for suite_names in SUITE_DATASETS.values() for name in suite_names]
     order = {name: i for i, name in enumerate(dict.fromkeys(names))}
@@ -122,14 +127,23 @@ def classification_case_table(rows: Sequence[dict[str, Any]]) -> list[dict[str, 
     return table
 
 
-def classification_aggregate(table: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def classification_aggregate(
+    table: Sequence[dict[str, Any]], cases: Sequence[tuple[str, int]] | None = None
+) -> list[dict[str, Any]]:
     """Per retrofit variant: paired cases, mean and median of each change, #worse.
+
+    Args:
+        table: :func:`classification_case_table` records.
+        cases: The planned (dataset, seed) cases (default: those in ``table``).
 
     Returns:
         One record per (mode, tau, support, eps_den): ``n`` (cases with every
         change), ``mean_<delta>`` and ``median_<delta>`` for each change,
-        ``worse`` (log loss up), ``failed`` (no usable pair).
+        ``worse`` (log loss up), ``failed`` (the run or its baseline stored
+        with a failure), ``missing`` (the run or its baseline never stored).
     """
+    if cases is None:
+        cases = [(r["dataset"], r["seed"]) for r in table]
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for rec in table:
         if rec["mode"] != "none":
@@ -140,6 +154,7 @@ def classification_aggregate(table: Sequence[dict[str, Any]]) -> list[dict[str, 
         groups.items(), key=lambda kv: (_MODE_ORDER.get(kv[0][0], 9), kv[0][1])
     ):
         paired = [r for r in recs if r["log_loss_delta_pct"] is not None]
+        counts = pair_counts(recs, cases, "log_loss_delta_pct")
         record: dict[str, Any] = {
             "mode": mode,
             "tau": tau,
@@ -147,7 +162,8 @@ def classification_aggregate(table: Sequence[dict[str, Any]]) -> list[dict[str, 
             "eps_den": eps_den,
             "n": len(paired),
             "worse": sum(r["log_loss_delta_pct"] > 0 for r in paired),
-            "failed": len(recs) - len(paired),
+            "failed": counts["failed"],
+            "missing": counts["missing"],
         }
         for delta in _DELTAS:
             values = [r[delta] for r in paired if r[delta] is not None]
@@ -163,7 +179,7 @@ def _fmt(value: Any, spec: str) -> str:
 
 def _summary_text(
     suite: str, rows: Sequence[dict[str, Any]], table: Sequence[dict[str, Any]],
-    main: Sequence[dict[str, Any]], tau: float, notes: Sequence[str],
+    main: Sequence[dict[str, Any]], tau: float, notes: Sequence[str], state: Completeness,
 ) -> str:  # fmt: skip
     first = rows[0]
     lines = [
@@ -175,6 +191,11 @@ def _summary_text(
         "against the unpatched host on the same split and seed: log loss relative (%), "
         "accuracy and macro one-vs-rest ROC AUC absolute (points of 100).",
         "",
+        f"Planned runs at tau {tau:g}: {len(state.planned)}; stored "
+        f"{len(state.planned) - len(state.missing)} ({len(state.failed)} failed); missing "
+        f"(never stored): {len(state.missing)}"
+        + (" (**a partial report**)." if state.missing else "."),
+        "",
         *markdown_table(
             (
                 "variant",
@@ -185,6 +206,7 @@ def _summary_text(
                 "ROC AUC mean",
                 "#worse (log loss)",
                 "#failed",
+                "#missing",
             ),
             [
                 [
@@ -196,6 +218,7 @@ def _summary_text(
                     _fmt(a["mean_roc_auc_delta_pts"], "+.4f") + " pp",
                     a["worse"],
                     a["failed"],
+                    a["missing"],
                 ]
                 for a in main
             ],
@@ -235,6 +258,12 @@ def _summary_text(
         ),
         "",
     ]
+    if state.missing:
+        lines += ["## Missing runs (planned, never stored)", ""]
+        lines += [f"- {run.label}" for run in state.missing[:_MISSING_LISTED]]
+        if len(state.missing) > _MISSING_LISTED:
+            lines.append(f"- and {len(state.missing) - _MISSING_LISTED} more")
+        lines.append("")
     if notes:
         lines += ["## Left out", "", *(f"- {n}" for n in notes), ""]
     return "\n".join(lines)
@@ -256,6 +285,7 @@ def build_classification_report(
     out_dir: str | Path | None = None,
     tau: float | None = None,
     checkpoint: str | None = None,
+    partial: bool = False,
 ) -> dict[str, Path]:
     """Build ``cases.csv`` and ``summary.md`` of a classification suite from its store.
 
@@ -265,23 +295,29 @@ def build_classification_report(
         out_dir: Where to write (default: ``store``).
         tau: The tau of the main table (None: the host's default, as recorded by eval).
         checkpoint: SHA-256 prefix to report (default: the fullest context).
+        partial: Report a store that lacks some of the suite's planned runs
+            (``summary.md`` names them); else such a store is refused.
 
     Returns:
         Paths written, by name.
 
     Raises:
-        ReportError: If the store has no matching rows, or holds a case twice.
+        ReportError: If the store has no matching rows, holds a case twice, or
+            lacks planned runs and ``partial`` is false (nothing is written then).
     """
     store = Path(store)
     out = Path(out_dir) if out_dir is not None else store
     tau = main_tau(store, suite, checkpoint, tau)
     rows, notes = select_context(load_rows(store), suite, checkpoint, tau=tau)
     one_run_per_case(rows)
+    state = completeness(suite, rows, tau)
+    require_complete(state, store, partial=partial)
     table = classification_case_table(rows)
-    main = [a for a in classification_aggregate(table) if a["tau"] == tau]
+    aggregated = classification_aggregate(table, planned_cases(suite))
+    main = [a for a in aggregated if a["tau"] == tau]
     with atomic_file_set(out, CLASSIFICATION_REPORT_FILES) as staging:
         write_text_atomic(staging / "cases.csv", _csv_text(table))
-        text = _summary_text(suite, rows, table, main, tau, notes)
+        text = _summary_text(suite, rows, table, main, tau, notes, state)
         write_text_atomic(staging / "summary.md", text)
     return {name: out / name for name in CLASSIFICATION_REPORT_FILES}
 
@@ -294,10 +330,18 @@ def classification_report_command(args: Any) -> int:
     """
     store = Path(args.store) if args.store else default_output(args.suite)
     written = build_classification_report(
-        store, args.suite, out_dir=args.out, tau=args.tau, checkpoint=args.checkpoint
+        store,
+        args.suite,
+        out_dir=args.out,
+        tau=args.tau,
+        checkpoint=args.checkpoint,
+        partial=getattr(args, "partial", False),
     )
     for path in written.values():
         print(f"wrote {path}")
+    tau = main_tau(store, args.suite, args.checkpoint, args.tau)
+    rows, _ = select_context(load_rows(store), args.suite, args.checkpoint, tau=tau)
+    print(completeness(args.suite, rows, tau).line())
     summary = written["summary.md"].read_text(encoding="utf-8")
     print(summary.split("## Per case")[0].rstrip())  # the headline table; the rest is in the file
     return 0

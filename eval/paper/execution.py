@@ -5,7 +5,9 @@ the moment its case finishes, so a kill loses at most the cases in flight; a
 rerun skips every key that has a file; a fit or predict that raises is stored
 with ``status="failed"`` and the exception text, non-finite predictions with
 ``status="nonfinite"``; nothing is dropped. Each run is claimed in the store
-before it is computed, so two processes never compute the same run.
+before it is computed, so two processes never compute the same run; the claim
+is released as soon as its row is stored, and the claim files a killed run
+left behind are removed when a later run finishes (a live process's never).
 
 Frozen weights: before the run the state-dict hash of the tensors loaded from
 the checkpoint file is taken; after every case the worker reloads and rehashes
@@ -50,7 +52,15 @@ from eval.paper.spec import (
     code_sha256,
     state_dict_sha256,
 )
-from eval.paper.store import claim_run, read_row, release_claim, run_path, utc_now, write_row
+from eval.paper.store import (
+    claim_run,
+    clear_stale_claims,
+    read_row,
+    release_claim,
+    run_path,
+    utc_now,
+    write_row,
+)
 from eval.provenance import provenance_dict
 from retrofit.batching.chunks import cache_sized_chunks
 from retrofit.versions import package_versions
@@ -356,8 +366,10 @@ def run_suite(
     try:
         _run_todo(todo, store, executor, task_fn, summary, progress, on_row)
     finally:
-        for task in todo:
+        for task in todo:  # those not stored yet (each stored run released its own)
             release_claim(store, task.spec.key)
+    # The claims a killed run left behind (its runs stored, or stored here now).
+    clear_stale_claims(store)
     summary.wall_s = time.perf_counter() - start
     return summary
 
@@ -385,6 +397,7 @@ def _run_todo(
             if isinstance(row, LostTask):
                 row = lost_row(todo[index], row.error)
             write_row(store, row)
+            release_claim(store, row["key"])  # stored: a kill from here on leaves no claim
             summary.computed += 1
             summary.failed += row["status"] == "failed"
             summary.nonfinite += row["status"] == "nonfinite"

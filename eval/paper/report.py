@@ -33,7 +33,8 @@ import torch
 from eval.errors import ReportError
 from eval.locations import default_output
 from eval.markdown import markdown_table
-from eval.paper.datasets import OFFLINE18_DATASETS
+from eval.paper.completeness import Completeness, completeness, pair_counts, require_complete
+from eval.paper.datasets import OFFLINE18_DATASETS, suite_cases
 from eval.paper.protocol import PAPER_MEAN_DELTA_PCT
 from eval.paper.reference import committed_store
 from eval.paper.spec import RunSpec, canonical_json
@@ -296,7 +297,8 @@ def case_table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if row.get("status") == "ok" and base and base.get("status") == "ok" and rmse_none:
             delta = 100.0 * (rmse - rmse_none) / rmse_none
         record = {c: row.get(c) for c in CASE_COLUMNS}
-        record.update(rmse_none=rmse_none, delta_pct=delta)
+        # status_none (not a column): the baseline's status, None if it was never stored.
+        record.update(rmse_none=rmse_none, delta_pct=delta, status_none=(base or {}).get("status"))
         table.append(record)
     order = {name: i for i, name in enumerate(OFFLINE18_DATASETS)}
     table.sort(
@@ -313,15 +315,29 @@ def case_table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return table
 
 
-def aggregate(table: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def planned_cases(suite: str) -> list[tuple[str, int]]:
+    """The (dataset, seed) cases a suite plans (``eval.paper.datasets.suite_cases``)."""
+    return [(c.dataset, c.seed) for c in suite_cases(suite)]
+
+
+def aggregate(
+    table: Sequence[dict[str, Any]], cases: Sequence[tuple[str, int]] | None = None
+) -> list[dict[str, Any]]:
     """Per variant (mode, tau, support, eps_den): mean, median, #worse of delta_pct.
+
+    Args:
+        table: :func:`case_table` records.
+        cases: The planned (dataset, seed) cases (default: those in ``table``).
 
     Returns:
         One record per retrofit variant: ``n`` paired cases, ``mean_pct``,
-        ``median_pct``, ``worse`` (delta > 0), ``better``, ``failed``
-        (status not ok, or no usable baseline), ``fit_s`` and ``predict_s``
-        totals.
+        ``median_pct``, ``worse`` (delta > 0), ``better``, ``failed`` (the
+        run or its baseline stored with a failure), ``missing`` (the run or
+        its baseline never stored; :func:`eval.paper.completeness.pair_counts`),
+        ``fit_s`` and ``predict_s`` totals.
     """
+    if cases is None:
+        cases = [(r["dataset"], r["seed"]) for r in table]
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for rec in table:
         if rec["mode"] == "none":
@@ -332,6 +348,7 @@ def aggregate(table: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.items(), key=lambda kv: (kv[0][0] != "oattention", kv[0][1], str(kv[0][2]))
     ):
         deltas = [r["delta_pct"] for r in recs if r["delta_pct"] is not None]
+        counts = pair_counts(recs, cases, "delta_pct")
         out.append(
             {
                 "mode": mode,
@@ -343,7 +360,8 @@ def aggregate(table: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "median_pct": statistics.median(deltas) if deltas else None,
                 "worse": sum(d > 0 for d in deltas),
                 "better": sum(d < 0 for d in deltas),
-                "failed": len(recs) - len(deltas),
+                "failed": counts["failed"],
+                "missing": counts["missing"],
                 "fit_s": sum(r["fit_s"] or 0.0 for r in recs),
                 "predict_s": sum(r["predict_s"] or 0.0 for r in recs),
             }
@@ -383,7 +401,13 @@ def _fmt(value: Any, spec: str = ".4f") -> str:
 
 
 def _pct(value: Any) -> str:
-    # Three significant digits: retrofit deltas span 1e-6 % to 1 %.
+    # Three significant digits, trailing zeros kept (retrofit deltas span 1e-6 % to
+    # 1 %): -0.0049951 is "-0.00500 %", never "-0.005 %" beside another's "-0.00499 %".
+    return "n/a" if value is None else f"{value:+#.3g} %"
+
+
+def _quoted_pct(value: Any) -> str:
+    # A published figure, as published (the paper gives +0.088, not +0.0880).
     return "n/a" if value is None else f"{value:+.3g} %"
 
 
@@ -590,11 +614,16 @@ def main_table(
     tau = main_tau(store, suite, checkpoint, tau)
     rows, _ = select_context(load_rows(store), suite, checkpoint, tau=tau)
     one_run_per_case(rows)
-    return rows, [a for a in aggregate(case_table(rows)) if a["tau"] == tau]
+    records = aggregate(case_table(rows), planned_cases(suite))
+    return rows, [a for a in records if a["tau"] == tau]
 
 
 def comparison_lines(
-    store: str | Path, committed: str | Path | None, suite: str, tau: float
+    store: str | Path,
+    committed: str | Path | None,
+    suite: str,
+    tau: float,
+    checkpoint: str | None = None,
 ) -> list[str]:
     """The main table of ``store`` beside the committed one, and why their runs differ.
 
@@ -603,21 +632,30 @@ def comparison_lines(
         committed: The committed store (``None``: outside a checkout).
         suite: Suite name.
         tau: The tau of the main table.
+        checkpoint: The SHA-256 prefix reported (``report --checkpoint``): its
+            table alone, as a chosen checkpoint has no committed counterpart.
 
     Returns:
         Lines to print: a Markdown table with a column per number for this
         store and the committed table, then one line naming the run-key
-        fields (the CPU by name) in which this store's runs differ.
+        fields (the CPU by name) in which this store's runs differ; without
+        a committed table, this store's table alone and why. Both columns of
+        a number are printed to the same three significant digits.
     """
-    rows, mine = main_table(store, suite, tau=tau)
+    rows, mine = main_table(store, suite, tau=tau, checkpoint=checkpoint)
+    alone = [f"tau = {tau:g}: this store ({store})", "",
+             *markdown_table(_SUMMARY_HEADER, _summary_rows(mine, tau)), ""]  # fmt: skip
+    if checkpoint:
+        return [*alone, f"(checkpoint {checkpoint} chosen: not compared with a committed table)"]
     if committed is None:
-        return ["(no committed store to compare with: outside a checkout, or --committed none)"]
+        return [*alone, "(no committed table to compare with: outside a checkout, or "
+                "--committed none)"]  # fmt: skip
     try:
         theirs_rows, theirs = main_table(
             committed, suite, tau=tau, checkpoint=rows[0]["checkpoint_sha256"]
         )
     except ReportError as exc:
-        return [f"(the committed store {committed} has no table to compare with: {exc})"]
+        return [*alone, f"(the committed store {committed} has no table to compare with: {exc})"]
     by_variant = {(a["mode"], a["support"], a["eps_den"]): a for a in theirs}
     table = []
     for a in mine:
@@ -657,6 +695,7 @@ def build_report(
     out_dir: str | Path | None = None,
     tau: float | None = None,
     checkpoint: str | None = None,
+    partial: bool = False,
 ) -> dict[str, Path]:
     """Build every report file of a suite from its stored results.
 
@@ -666,12 +705,15 @@ def build_report(
         out_dir: Where to write (default: ``store``).
         tau: The tau of the main table and figure (None: :func:`main_tau`).
         checkpoint: SHA-256 prefix to report (default: the latest context).
+        partial: Report a store that lacks some of the suite's planned runs
+            at ``tau`` (``summary.md`` names them); else such a store is refused.
 
     Returns:
         Paths written, by name.
 
     Raises:
-        ReportError: If the store has no matching rows.
+        ReportError: If the store has no matching rows, or lacks planned runs
+            and ``partial`` is false (nothing is written then).
     """
     store = Path(store)
     out = Path(out_dir) if out_dir is not None else store
@@ -679,7 +721,7 @@ def build_report(
     rows, notes = select_context(load_rows(store), suite, checkpoint, tau=tau)
     one_run_per_case(rows)
     table = case_table(rows)
-    agg = aggregate(table)
+    agg = aggregate(table, planned_cases(suite))
     stored_taus = sorted({a["tau"] for a in agg if a["tau"] is not None})
     if stored_taus and tau not in stored_taus:
         # Without this, an empty table would replace the store's summary.
@@ -687,6 +729,8 @@ def build_report(
             f"no stored runs at tau {tau:g}; the store has tau "
             + ", ".join(f"{t:g}" for t in stored_taus)
         )
+    state = completeness(suite, rows, tau)
+    require_complete(state, store, partial=partial)
     first = rows[0]
     ckpt = first["checkpoint_sha256"]
     carriers = load_carriers(store, ckpt)
@@ -701,22 +745,25 @@ def build_report(
         names.append("cases.csv")
         if len(sweep_taus) > 1:
             cols = ("mode", "tau", "support", "eps_den", "n", "mean_pct", "median_pct", "worse",
-                    "better", "failed", "fit_s", "predict_s")  # fmt: skip
+                    "better", "failed", "missing", "fit_s", "predict_s")  # fmt: skip
             write_text_atomic(staging / "tau_sweep.csv", _csv_text(sweep, cols))
             _plot_sweep(sweep, carriers, tau, staging / "tau_sweep.png")
             names += ["tau_sweep.csv", "tau_sweep.png"]
         if _plot_deltas(table, tau, staging / "deltas.png"):
             names.append("deltas.png")
         text = _summary_text(
-            store, suite, rows, table, agg, main, sweep, sweep_taus, carriers, tau, notes
+            store, suite, rows, table, agg, main, sweep, sweep_taus, carriers, tau, notes, state
         )
         write_text_atomic(staging / "summary.md", text)
         names.append("summary.md")
     return {name: out / name for name in names}
 
 
+_MISSING_LISTED = 40
+"""How many missing runs summary.md lists by name."""
+
 _SUMMARY_HEADER = ("variant", "cases", "mean delta", "median delta", "#worse", "#failed",
-                   "paper mean (TabPFN v3 weights)")  # fmt: skip
+                   "#missing", "paper mean (TabPFN v3 weights)")  # fmt: skip
 _PER_CASE_HEADER = ("dataset", "seed", "RMSE unpatched", "RMSE OAttention", "delta OA",
                     "RMSE Full-O", "delta Full-O")  # fmt: skip
 _SWEEP_HEADER = ("tau", "OAttention mean", "OAttention median", "OA #worse", "Full-O mean",
@@ -726,7 +773,7 @@ _SWEEP_HEADER = ("tau", "OAttention mean", "OAttention median", "OA #worse", "Fu
 def _summary_rows(main: Sequence[dict[str, Any]], tau: float) -> list[list[object]]:
     """One row per retrofit variant at ``tau`` beside the paper's mean; one note row if none."""
     if not main:
-        return [[f"(no retrofit runs at tau = {tau:g})", "", "", "", "", "", ""]]
+        return [[f"(no retrofit runs at tau = {tau:g})", "", "", "", "", "", "", ""]]
     return [
         [
             f"{_MODE_LABEL[a['mode']]} (support={a['support']}, eps_den={a['eps_den']:g})",
@@ -735,7 +782,8 @@ def _summary_rows(main: Sequence[dict[str, Any]], tau: float) -> list[list[objec
             _pct(a["median_pct"]),
             f"{a['worse']}/{a['n']}",
             a["failed"],
-            _pct(PAPER_MEAN_DELTA_PCT.get(a["mode"])),
+            a["missing"],
+            _quoted_pct(PAPER_MEAN_DELTA_PCT.get(a["mode"])),
         ]
         for a in main
     ]
@@ -800,6 +848,7 @@ def _summary_text(
     carriers: dict[str, Any] | None,
     tau: float,
     notes: Sequence[str],
+    state: Completeness,
 ) -> str:
     first = rows[0]
     statuses = {s: sum(r.get("status") == s for r in rows) for s in ("ok", "failed", "nonfinite")}
@@ -818,6 +867,10 @@ def _summary_text(
         f"scikit-learn {first.get('scikit_learn_version')}, numpy {first.get('numpy_version')}",
         f"- runs in this report: {len(rows)} (ok {statuses['ok']}, failed {statuses['failed']}, "
         f"non-finite {statuses['nonfinite']})",
+        f"- planned runs at tau {tau:g}: {len(state.planned)}; stored "
+        f"{len(state.planned) - len(state.missing)} ({len(state.failed)} failed); missing "
+        f"(never stored): {len(state.missing)}"
+        + (" (**a partial report**)" if state.missing else ""),
         "- protocol: seed s sets the split (train_test_split, test_size=0.25, random_state=s) "
         "and TabPFN's random_state, identical for all variants; "
         "delta = (RMSE_variant - RMSE_none) / RMSE_none",
@@ -839,6 +892,11 @@ def _summary_text(
         "",
         *markdown_table(_PER_CASE_HEADER, _per_case_rows(table, tau)),
     ]
+    if state.missing:
+        lines += ["", f"## Missing runs (planned at tau = {tau:g}, never stored)", ""]
+        lines += [f"- {run.label}" for run in state.missing[:_MISSING_LISTED]]
+        if len(state.missing) > _MISSING_LISTED:
+            lines.append(f"- and {len(state.missing) - _MISSING_LISTED} more")
     failures = [r for r in table if r["status"] != "ok"]
     if failures:
         lines += ["", "## Failures (recorded, not dropped)", ""]
@@ -904,13 +962,20 @@ def report_command(args: Any) -> int:
     """
     store = Path(args.store) if args.store else default_output(args.suite)
     tau = main_tau(store, args.suite, args.checkpoint, args.tau)
-    written = build_report(store, args.suite, out_dir=args.out, tau=tau, checkpoint=args.checkpoint)
+    written = build_report(
+        store,
+        args.suite,
+        out_dir=args.out,
+        tau=tau,
+        checkpoint=args.checkpoint,
+        partial=getattr(args, "partial", False),
+    )
     for path in written.values():
         print(f"wrote {path}")
-    _, notes = select_context(load_rows(store), args.suite, args.checkpoint, tau=tau)
+    rows, notes = select_context(load_rows(store), args.suite, args.checkpoint, tau=tau)
     for note in notes:  # also in summary.md; said here so that nothing is left out unseen
         print(f"note: {note}")
+    print(completeness(args.suite, rows, tau).line())
     committed = committed_store(getattr(args, "committed", None), args.suite, store)
-    if not args.checkpoint:  # a chosen checkpoint has no committed counterpart to expect
-        print("\n".join(["", *comparison_lines(store, committed, args.suite, tau)]))
+    print("\n".join(["", *comparison_lines(store, committed, args.suite, tau, args.checkpoint)]))
     return 0

@@ -38,6 +38,7 @@ except ImportError:  # pragma: no cover - Windows: the PID in the file decides
 __all__ = [
     "carrier_path",
     "claim_run",
+    "clear_stale_claims",
     "iter_sessions",
     "load_carriers",
     "load_rows",
@@ -185,6 +186,27 @@ def release_claim(store: str | Path, key: str) -> None:
     path.unlink(missing_ok=True)  # unlinked while still locked, then unlocked
     if fd is not None:
         os.close(fd)
+
+
+def clear_stale_claims(store: str | Path) -> int:
+    """Removes every claim file in ``store`` that no process holds any more.
+
+    A killed ``eval`` leaves the claim files of the runs it held (the kernel
+    drops the lock, not the file). Each is taken as :func:`claim_run` takes a
+    dead process's claim and then released (which unlinks it); a claim that a
+    live process holds is never taken, and this process's own are left alone.
+
+    Returns:
+        How many stale claim files were removed.
+    """
+    directory = runs_dir(store)
+    removed = 0
+    for path in sorted(directory.glob("*.claim")) if directory.is_dir() else ():
+        if path in _HELD or not claim_run(store, path.stem):
+            continue
+        release_claim(store, path.stem)
+        removed += 1
+    return removed
 
 
 def write_session(store: str | Path, record: dict[str, Any]) -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from eval.benchmarks import memory, memory_child, speed
+from eval.benchmarks import memory, memory_child, speed, speed_markdown
 from eval.benchmarks.attention import attention_inputs
 from eval.benchmarks.shapes import ICL_DATASETS, QUICK_SHAPES, Shape, icl_shapes
 from eval.benchmarks.timing import paired_ratio, time_interleaved
@@ -71,11 +71,17 @@ def test_icl_shapes_follow_the_host_config(tiny_v3_path):
     assert source["icl_width"] == width
 
 
-def test_quick_bench_writes_json_and_markdown(tiny_v3_path, tmp_path):
+def test_quick_bench_writes_json_and_markdown(tiny_v3_path, tmp_path, capsys):
     out = tmp_path / "bench"
     argv = ["bench", "--quick", "--out", str(out), "--model", str(tiny_v3_path), "--threads", "1"]
     status = main(argv)
     assert status == 0
+    printed = capsys.readouterr().out
+    # Issue 33: the memory, fit_loop and chunks parts printed raw Python dicts and lists.
+    assert "{'" not in printed and "[{" not in printed and "': " not in printed, printed
+    for table in ("| peer | extra peak MiB (median) |", "| peer | median s | ratio to tabpfn",
+                  "| torch threads | default CPU s |"):  # fmt: skip
+        assert table in printed, printed
     report = json.loads((out / "bench.json").read_text())
     assert report["quick"] is True
 
@@ -125,6 +131,9 @@ def test_quick_bench_writes_json_and_markdown(tiny_v3_path, tmp_path):
     assert "busy_processes" in report["environment"]["start"]
 
     md = (out / "bench.md").read_text()
+    for part in ("memory", "fit_loop", "chunks"):  # printed as bench.md shows it
+        assert speed_markdown.part_text(part, report[part]) in md
+        assert speed_markdown.part_text(part, report[part]) in printed
     for heading in (
         "## Attention",
         "## Peak memory",

@@ -46,7 +46,8 @@ def committed_runs(ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
                        datasets=["qsar_fish"], seeds=[0, 1], n_estimators=1, threads=1,
                        **ROWS)  # fmt: skip
     assert run_suite(tasks, store, progress=False).computed == 6
-    assert main(["report", "--store", str(store), "--committed", "none", "--tau", "1"]) == 0
+    report = ["report", "--store", str(store), "--committed", "none", "--tau", "1", "--partial"]
+    assert main(report) == 0
     return results
 
 
@@ -83,7 +84,7 @@ def test_the_main_job_reuses_committed_runs_into_an_untracked_store_and_writes_n
     assert f"reused 6 runs of the committed store {results / 'offline18'}" in out
     assert "0 computed" in out and "6 already stored" in out
     assert len(load_rows(store)) == 6
-    assert main(["report"]) == 0
+    assert main(["report", "--partial"]) == 0
     out = capsys.readouterr().out
     assert (store / "summary.md").exists() and (store / "cases.csv").exists()
     assert "mean (committed)" in out and "Same run context as the committed table" in out
@@ -112,7 +113,7 @@ def test_on_another_cpu_runs_are_recomputed_the_cpu_is_named_and_both_tables_are
     assert "6 computed" in out
     assert "6 runs recomputed: their keys differ from the committed runs in cpu (here: " in out
     assert f"committed: {OTHER_CPU!r})" in out
-    assert main(["report"]) == 0
+    assert main(["report", "--partial"]) == 0
     out = capsys.readouterr().out
     table = [line for line in out.splitlines() if line.startswith("| Full-O")]
     assert len(table) == 1 and table[0].count("%") == 4  # yours and committed, mean and median
@@ -120,11 +121,50 @@ def test_on_another_cpu_runs_are_recomputed_the_cpu_is_named_and_both_tables_are
     assert _digest(results) == before
 
 
-@pytest.mark.parametrize("command", ["exactness", "ablation"])
-def test_exactness_and_ablation_default_to_the_untracked_folder(command: str) -> None:
+def test_report_prints_its_table_outside_a_checkout(
+    committed_runs: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 33: with no committed table (a wheel), report printed only "wrote ..." lines."""
+    store = tmp_path / "offline18"
+    shutil.copytree(committed_runs / "offline18", store)
+    monkeypatch.setattr(locations, "_CHECKOUT_RESULTS", None)  # as from site-packages
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "--store", str(store), "--tau", "1", "--partial"]) == 0
+    out = capsys.readouterr().out
+    summary = (store / "summary.md").read_text()
+    for variant in ("| OAttention (support=count", "| Full-O (support=count"):
+        (printed,) = [line for line in out.splitlines() if line.startswith(variant)]
+        assert printed in summary.splitlines() and printed.count("%") == 3  # mean, median, paper
+    assert "no committed table to compare with" in out
+
+
+@pytest.mark.parametrize(
+    ("command", "quick"), [("exactness", ["--quick", "--lengths", "32"]), ("ablation", ["--quick"])]
+)
+def test_a_quick_exactness_or_ablation_run_leaves_the_full_run_s_folder_alone(
+    command: str,
+    quick: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 33: ``--quick`` wrote over the full run's files; now ``<command>/quick``, as bench."""
     # (eval's and report's default store is shown by the main-job tests above.)
-    out = Path(build_parser().parse_args([command]).out)
-    assert out == locations.DEFAULT_OUTPUT_ROOT / command
+    monkeypatch.chdir(tmp_path)
+    full = locations.DEFAULT_OUTPUT_ROOT / command
+    full.mkdir(parents=True)
+    for name in (f"{command}.json", f"{command}.md"):
+        (full / name).write_text("the full run's file\n")
+    assert main([command, *quick, "--threads", "1"]) == 0
+    assert f"wrote {full / 'quick'}/{command}.json" in capsys.readouterr().out
+    for name in (f"{command}.json", f"{command}.md"):
+        assert (full / name).read_text() == "the full run's file\n"
+        assert (full / "quick" / name).stat().st_size > 0
+    assert '"quick": true' in (full / "quick" / f"{command}.json").read_text()
+    assert build_parser().parse_args([command]).out is None  # resolved by --quick or not
 
 
 def test_bench_and_host_quality_and_card_default_to_the_untracked_folder() -> None:

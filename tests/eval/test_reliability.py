@@ -283,7 +283,7 @@ def stored_suite(tiny_ckpt, tmp_path_factory) -> Path:
     store = tmp_path_factory.mktemp("suite") / "store"
     argv = ["eval", "--model", tiny_ckpt, "--modes", "none", "oattention", "--store", store]
     assert cli.main([str(a) for a in [*argv, *EVAL_FAST, *EVAL_CASES]]) == 0
-    assert cli.main(["report", "--store", str(store)]) == 0
+    assert cli.main(["report", "--store", str(store), "--partial"]) == 0
     return store
 
 
@@ -319,7 +319,7 @@ def test_report_on_a_truncated_run_file_names_it_and_eval_recomputes_it(tiny_ckp
     key = run_file.stem
     run_file.write_text(run_file.read_text()[:100])
     summary_before = (store / "summary.md").read_bytes()
-    code, _, err = _run(["report", "--store", store], capsys)
+    code, _, err = _run(["report", "--store", store, "--partial"], capsys)
     assert code == 2
     _one_error_line(err, "report")
     assert str(run_file) in err and "unreadable" in err
@@ -333,13 +333,13 @@ def test_report_on_a_truncated_run_file_names_it_and_eval_recomputes_it(tiny_ckp
     assert str(run_file) in lines[0] and "recomputing it" in lines[0]
     assert "1 computed" in stdout
     assert read_row(run_file)["key"] == key
-    assert _run(["report", "--store", store], capsys)[0] == 0
+    assert _run(["report", "--store", store, "--partial"], capsys)[0] == 0
 
 
 def test_report_at_a_tau_without_runs_lists_the_stored_taus_and_writes_nothing(store, capsys):
     """The default --out would have replaced summary.md with an empty table."""
     before = {p.name: p.read_bytes() for p in store.iterdir() if p.is_file()}
-    code, _, err = _run(["report", "--store", store, "--tau", "5"], capsys)
+    code, _, err = _run(["report", "--store", store, "--tau", "5", "--partial"], capsys)
     assert code == 2
     _one_error_line(err, "report")
     assert "no stored runs at tau 5; the store has tau 1" in err
@@ -694,6 +694,65 @@ def test_a_second_eval_skips_the_runs_another_process_holds_and_takes_over_a_dea
     summary = run_suite(tasks, store, task_fn=task_fn, progress=False)
     assert summary.claimed_elsewhere == 0 and summary.skipped == len(keys) - 3
     assert sorted(computed) == sorted(keys) and len(computed) == len(set(computed))
+    assert sorted(p.name for p in runs_dir(store).iterdir()) == sorted(f"{k}.json" for k in keys)
+
+
+_KILLED_MID_RUN = """
+import os, pickle, signal, sys
+from eval.paper.execution import run_suite
+store, tasks = sys.argv[1], pickle.load(open(sys.argv[2], "rb"))
+done = []
+
+def task_fn(task):
+    if len(done) == 2:  # two runs stored, the third in flight: kill -9
+        os.kill(os.getpid(), signal.SIGKILL)
+    done.append(task.spec.key)
+    return {"key": task.spec.key, "status": "ok", "dataset": task.spec.dataset,
+            "seed": task.spec.seed, "mode": task.spec.mode, "pid": os.getpid()}
+
+run_suite(tasks, store, task_fn=task_fn, progress=False)
+"""
+
+
+def test_a_killed_eval_resumed_to_completion_leaves_no_claim_and_steals_no_live_one(
+    tiny_ckpt, tmp_path
+):
+    """Issue 33: the claims of a killed eval stayed in the store after its resume finished."""
+    import pickle
+
+    tasks = make_tasks(
+        suite="offline18", model_path=tiny_ckpt, modes=("none", "oattention"),
+        datasets=["qsar_fish"], seeds=[0, 1], n_estimators=1, max_train_rows=40,
+        max_test_rows=12,
+    )  # fmt: skip
+    keys = [t.spec.key for t in tasks]
+    store = tmp_path / "store"
+    (tmp_path / "tasks.pkl").write_bytes(pickle.dumps(tasks))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_MID_RUN, str(store), str(tmp_path / "tasks.pkl")],
+        cwd=ROOT, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr
+    claims = sorted(p.stem for p in runs_dir(store).glob("*.claim"))
+    assert len(list(runs_dir(store).glob("*.json"))) == 2 and keys[2] in claims
+    # Another live eval holds a claim on a run of another plan (say, another tau).
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(store), "f" * 64],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        summary = run_suite(tasks, store, task_fn=_fake_row, progress=False)
+        assert (summary.skipped, summary.computed) == (2, 2)
+        assert sorted(p.name for p in runs_dir(store).iterdir()) == sorted(
+            [*(f"{k}.json" for k in keys), f"{'f' * 64}.claim"]
+        )
+        assert not claim_run(store, "f" * 64)  # still the holder's
+    finally:
+        holder.kill()
+        holder.wait()
+    run_suite(tasks, store, task_fn=_fake_row, progress=False)  # the holder died: its claim goes
     assert sorted(p.name for p in runs_dir(store).iterdir()) == sorted(f"{k}.json" for k in keys)
 
 

@@ -136,7 +136,9 @@ def test_the_classifier_runs_through_the_runner_and_both_retrofits_move_its_log_
         assert rows[mode]["log_loss"] != rows["none"]["log_loss"]
         assert rows[mode]["baseline_key"] == rows["none"]["key"]
     assert run_suite(tasks, tmp_path, progress=False).skipped == 3  # read back, not recomputed
-    text = build_classification_report(tmp_path, "offline_cls6", tau=1.0)["summary.md"]
+    text = build_classification_report(tmp_path, "offline_cls6", tau=1.0, partial=True)[
+        "summary.md"
+    ]
     assert "| OAttention | 1 |" in text.read_text(encoding="utf-8")
 
 
@@ -153,7 +155,7 @@ def test_the_report_pairs_each_retrofit_with_its_unpatched_case(tmp_path: Path) 
     for row in rows:
         (tmp_path / "runs").mkdir(exist_ok=True)
         (tmp_path / "runs" / f"{row['key']}.json").write_text(json.dumps(row), encoding="utf-8")
-    written = build_classification_report(tmp_path, "offline_cls6", tau=1.0)
+    written = build_classification_report(tmp_path, "offline_cls6", tau=1.0, partial=True)
     lines = written["cases.csv"].read_text(encoding="utf-8").splitlines()
     assert lines[0].split(",") == list(CLASSIFICATION_CASE_COLUMNS)
     summary = written["summary.md"].read_text(encoding="utf-8")

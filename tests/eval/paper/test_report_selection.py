@@ -69,7 +69,7 @@ def test_report_refuses_a_case_stored_twice_under_keys_it_does_not_compare(
     row = next(r for r in load_rows(store) if r["mode"] == "full-o")
     write_row(store, _variant(row, data_sha256="0" * 64, rmse=row["rmse"] * 2))
     with pytest.raises(ReportError, match=r"7 runs|2 runs of 1 cases") as caught:
-        build_report(store, "offline18", tau=1.0)
+        build_report(store, "offline18", tau=1.0, partial=True)
     message = str(caught.value)
     assert "data_sha256" in message and "qsar_fish" in message
     assert not (store / "summary.md").exists() and not (store / "cases.csv").exists()
@@ -80,10 +80,10 @@ def test_a_run_after_a_package_upgrade_is_another_context_and_no_case_counts_twi
 ) -> None:
     """Item 9: one extra run under a newer safetensors moved the mean; now it is left out."""
     store = _copy_store(stored, tmp_path)
-    build_report(store, "offline18", tau=1.0, out_dir=tmp_path / "before")
+    build_report(store, "offline18", tau=1.0, out_dir=tmp_path / "before", partial=True)
     row = next(r for r in load_rows(store) if r["mode"] == "full-o")
     write_row(store, _variant(row, safetensors_version="99.0", rmse=row["rmse"] * 2))
-    written = build_report(store, "offline18", tau=1.0)
+    written = build_report(store, "offline18", tau=1.0, partial=True)
     cases = written["cases.csv"].read_text().splitlines()
     assert len(cases) == 1 + 6
     assert _summary_means(written["summary.md"]) == _summary_means(
@@ -101,10 +101,8 @@ def test_one_failed_eval_on_another_device_neither_succeeds_nor_replaces_the_tab
     from eval.cli import main
 
     store = _copy_store(stored, tmp_path)
-    assert (
-        main(["report", "--store", str(store), "--tau", "1", "--out", str(tmp_path / "before")])
-        == 0
-    )
+    before = ["report", "--store", str(store), "--tau", "1", "--out", str(tmp_path / "before")]
+    assert main([*before, "--partial"]) == 0
     argv = ["eval", "--model", str(ckpt), *EVAL_ARGS, "--store", str(store)]
     assert main([*argv, "--device", "no-such-device"]) == 1
     err = capsys.readouterr().err
@@ -113,7 +111,7 @@ def test_one_failed_eval_on_another_device_neither_succeeds_nor_replaces_the_tab
     assert main(argv) == 0  # the cpu runs are all stored: nothing fails, nothing to compute
 
     capsys.readouterr()
-    assert main(["report", "--store", str(store), "--tau", "1"]) == 0
+    assert main(["report", "--store", str(store), "--tau", "1", "--partial"]) == 0
     assert "note: left out 6 stored runs of another context" in capsys.readouterr().out
     summary = (store / "summary.md").read_text()
     assert "runs in this report: 6 (ok 6, failed 0" in summary
@@ -129,7 +127,7 @@ def test_a_report_that_fails_mid_write_leaves_the_previous_set_whole(
 ) -> None:
     """Item 13: cases.csv is written first; a failure before summary.md changes neither."""
     store = _copy_store(stored, tmp_path)
-    build_report(store, "offline18", tau=1.0)
+    build_report(store, "offline18", tau=1.0, partial=True)
     before = {p.name: p.read_bytes() for p in store.iterdir() if p.is_file()}
     assert {"cases.csv", "summary.md", "deltas.png"} <= set(before)
     row = next(r for r in load_rows(store) if r["mode"] == "full-o")
@@ -140,12 +138,12 @@ def test_a_report_that_fails_mid_write_leaves_the_previous_set_whole(
 
     monkeypatch.setattr(report_module, "_summary_text", killed)
     with pytest.raises(KeyboardInterrupt):
-        build_report(store, "offline18", tau=1.0)
+        build_report(store, "offline18", tau=1.0, partial=True)
     after = {p.name: p.read_bytes() for p in store.iterdir() if p.is_file()}
     assert after == before
     assert not (store / ".file-set.new").exists()
     monkeypatch.undo()
-    build_report(store, "offline18", tau=1.0)
+    build_report(store, "offline18", tau=1.0, partial=True)
     assert (store / "cases.csv").read_bytes() != before["cases.csv"]
     assert (store / "summary.md").read_bytes() != before["summary.md"]
 
@@ -180,3 +178,122 @@ def test_a_file_set_killed_while_moving_is_finished_by_the_next_writer(tmp_path:
         raise RuntimeError
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.png"]
     assert (tmp_path / "c.png").read_text() == "newest c.png"
+
+
+# --------------------------------------------------------------------------- #
+# Issue 33: missing runs apart from failed ones; the printed table; digits
+# --------------------------------------------------------------------------- #
+
+
+def test_report_names_the_missing_runs_apart_from_the_failed_and_refuses_unless_partial(
+    stored: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An incomplete store exited 0, named no missing run, and counted one under #failed."""
+    from eval.cli import main
+
+    store = _copy_store(stored, tmp_path)
+    rows = {(r["seed"], r["mode"]): r for r in load_rows(store)}
+    (store / "runs" / f"{rows[1, 'none']['key']}.json").unlink()  # never stored
+    write_row(store, {**rows[0, "full-o"], "status": "failed", "rmse": None, "error": "boom"})
+    argv = ["report", "--store", str(store), "--tau", "1", "--committed", "none"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--partial" in err
+    # 18 cases x (unpatched, OAttention, Full-O) planned; 5 stored (1 of them failed).
+    assert "49 of 54 planned runs of offline18 at tau 1 missing (never stored): " in err
+    assert "qsar_fish/1/none, qsar_fish/2/none, qsar_fish/2/oattention/tau=1," in err
+    assert "and 44 more" in err
+    assert not (store / "summary.md").exists() and not (store / "cases.csv").exists()
+
+    assert main([*argv, "--partial"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "planned runs of offline18 at tau 1: 54; stored 5 (1 of them failed, stored with "
+        "their error); missing (never stored): 49: qsar_fish/1/none, " in out
+    )
+    summary = (store / "summary.md").read_text()
+    # cases | mean | median | #worse | #failed | #missing: seed 1 of OAttention lacks its
+    # baseline (missing, not failed); seed 0 of Full-O failed; 16 cases were never run.
+    oattention = next(line for line in summary.splitlines() if line.startswith("| OAttention"))
+    full_o = next(line for line in summary.splitlines() if line.startswith("| Full-O"))
+    assert oattention.split(" | ")[1] == "1" and oattention.split(" | ")[5:7] == ["0", "17"]
+    assert full_o.split(" | ")[1] == "0" and full_o.split(" | ")[5:7] == ["1", "17"]
+    assert "planned runs at tau 1: 54; stored 5 (1 failed); missing (never stored): 49" in summary
+    missing = summary.split("## Missing runs (planned at tau = 1, never stored)")[1]
+    assert missing.split("\n## ")[0].count("\n- ") == 41  # 40 named, then "and 9 more"
+    assert "- qsar_fish/1/none\n" in missing and "- and 9 more" in missing
+
+
+def test_a_classification_report_names_the_missing_runs_and_refuses_unless_partial(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same for offline_cls6: a retrofit whose baseline was never stored is missing."""
+    import json
+
+    from eval.cli import main
+
+    base = {"suite": "offline_cls6", "dataset": "wine", "status": "ok", "tau": 1.0,
+            "checkpoint_sha256": "c" * 64, "code_sha256": "e" * 64, "n_estimators": 1,
+            "support": "count", "eps_den": 1e-6, "log_loss": 0.5, "accuracy": 0.8,
+            "roc_auc": 0.9}  # fmt: skip
+    none = {"mode": "none", "tau": None, "support": None, "eps_den": None}
+    rows = [
+        {**base, **none, "key": "k0", "baseline_key": "k0", "seed": 0},
+        {**base, "key": "k1", "baseline_key": "k0", "seed": 0, "mode": "full-o"},
+        {**base, "key": "k2", "baseline_key": "k0", "seed": 0, "mode": "oattention",
+         "status": "failed", "log_loss": None, "error": "boom"},
+        {**base, "key": "k3", "baseline_key": "k9", "seed": 1, "mode": "full-o"},
+    ]  # fmt: skip
+    (tmp_path / "runs").mkdir()
+    for row in rows:
+        (tmp_path / "runs" / f"{row['key']}.json").write_text(json.dumps(row))
+    argv = ["report", "--suite", "offline_cls6", "--store", str(tmp_path), "--tau", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "50 of 54 planned runs of offline_cls6 at tau 1 missing (never stored): " in err
+    assert "breast_cancer/0/none, breast_cancer/0/oattention/tau=1, " in err  # suite order
+    assert "breast_cancer/1/oattention/tau=1 and 45 more;" in err
+    assert not (tmp_path / "summary.md").exists()
+    assert main([*argv, "--partial"]) == 0
+    out = capsys.readouterr().out
+    assert "stored 4 (1 of them failed, stored with their error)" in out
+    assert "missing (never stored): 50: breast_cancer/0/none, " in out
+    # cases, ..., #worse, #failed, #missing: wine/1 of Full-O has no baseline (missing).
+    assert "| Full-O | 1 | +0.000 % | +0.000 % | +0.000 pp | +0.0000 pp | 0 | 0 | 17 |" in out
+    assert "| OAttention | 0 | n/a % | n/a % | n/a pp | n/a pp | 0 | 1 | 17 |" in out
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## Missing runs (planned, never stored)" in summary
+    assert "- wine/1/none\n- wine/1/oattention/tau=1\n- wine/2/none\n" in summary
+
+
+def _fake_store(path: Path, rmse_oattention: float) -> Path:
+    """One offline18 case: unpatched RMSE 1, OAttention ``rmse_oattention``, Full-O 1."""
+    base = {"suite": "offline18", "dataset": "qsar_fish", "seed": 0, "status": "ok",
+            "checkpoint_sha256": "c" * 64, "n_estimators": 1, "tau": 1.0, "support": "count",
+            "eps_den": 1e-6, "fit_s": 0.1, "predict_s": 0.1, "baseline_key": "k0"}  # fmt: skip
+    rows = [
+        {**base, "key": "k0", "mode": "none", "tau": None, "support": None, "eps_den": None,
+         "rmse": 1.0},
+        {**base, "key": "k1", "mode": "oattention", "rmse": rmse_oattention},
+        {**base, "key": "k2", "mode": "full-o", "rmse": 1.0},
+    ]  # fmt: skip
+    for row in rows:
+        write_row(path, row)
+    return path
+
+
+def test_both_columns_of_a_compared_number_have_the_same_significant_digits(
+    tmp_path: Path,
+) -> None:
+    """-0.0049951 % printed as -0.005 % beside the committed -0.0049944 % as -0.00499 %."""
+    from eval.paper.report import comparison_lines
+
+    mine = _fake_store(tmp_path / "mine", 1.0 - 4.9951e-5)
+    committed = _fake_store(tmp_path / "committed", 1.0 - 4.9944e-5)
+    lines = comparison_lines(mine, committed, "offline18", 1.0)
+    (row,) = [line for line in lines if line.startswith("| OAttention")]
+    cells = row.split(" | ")
+    assert cells[2:4] == ["-0.00500 %", "-0.00499 %"]  # mean, yours and committed
+    assert cells[4:6] == ["-0.00500 %", "-0.00499 %"]  # median
+    (full_o,) = [line for line in lines if line.startswith("| Full-O")]
+    assert full_o.split(" | ")[2:4] == ["+0.00 %", "+0.00 %"]

@@ -1,0 +1,195 @@
+"""Which of a suite's planned runs a report's store lacks, kept apart from those that failed.
+
+A suite plans, at the table's tau, every case (dataset x seed) under each
+variant: the unpatched host once, and each retrofit (``DEFAULT_MODES``) at
+that tau with the settings the store's runs of it were made with (the
+library's default settings where it has none). A planned run is *missing*
+when the store never stored it (``eval`` was stopped, or run on a subset),
+and *failed* when it is stored with its failure (``status`` not ``"ok"``);
+the reports count the two apart, and ``report`` refuses an incomplete store
+unless asked for a partial report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eval.errors import ReportError
+from eval.paper.datasets import suite_cases
+from eval.paper.protocol import DEFAULT_EPS_DEN, DEFAULT_MODES, DEFAULT_SUPPORT
+
+__all__ = ["Completeness", "PlannedRun", "completeness", "pair_counts", "require_complete"]
+
+_SHOWN = 5
+"""How many missing runs a one-line message names."""
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run a suite plans for a report's table (``tau`` etc. ``None`` for mode ``"none"``)."""
+
+    dataset: str
+    seed: int
+    mode: str
+    tau: float | None
+    support: str | None
+    eps_den: float | None
+
+    @property
+    def label(self) -> str:
+        """``dataset/seed/mode`` and, for a retrofit, its tau (as cases.csv names runs)."""
+        tail = "" if self.tau is None else f"/tau={self.tau:g}"
+        return f"{self.dataset}/{self.seed}/{self.mode}{tail}"
+
+
+def _run_of(row: dict[str, Any]) -> PlannedRun:
+    return PlannedRun(
+        dataset=row.get("dataset"),
+        seed=int(row.get("seed")),
+        mode=row.get("mode"),
+        tau=row.get("tau"),
+        support=row.get("support"),
+        eps_den=row.get("eps_den"),
+    )
+
+
+@dataclass(frozen=True)
+class Completeness:
+    """The planned runs of one report's table, and which of them were never stored.
+
+    Attributes:
+        suite: Suite name.
+        tau: The table's tau.
+        planned: Every planned run, in suite order.
+        missing: The planned runs with no stored row.
+        failed: The planned runs stored with a failure (status not ``"ok"``).
+    """
+
+    suite: str
+    tau: float
+    planned: tuple[PlannedRun, ...]
+    missing: tuple[PlannedRun, ...]
+    failed: tuple[PlannedRun, ...]
+
+    @property
+    def complete(self) -> bool:
+        """Whether every planned run is stored (failed ones included)."""
+        return not self.missing
+
+    def missing_names(self) -> str:
+        """The first missing runs by name, and how many more."""
+        shown = self.missing[:_SHOWN]
+        names = ", ".join(run.label for run in shown)
+        more = len(self.missing) - len(shown)
+        return names + (f" and {more} more" if more else "")
+
+    def missing_text(self) -> str:
+        """``"3 of 54 planned runs ... missing (never stored): a, b, c"``."""
+        text = (
+            f"{len(self.missing)} of {len(self.planned)} planned runs of {self.suite} at tau "
+            f"{self.tau:g} missing (never stored)"
+        )
+        return f"{text}: {self.missing_names()}" if self.missing else text
+
+    def line(self) -> str:
+        """One line: how many planned runs are stored, failed and missing (the first named)."""
+        names = self.missing_names()
+        return (
+            f"planned runs of {self.suite} at tau {self.tau:g}: {len(self.planned)}; stored "
+            f"{len(self.planned) - len(self.missing)} ({len(self.failed)} of them failed, "
+            f"stored with their error); missing (never stored): {len(self.missing)}"
+            + (f": {names}" if names else "")
+        )
+
+
+def _retrofit_variants(
+    rows: Sequence[dict[str, Any]], tau: float
+) -> list[tuple[str, str | None, float | None]]:
+    """(mode, support, eps_den) of every retrofit the table at ``tau`` plans."""
+    variants = []
+    for mode in (m for m in DEFAULT_MODES if m != "none"):
+        stored = sorted(
+            {
+                (r.get("support"), r.get("eps_den"))
+                for r in rows
+                if r.get("mode") == mode and r.get("tau") == tau
+            },
+            key=str,
+        )
+        for support, eps_den in stored or [(DEFAULT_SUPPORT, DEFAULT_EPS_DEN)]:
+            variants.append((mode, support, eps_den))
+    return variants
+
+
+def completeness(suite: str, rows: Sequence[dict[str, Any]], tau: float) -> Completeness:
+    """The planned runs of ``suite``'s table at ``tau`` and which ``rows`` lack.
+
+    Args:
+        suite: Suite name.
+        rows: The stored rows of the reported context.
+        tau: The table's tau.
+    """
+    planned: list[PlannedRun] = []
+    variants = _retrofit_variants(rows, tau)
+    for case in suite_cases(suite):
+        if "none" in DEFAULT_MODES:
+            planned.append(PlannedRun(case.dataset, case.seed, "none", None, None, None))
+        planned += [
+            PlannedRun(case.dataset, case.seed, mode, tau, support, eps_den)
+            for mode, support, eps_den in variants
+        ]
+    status = {_run_of(r): r.get("status") for r in rows}
+    return Completeness(
+        suite=suite,
+        tau=tau,
+        planned=tuple(planned),
+        missing=tuple(run for run in planned if run not in status),
+        failed=tuple(run for run in planned if status.get(run, "ok") != "ok"),
+    )
+
+
+def require_complete(state: Completeness, store: str | Path, *, partial: bool) -> None:
+    """Refuses a report of an incomplete store unless a partial report was asked for.
+
+    Raises:
+        ReportError: If planned runs are missing and ``partial`` is false.
+    """
+    if state.complete or partial:
+        return
+    raise ReportError(
+        f"{store}: {state.missing_text()}; run the same `eval` again to compute them "
+        "(stored runs are skipped), or pass --partial to report the stored runs alone"
+    )
+
+
+def pair_counts(
+    records: Iterable[dict[str, Any]], cases: Iterable[tuple[str, int]], delta: str
+) -> dict[str, int]:
+    """How one variant's planned cases ended: paired, failed, or missing.
+
+    Args:
+        records: The variant's case-table records (each with ``status``, the
+            baseline's ``status_none`` (``None``: never stored) and ``delta``).
+        cases: The planned (dataset, seed) cases.
+        delta: The record field of the paired change.
+
+    Returns:
+        ``n`` (cases with the change), ``failed`` (the retrofit or its
+        baseline stored with a failure, or no usable pair), ``missing`` (the
+        retrofit or its baseline never stored); they sum to the planned cases.
+    """
+    counts = {"n": 0, "failed": 0, "missing": 0}
+    seen = set()
+    for rec in records:
+        seen.add((rec["dataset"], int(rec["seed"])))
+        if rec.get(delta) is not None:
+            counts["n"] += 1
+        elif rec.get("status") == "ok" and rec.get("status_none") is None:
+            counts["missing"] += 1  # its baseline was never stored
+        else:
+            counts["failed"] += 1
+    counts["missing"] += sum((dataset, int(seed)) not in seen for dataset, seed in set(cases))
+    return counts
