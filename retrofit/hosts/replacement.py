@@ -122,12 +122,14 @@ def adopt_host_modules(replacement: nn.Module, original: nn.Module, path: str) -
         )
     if type(original) is not expected:
         replacement_class_for(original, {expected: type(replacement)}, path)  # raises
-    for name, module in original.named_children():
+    # torch's own registries, read whole: named_children() and friends skip None
+    # entries and a module registered under two names.
+    for name, module in original._modules.items():
         replacement.add_module(name, module)
-    for name, parameter in original.named_parameters(recurse=False):
+    for name, parameter in original._parameters.items():
         replacement.register_parameter(name, parameter)
     non_persistent = original._non_persistent_buffers_set
-    for name, buffer in original.named_buffers(recurse=False):
+    for name, buffer in original._buffers.items():
         replacement.register_buffer(name, buffer, persistent=name not in non_persistent)
     for name, value in vars(original).items():
         if not name.startswith("_"):
