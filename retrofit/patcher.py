@@ -34,6 +34,7 @@ from retrofit.hosts.base import (
     is_patched,
     registered_host_patchers,
 )
+from retrofit.hosts.replacement import replacement_name
 from retrofit.settings import (
     PATCH_MODES,
     Mode,
@@ -184,7 +185,7 @@ def patch(
         ReplacedModule(
             path=s.path,
             old_class=type(s.original).__name__,
-            new_class=type(s.replacement).__name__,
+            new_class=replacement_name(s.replacement),
             shared_parameters=_shared_numel(s.replacement.parameters()),
         )
         for s in swaps

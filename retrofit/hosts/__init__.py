@@ -22,7 +22,12 @@ serves both: the v2 family's readout is per test row (nothing to patch), and
 v3/v3.5 classifiers read their logits through ``ManyClassDecoder``, swapped
 for :class:`~retrofit.hosts.many_class_decoder.OManyClassDecoder`.
 
-Shared pieces: :mod:`.icl_block` (the O-closed ICL block of v3 and v3.5),
+Every replacement is an instance of the tabpfn class it replaces, under that
+class's name (:mod:`.replacement`), so client code that finds tabpfn's modules
+by type or by class name finds the patched ones.
+
+Shared pieces: :mod:`.replacement` (the classes of swapped modules),
+:mod:`.icl_block` (the O-closed ICL block of v3 and v3.5),
 :mod:`.many_class_decoder` (their O-closed classifier readout),
 :mod:`.icl_host` (the table and model overrides of an ICL-block host),
 :mod:`.presence_cache` (KV caches that carry presence, for v2 and v3 alike).
@@ -30,7 +35,9 @@ Shared pieces: :mod:`.icl_block` (the O-closed ICL block of v3 and v3.5),
 Adding a host, in one folder of steps:
 
 1. the O-closed block, if the host's block is new: ``<name>_block.py``
-   (as :mod:`.v2_block`; an ICL-block host reuses :mod:`.icl_block`);
+   (as :mod:`.v2_block`; an ICL-block host reuses :mod:`.icl_block`), and for
+   each host block class a subclass of it and of the block under
+   :func:`~retrofit.hosts.replacement.replaces_host_class`;
 2. the patch table: ``<name>.py``, a :class:`~retrofit.hosts.base.HostPatcher`
    subclass passed to :func:`~retrofit.hosts.base.register_host_patcher`;
 3. for ragged ``predict_batched``: ``<name>_icl_stage.py``, an

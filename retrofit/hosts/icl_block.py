@@ -13,8 +13,11 @@ heads and ``SoftmaxScalingMLP``, ``layernorm``, ``layernorm_mlp``, ``mlp``) are
 reused by reference under their original names, so ``state_dict`` keys and
 parameters are the host's.
 
-One block serves both hosts; what differs is looked up by the exact class of
-the block it replaces (:data:`SUPPORTED_ICL_BLOCKS`). v3.5's ``ICLAttention``
+One block serves both hosts: :class:`OICLBlock` is the implementation, and a
+replacement is an :class:`OICLBlockForV3` or :class:`OICLBlockForV3p5`, each
+also a subclass of the ``ICLTransformerBlock`` it replaces (so an instance of
+it, under its name: :mod:`retrofit.hosts.replacement`), chosen by the exact
+class of the block (:data:`SUPPORTED_ICL_BLOCKS`). v3.5's ``ICLAttention``
 applies per-head q/k RMSNorms after the projections (and stores the normed
 keys in its cache); the block applies them at the same points, so an
 identity-configured patch reproduces the host instead of silently skipping them.
@@ -26,7 +29,7 @@ J key/value heads, D head dimension.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from tabpfn.architectures import tabpfn_v3, tabpfn_v3_5
@@ -41,6 +44,11 @@ from retrofit.errors import (
     UnsupportedArchitectureError,
 )
 from retrofit.hosts.presence_cache import PresenceKVCacheEntry
+from retrofit.hosts.replacement import (
+    adopt_host_modules,
+    replacement_class_for,
+    replaces_host_class,
+)
 from retrofit.hosts.row_attention import (
     keeps_zero_rows,
     oattend_rows,
@@ -48,24 +56,11 @@ from retrofit.hosts.row_attention import (
     scale_queries,
 )
 
-__all__ = ["SUPPORTED_ICL_BLOCKS", "OICLBlock"]
-
-#: The ICL block classes :class:`OICLBlock` replaces, and whether each one's
-#: attention normalises queries and keys per head after the projections.
-SUPPORTED_ICL_BLOCKS: dict[type[nn.Module], bool] = {
-    tabpfn_v3.ICLTransformerBlock: False,
-    tabpfn_v3_5.ICLTransformerBlock: True,
-}
+__all__ = ["SUPPORTED_ICL_BLOCKS", "OICLBlock", "OICLBlockForV3", "OICLBlockForV3p5"]
 
 
-def _check_icl_block(original: nn.Module, path: str) -> bool:
-    """Whether ``original`` (a supported ICL block) has q/k norms; raises otherwise."""
-    qk_norm = SUPPORTED_ICL_BLOCKS.get(type(original))
-    if qk_norm is None:
-        names = ", ".join(f"{c.__module__}.{c.__name__}" for c in SUPPORTED_ICL_BLOCKS)
-        raise UnsupportedArchitectureError(
-            f"{path}: expected one of {names}, got {type(original).__name__}"
-        )
+def _check_icl_block(original: nn.Module, qk_norm: bool, path: str) -> bool:
+    """``qk_norm`` if ``original``'s attention has per-head q/k norms exactly when expected."""
     att = original.icl_attention
     has_norms = hasattr(att, "q_norm") and hasattr(att, "k_norm")
     if has_norms != qk_norm:
@@ -80,6 +75,10 @@ def _check_icl_block(original: nn.Module, path: str) -> bool:
 class OICLBlock(nn.Module):
     """O-closed replacement of an ``ICLTransformerBlock`` (same forward signature).
 
+    The implementation; a replacement is an instance of :class:`OICLBlockForV3`
+    or :class:`OICLBlockForV3p5` (built by :meth:`from_module`), each a subclass
+    of the host block class too.
+
     ``mode="oattention"``: ``x + Out(OAttention(q, k, v; p))`` with ``n_eff``
     in the query scaling; RMSNorm and MLP are the host's (RMSNorm(0) = 0 and
     the MLP is bias-free, so a null row already stays null).
@@ -87,6 +86,9 @@ class OICLBlock(nn.Module):
     and ``OFFN`` (``h + p(h) * MLP(RMSNorm(h))``, presence of the carrier
     entering the feed-forward step, as :class:`patches.OFFN` defines it).
     """
+
+    #: Whether the replaced block's attention normalises queries and keys per head.
+    qk_norm: ClassVar[bool]
 
     def __init__(
         self,
@@ -98,16 +100,13 @@ class OICLBlock(nn.Module):
         eps_den: float = 1e-6,
         path: str = "icl_blocks",
     ) -> None:
-        super().__init__()
+        nn.Module.__init__(self)  # not the host's __init__: it would build new weights
         if mode not in ("oattention", "full-o"):
             raise InvalidPatchConfigError(
                 f"{path}: mode must be 'oattention' or 'full-o', got {mode!r}"
             )
-        self.qk_norm = _check_icl_block(original, path)
-        self.icl_attention = original.icl_attention
-        self.layernorm = original.layernorm
-        self.layernorm_mlp = original.layernorm_mlp
-        self.mlp = original.mlp
+        adopt_host_modules(self, original, path)
+        self.qk_norm = _check_icl_block(original, type(self).qk_norm, path)
         self.mode = mode
         self.tau = tau
         self.support = support
@@ -131,11 +130,18 @@ class OICLBlock(nn.Module):
     ) -> OICLBlock:
         """Builds the O-block on ``original``, sharing all of its modules.
 
+        The block is of the subclass for ``original``'s exact class
+        (:data:`SUPPORTED_ICL_BLOCKS`), so it is an instance of that class too.
+
         Raises:
             UnsupportedArchitectureError: If ``original`` is not exactly one of
-                :data:`SUPPORTED_ICL_BLOCKS` or its q/k norms are not as expected.
+                the classes of :data:`SUPPORTED_ICL_BLOCKS` (a replacement already
+                is refused), or its q/k norms are not as expected.
         """
-        return cls(original, mode=mode, tau=tau, support=support, eps_den=eps_den, path=path)
+        replacement_class = replacement_class_for(original, SUPPORTED_ICL_BLOCKS, path)
+        return replacement_class(
+            original, mode=mode, tau=tau, support=support, eps_den=eps_den, path=path
+        )
 
     def extra_repr(self) -> str:
         """Shows the patch settings."""
@@ -320,3 +326,23 @@ class OICLBlock(nn.Module):
         if self.qk_norm:
             maps += [att.q_norm, att.k_norm]
         return keeps_zero_rows(*maps)
+
+
+@replaces_host_class
+class OICLBlockForV3(OICLBlock, tabpfn_v3.ICLTransformerBlock):
+    """An :class:`OICLBlock` replacing (and an instance of) v3's ``ICLTransformerBlock``."""
+
+    qk_norm = False
+
+
+@replaces_host_class
+class OICLBlockForV3p5(OICLBlock, tabpfn_v3_5.ICLTransformerBlock):
+    """An :class:`OICLBlock` replacing v3.5's ``ICLTransformerBlock`` (per-head q/k norms)."""
+
+    qk_norm = True
+
+
+#: The replacement class of each ICL block class (exact class match).
+SUPPORTED_ICL_BLOCKS: dict[type[nn.Module], type[OICLBlock]] = {
+    c.replaced_class: c for c in (OICLBlockForV3, OICLBlockForV3p5)
+}

@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 from patches import presence
-from retrofit.errors import MissingPresenceError, UnsupportedArchitectureError
+from retrofit.errors import MissingPresenceError
 from retrofit.hosts.base import (
     HostPatcher,
     ReplacedModule,
@@ -52,7 +52,7 @@ from retrofit.hosts.base import (
     patch_config_of,
     swap_each,
 )
-from retrofit.hosts.icl_block import SUPPORTED_ICL_BLOCKS, OICLBlock
+from retrofit.hosts.icl_block import OICLBlock
 from retrofit.hosts.many_class_decoder import TRAIN_PRESENCE_ATTR, OManyClassDecoder
 from retrofit.hosts.presence_cache import PresenceCacheMixin
 from retrofit.settings import PatchConfig
@@ -167,15 +167,13 @@ class ICLHostPatcher(HostPatcher):
         """One :class:`OICLBlock` per ICL block; nothing is modified.
 
         Raises:
-            UnsupportedArchitectureError: If an ICL block is not exactly one of
-                :data:`~retrofit.hosts.icl_block.SUPPORTED_ICL_BLOCKS` (a changed host).
+            UnsupportedArchitectureError: If an ICL block is not exactly one of the
+                classes of :data:`~retrofit.hosts.icl_block.SUPPORTED_ICL_BLOCKS` (a
+                changed host, or a replacement already), or the decoder is not exactly
+                one of :data:`~retrofit.hosts.many_class_decoder.SUPPORTED_DECODERS`.
         """
 
         def build(block: nn.Module, path: str) -> nn.Module:
-            if type(block) not in SUPPORTED_ICL_BLOCKS:
-                raise UnsupportedArchitectureError(
-                    f"{path}: expected ICLTransformerBlock, got {type(block).__name__}"
-                )
             return OICLBlock.from_module(
                 block,
                 mode=config.mode,

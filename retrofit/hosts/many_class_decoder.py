@@ -26,6 +26,19 @@ presence cache (``decoder_presence``) and restores it from there.
 
 The host's ``q_projection``, ``k_projection`` and ``softmax_scaling_layer`` are
 reused by reference under their names, so ``state_dict`` keys are the host's.
+A replacement is an :class:`OManyClassDecoderForV3` or
+:class:`OManyClassDecoderForV3p5`: a subclass of the ``ManyClassDecoder`` it
+replaces, named ``ManyClassDecoder`` (:mod:`retrofit.hosts.replacement`), so
+code that finds the decoder by type or by class name finds it.
+
+Readout. :meth:`OManyClassDecoder.attention_weights` are OAttention's weights,
+``p_i p_j exp(s_ij) / (eps_den + sum_j p_j exp(s_ij))`` averaged over heads: a
+test row's weights sum to its own presence ``p_i`` (less ``eps_den``'s share),
+about 0.99 for a live row, not to 1 as the host's do. ``forward`` collapses
+exactly these weights by label, and tabpfn's softmax over the class logits
+then divides by their sum, so the vote that matches the patched
+``predict_proba`` is :meth:`OManyClassDecoder.vote_weights`, the weights
+normalised over the train rows.
 The one-hot targets are built as each host builds them (v3: up to the largest
 target; v3.5: ``num_present_classes`` wide, non-finite targets as zero rows).
 
@@ -36,29 +49,44 @@ of the class axis.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from tabpfn.architectures import tabpfn_v3, tabpfn_v3_5
 from torch import nn
 
 from patches import oattention_direct, presence, support_size
-from retrofit.errors import MissingPresenceError, UnsupportedArchitectureError
+from retrofit.errors import MissingPresenceError
+from retrofit.hosts.replacement import (
+    adopt_host_modules,
+    replacement_class_for,
+    replaces_host_class,
+)
 from retrofit.hosts.row_attention import oattend_rows, scale_queries
 
-__all__ = ["SUPPORTED_DECODERS", "TRAIN_PRESENCE_ATTR", "OManyClassDecoder"]
-
-#: The decoder classes replaced, and whether each masks non-finite targets (v3.5).
-SUPPORTED_DECODERS: dict[type[nn.Module], bool] = {
-    tabpfn_v3.ManyClassDecoder: False,
-    tabpfn_v3_5.ManyClassDecoder: True,
-}
+__all__ = [
+    "SUPPORTED_DECODERS",
+    "TRAIN_PRESENCE_ATTR",
+    "OManyClassDecoder",
+    "OManyClassDecoderForV3",
+    "OManyClassDecoderForV3p5",
+]
 
 #: Where ``project_keys`` leaves the train rows' presence ``(B, N)`` for ``forward``.
 TRAIN_PRESENCE_ATTR = "_retrofit_train_presence_BN"
 
 
 class OManyClassDecoder(nn.Module):
-    """O-closed replacement of a v3/v3.5 ``ManyClassDecoder`` (same methods and signatures)."""
+    """O-closed replacement of a v3/v3.5 ``ManyClassDecoder`` (same methods and signatures).
+
+    The implementation; a replacement is an instance of
+    :class:`OManyClassDecoderForV3` or :class:`OManyClassDecoderForV3p5` (built
+    by :meth:`from_module`), each a subclass of the host decoder class too.
+    """
+
+    #: Whether the replaced decoder masks non-finite targets (v3.5).
+    masks_non_finite: ClassVar[bool]
 
     def __init__(
         self,
@@ -69,22 +97,8 @@ class OManyClassDecoder(nn.Module):
         eps_den: float = 1e-6,
         path: str = "many_class_decoder",
     ) -> None:
-        super().__init__()
-        masks_non_finite = SUPPORTED_DECODERS.get(type(original))
-        if masks_non_finite is None:
-            names = ", ".join(f"{c.__module__}.{c.__name__}" for c in SUPPORTED_DECODERS)
-            raise UnsupportedArchitectureError(
-                f"{path}: expected one of {names}, got {type(original).__name__}"
-            )
-        self.masks_non_finite = masks_non_finite
-        self.q_projection = original.q_projection
-        self.k_projection = original.k_projection
-        self.softmax_scaling_layer = original.softmax_scaling_layer
-        self.max_num_classes = original.max_num_classes
-        self.input_size = original.input_size
-        self.attention_size = original.attention_size
-        self.head_dim = original.head_dim
-        self.num_heads = original.num_heads
+        nn.Module.__init__(self)  # not the host's __init__: it would build new weights
+        adopt_host_modules(self, original, path)
         self.tau = tau
         self.support = support
         self.eps_den = eps_den
@@ -102,11 +116,15 @@ class OManyClassDecoder(nn.Module):
     ) -> OManyClassDecoder:
         """Builds the O-decoder on ``original``, sharing its projections and scaling.
 
+        The decoder is of the subclass for ``original``'s exact class
+        (:data:`SUPPORTED_DECODERS`), so it is an instance of that class too.
+
         Raises:
-            UnsupportedArchitectureError: If ``original`` is not exactly one of
-                :data:`SUPPORTED_DECODERS`.
+            UnsupportedArchitectureError: If ``original`` is not exactly one of the
+                classes of :data:`SUPPORTED_DECODERS` (a replacement already is refused).
         """
-        return cls(original, tau=tau, support=support, eps_den=eps_den, path=path)
+        replacement_class = replacement_class_for(original, SUPPORTED_DECODERS, path)
+        return replacement_class(original, tau=tau, support=support, eps_den=eps_den, path=path)
 
     def extra_repr(self) -> str:
         """Shows the patch settings."""
@@ -245,7 +263,10 @@ class OManyClassDecoder(nn.Module):
 
         ``p_i p_j exp(s_ij) / (eps_den + sum_j p_j exp(s_ij))``: a null train
         row gets weight 0, a null test row none at all; collapsing by label
-        gives what :meth:`forward` turns into logits.
+        gives what :meth:`forward` turns into logits. Unlike the host's, a
+        test row's weights sum to its presence ``p_i`` (less ``eps_den``'s
+        share), not to 1: the vote that matches ``predict_proba`` is
+        :meth:`vote_weights`.
         """
         q_BMHD, k_BNHD, p_BN = self._queries(train_keys_BNHD, test_embeddings_BME)
         B, N, H, _ = k_BNHD.shape
@@ -262,3 +283,41 @@ class OManyClassDecoder(nn.Module):
             dtype=wide,
         )
         return w_BHMN.mean(1).float()
+
+    def vote_weights(
+        self, train_keys_BNHD: torch.Tensor, test_embeddings_BME: torch.Tensor
+    ) -> torch.Tensor:
+        """The weights the patched prediction votes with: ``(B, M, N)``, rows summing to 1.
+
+        :meth:`attention_weights` divided by each test row's sum over the train
+        rows (a null test row's weights stay 0). :meth:`forward`'s class average
+        is :meth:`attention_weights` collapsed by label, and tabpfn's softmax over
+        the class logits divides it by the same sum, so collapsing these weights
+        by label gives the patched ``predict_proba`` (at ``softmax_temperature=1``
+        without balancing) up to the host's log clamp, as the host's own weights
+        give the unpatched one. Its multiplier, the row sum, is the receiver gate:
+        ``attention_weights == vote_weights * attention_weights.sum(-1, keepdim=True)``.
+        """
+        w_BMN = self.attention_weights(train_keys_BNHD, test_embeddings_BME)
+        total_BM1 = w_BMN.sum(-1, keepdim=True)
+        return w_BMN / total_BM1.clamp_min(torch.finfo(w_BMN.dtype).tiny)
+
+
+@replaces_host_class
+class OManyClassDecoderForV3(OManyClassDecoder, tabpfn_v3.ManyClassDecoder):
+    """An :class:`OManyClassDecoder` replacing (and an instance of) v3's ``ManyClassDecoder``."""
+
+    masks_non_finite = False
+
+
+@replaces_host_class
+class OManyClassDecoderForV3p5(OManyClassDecoder, tabpfn_v3_5.ManyClassDecoder):
+    """An :class:`OManyClassDecoder` replacing v3.5's ``ManyClassDecoder`` (masks non-finite)."""
+
+    masks_non_finite = True
+
+
+#: The replacement class of each decoder class (exact class match).
+SUPPORTED_DECODERS: dict[type[nn.Module], type[OManyClassDecoder]] = {
+    c.replaced_class: c for c in (OManyClassDecoderForV3, OManyClassDecoderForV3p5)
+}

@@ -60,19 +60,22 @@ from patches import OFFN, ONorm, presence
 from retrofit.errors import (
     InvalidPatchConfigError,
     MissingPresenceError,
-    UnsupportedArchitectureError,
 )
 from retrofit.hosts.presence_cache import PresenceKVCacheEntry
+from retrofit.hosts.replacement import (
+    adopt_host_modules,
+    replacement_class_for,
+    replaces_host_class,
+)
 from retrofit.hosts.row_attention import keeps_zero_rows, oattend_rows, oattend_train_then_test
 
-__all__ = ["SUPPORTED_V2_BLOCKS", "OTabPFNBlockV2"]
-
-#: The post-norm block classes :class:`OTabPFNBlockV2` replaces (one per host module).
-SUPPORTED_V2_BLOCKS: tuple[type[nn.Module], ...] = (
-    tabpfn_v2.TabPFNBlock,
-    tabpfn_v2_5.TabPFNBlock,
-    tabpfn_v2_6.TabPFNBlock,
-)
+__all__ = [
+    "SUPPORTED_V2_BLOCKS",
+    "OTabPFNBlockForV2",
+    "OTabPFNBlockForV2p5",
+    "OTabPFNBlockForV2p6",
+    "OTabPFNBlockV2",
+]
 
 
 class OTabPFNBlockV2(nn.Module):
@@ -83,6 +86,11 @@ class OTabPFNBlockV2(nn.Module):
     the number of leading learned rows (v2.5/v2.6's thinking rows, 0 for v2),
     whose presence is 1 wherever the block computes presence, except on the
     cache path, whose rows are all test rows.
+
+    The implementation; a replacement is an instance of the subclass for its
+    host module (:class:`OTabPFNBlockForV2`, :class:`OTabPFNBlockForV2p5`,
+    :class:`OTabPFNBlockForV2p6`, built by :meth:`from_module`), each a
+    subclass of that module's ``TabPFNBlock`` too.
     """
 
     def __init__(
@@ -96,17 +104,12 @@ class OTabPFNBlockV2(nn.Module):
         path: str = "blocks",
         learned_rows: int = 0,
     ) -> None:
-        super().__init__()
+        nn.Module.__init__(self)  # not the host's __init__: it would build new weights
         if mode not in ("oattention", "full-o"):
             raise InvalidPatchConfigError(
                 f"{path}: mode must be 'oattention' or 'full-o', got {mode!r}"
             )
-        self.per_sample_attention_between_features = original.per_sample_attention_between_features
-        self.per_column_attention_between_cells = original.per_column_attention_between_cells
-        self.layernorm_mha1 = original.layernorm_mha1
-        self.layernorm_mha2 = original.layernorm_mha2
-        self.layernorm_mlp = original.layernorm_mlp
-        self.mlp = original.mlp
+        adopt_host_modules(self, original, path)
         self.mode, self.tau, self.support, self.eps_den, self.path = (
             mode,
             tau,
@@ -138,15 +141,15 @@ class OTabPFNBlockV2(nn.Module):
     ) -> OTabPFNBlockV2:
         """Builds the O-block on ``original``, sharing all of its modules.
 
+        The block is of the subclass for ``original``'s exact class
+        (:data:`SUPPORTED_V2_BLOCKS`), so it is an instance of that class too.
+
         Raises:
-            UnsupportedArchitectureError: If ``original`` is not exactly one of
-                :data:`SUPPORTED_V2_BLOCKS`.
+            UnsupportedArchitectureError: If ``original`` is not exactly one of the
+                classes of :data:`SUPPORTED_V2_BLOCKS` (a replacement already is refused).
         """
-        if type(original) not in SUPPORTED_V2_BLOCKS:
-            raise UnsupportedArchitectureError(
-                f"{path}: expected TabPFNBlock, got {type(original).__name__}"
-            )
-        return cls(
+        replacement_class = replacement_class_for(original, SUPPORTED_V2_BLOCKS, path)
+        return replacement_class(
             original,
             mode=mode,
             tau=tau,
@@ -359,3 +362,24 @@ class OTabPFNBlockV2(nn.Module):
             eps_den=self.eps_den,
             nulls_are_zero=keeps_zero_rows(*projections),
         )
+
+
+@replaces_host_class
+class OTabPFNBlockForV2(OTabPFNBlockV2, tabpfn_v2.TabPFNBlock):
+    """An :class:`OTabPFNBlockV2` replacing (and an instance of) v2's ``TabPFNBlock``."""
+
+
+@replaces_host_class
+class OTabPFNBlockForV2p5(OTabPFNBlockV2, tabpfn_v2_5.TabPFNBlock):
+    """An :class:`OTabPFNBlockV2` replacing (and an instance of) v2.5's ``TabPFNBlock``."""
+
+
+@replaces_host_class
+class OTabPFNBlockForV2p6(OTabPFNBlockV2, tabpfn_v2_6.TabPFNBlock):
+    """An :class:`OTabPFNBlockV2` replacing (and an instance of) v2.6's ``TabPFNBlock``."""
+
+
+#: The replacement class of each post-norm block class (one per host module; exact match).
+SUPPORTED_V2_BLOCKS: dict[type[nn.Module], type[OTabPFNBlockV2]] = {
+    c.replaced_class: c for c in (OTabPFNBlockForV2, OTabPFNBlockForV2p5, OTabPFNBlockForV2p6)
+}

@@ -92,6 +92,23 @@ KERNEL_INSERTION_ULPS = 2
 KERNEL_VS_REFERENCE_ULPS = 4
 
 
+# A vote of the classifier decoder's weights (its weights collapsed by train
+# label, averaged over ensemble members) against predict_proba at
+# softmax_temperature=1 without balancing, float32: not a rounding bound but the
+# host's log clamp. The decoder's logits are log(max(o_t, 1e-5) + 3e-5) of the
+# class averages o_t, whose sum is the weights' row sum s; the softmax over the
+# K classes gives (o_t + a_t) / (s + A), a_t in [3e-5, 4e-5], A = sum a_t,
+# against the vote o_t / s: at most A / s <= 4e-5 * K / s apart, for each member
+# and so for their average, plus float32 rounding of the sums, the log and the
+# softmax (64 ulps). Measured on tiny v3 and v3.5 classifiers, 3 classes, 3
+# members: 1.4e-5 (unpatched, the host's weights, s = 1, bound 1.3e-4) and
+# 1.8e-5 (patched at tau 4, the normalised weights, s >= 0.79, bound 1.6e-4);
+# the raw patched weights' vote misses by 8.5e-2 to 9.8e-2.
+def decoder_vote_bound(n_classes: int, row_sum: float) -> float:
+    """How far a vote of decoder weights whose rows sum to ``row_sum`` may be from predict_proba."""
+    return 4e-5 * n_classes / row_sum + 64 * torch.finfo(torch.float32).eps
+
+
 def ulp_of(dtype: torch.dtype, scale: float) -> float:
     """One unit in the last place of ``dtype`` at ``scale``: ``eps(dtype) * scale``."""
     return torch.finfo(dtype).eps * scale

@@ -6,6 +6,8 @@ the O-blocks re-implement the forward of tabpfn's blocks around OAttention
 (``retrofit.hosts.icl_block``, ``retrofit.hosts.v2``), as the O-decoder does
 the classifiers' ``ManyClassDecoder`` (``retrofit.hosts.many_class_decoder``),
 so a tabpfn release that changes any of them can silently break the retrofit.
+A replacement subclasses the block or decoder class it replaces, so every host
+method it does not override runs on it as the host's: those are named here too.
 Each is pinned here by the SHA-256 (first 16 hex digits) of its source in
 tabpfn 9.2.0: when this test fails, read the changed method, update the
 retrofit to match, then the digest.
@@ -58,6 +60,10 @@ PINNED: dict[tuple[str, str], str] = {
     ("tabpfn_v3_5", "ManyClassDecoder.project_keys"): "83d535d244994f51",
     ("tabpfn_v3_5", "ManyClassDecoder.attention_weights"): "082aae2db3ebbe8c",
     ("tabpfn_v3_5", "MultiTaskHeads.project_decoder_keys"): "af027ead81cd0262",
+    # Host methods a replacement inherits unchanged (retrofit/hosts/replacement.py):
+    # the decoders' query projections and dtype guard, which read no presence.
+    ("tabpfn_v3", "ManyClassDecoder._project_q"): "e5167dc0ec058582",
+    ("tabpfn_v3_5", "ManyClassDecoder._project_queries"): "720e1b62ea16bcfa",
     ("kv_cache", "KVCacheEntry"): "2be25c8b369819ef",
     ("kv_cache", "QuantizedKVCacheEntry"): "61450ee44ed38fe2",
 }
@@ -97,6 +103,31 @@ def test_the_patched_classes_override_nothing_themselves():
     for cls in (OTabPFNV3, OTabPFNV3p5):
         methods = {n for n, v in vars(cls).items() if inspect.isfunction(v) and n[:2] != "__"}
         assert methods == set()
+
+
+#: The host methods replacements inherit without overriding (``__init__`` never runs on them).
+INHERITED_HOST_METHODS = {
+    ("tabpfn_v3", "ManyClassDecoder._project_q"),
+    ("tabpfn_v3_5", "ManyClassDecoder._project_queries"),
+}
+
+
+def test_every_host_method_a_replacement_inherits_is_named_and_pinned():
+    from retrofit.hosts.icl_block import SUPPORTED_ICL_BLOCKS
+    from retrofit.hosts.many_class_decoder import SUPPORTED_DECODERS
+    from retrofit.hosts.v2_block import SUPPORTED_V2_BLOCKS
+
+    inherited = set()
+    for table in (SUPPORTED_ICL_BLOCKS, SUPPORTED_V2_BLOCKS, SUPPORTED_DECODERS):
+        for host, replacement in table.items():
+            assert replacement.replaced_class is host and issubclass(replacement, host)
+            for name, value in vars(host).items():
+                if inspect.isfunction(value) and name != "__init__":
+                    if getattr(replacement, name) is value:  # not overridden by the family
+                        module = host.__module__.rpartition(".")[2]
+                        inherited.add((module, f"{host.__name__}.{name}"))
+    assert inherited == INHERITED_HOST_METHODS
+    assert INHERITED_HOST_METHODS <= set(PINNED)
 
 
 def test_tabpfn_still_sees_task_type_in_the_patched_forward():

@@ -15,7 +15,7 @@ from tabpfn.architectures.tabpfn_v2 import TabPFNBlock, TabPFNV2
 
 import retrofit
 from retrofit.errors import MissingPresenceError
-from retrofit.hosts.v2_block import OTabPFNBlockV2
+from retrofit.hosts.v2_block import OTabPFNBlockForV2, OTabPFNBlockV2
 from tests.helpers.tiny_hosts import TINY_V2, build_tiny_v2, save_tiny_v2_checkpoint
 
 MODES = ("oattention", "full-o")
@@ -58,7 +58,7 @@ def test_patch_swaps_every_block_sharing_parameters(mode):
     ptrs = {name: p.data_ptr() for name, p in model.named_parameters()}
     report = retrofit.patch(model, mode, tau=2.0, eps_den=1e-5)
 
-    assert all(type(b) is OTabPFNBlockV2 for b in model.blocks)
+    assert all(type(b) is OTabPFNBlockForV2 for b in model.blocks)
     assert [m.path for m in report.modules] == ["blocks.0", "blocks.1", "blocks.2"]
     assert {(m.old_class, m.new_class) for m in report.modules} == {
         ("TabPFNBlock", "OTabPFNBlockV2")

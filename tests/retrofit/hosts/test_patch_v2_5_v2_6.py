@@ -19,7 +19,7 @@ import torch
 from tabpfn.architectures import tabpfn_v2_5, tabpfn_v2_6
 
 import retrofit
-from retrofit.hosts.v2_block import OTabPFNBlockV2
+from retrofit.hosts.v2_block import SUPPORTED_V2_BLOCKS
 from retrofit.settings import DEFAULT_TAU_BY_HOST
 from tests.helpers.exactness import MODEL_ULPS, assert_exactly_zero, deviation_in_ulps
 from tests.helpers.null_row_hooks import LastBlockOutput, NullRowAtBlockEntry
@@ -80,7 +80,8 @@ def test_patch_swaps_every_block_and_knows_the_thinking_rows(name, mode):
     keys = list(model.state_dict())
     report = retrofit.patch(model, mode)
     assert type(model) is HOST_CLASSES[name]  # no class swap: v2's forward is not overridden
-    assert all(type(b) is OTabPFNBlockV2 and b.learned_rows == T for b in model.blocks)
+    assert all(type(b) is SUPPORTED_V2_BLOCKS[BLOCK_CLASSES[name]] for b in model.blocks)
+    assert all(b.learned_rows == T for b in model.blocks)
     assert [m.path for m in report.modules] == ["blocks.0", "blocks.1"]
     assert report.host == HOST_CLASSES[name].__name__
     assert list(model.state_dict()) == keys

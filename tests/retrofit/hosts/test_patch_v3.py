@@ -13,7 +13,7 @@ from tabpfn.architectures.tabpfn_v3 import ICLTransformerBlock, TabPFNV3, TabPFN
 
 import retrofit
 from retrofit.errors import MissingPresenceError
-from retrofit.hosts.icl_block import OICLBlock
+from retrofit.hosts.icl_block import OICLBlockForV3
 from retrofit.hosts.presence_cache import (
     PresenceKVCacheEntry,
     PresenceQuantizedKVCacheEntry,
@@ -44,7 +44,7 @@ def test_patch_swaps_every_block_and_reports(mode):
     report = retrofit.patch(model, mode, tau=2.0, support="mass", eps_den=1e-5)
 
     assert type(model) is OTabPFNV3
-    assert all(type(b) is OICLBlock for b in model.icl_blocks)
+    assert all(type(b) is OICLBlockForV3 for b in model.icl_blocks)
     swaps = [m for m in report.modules if m.kind == "swap"]
     assert [m.path for m in swaps] == ["icl_blocks.0", "icl_blocks.1", "icl_blocks.2"]
     assert {(m.old_class, m.new_class) for m in swaps} == {("ICLTransformerBlock", "OICLBlock")}

@@ -22,7 +22,7 @@ from tabpfn.architectures.kv_cache import FP8_KV_DTYPE
 from tabpfn.architectures.tabpfn_v3_5 import ICLTransformerBlock, TabPFNV3p5, TabPFNV3p5Cache
 
 import retrofit
-from retrofit.hosts.icl_block import OICLBlock
+from retrofit.hosts.icl_block import OICLBlock, OICLBlockForV3p5
 from retrofit.hosts.presence_cache import (
     PresenceKVCacheEntry,
     PresenceQuantizedKVCacheEntry,
@@ -92,7 +92,7 @@ def test_patch_swaps_every_icl_block_and_reports_the_gated_target_embedding(mode
     frozen_before = {name for name, p in model.named_parameters() if not p.requires_grad}
     report = retrofit.patch(model, mode, tau=2.0)
     assert type(model) is OTabPFNV3p5
-    assert all(type(b) is OICLBlock and b.qk_norm for b in model.icl_blocks)
+    assert all(type(b) is OICLBlockForV3p5 and b.qk_norm for b in model.icl_blocks)
     swaps = [m.path for m in report.modules if m.kind == "swap"]
     # v3.5's heads serve both tasks, so its classifier decoder is always swapped too.
     assert swaps == ["icl_blocks.0", "icl_blocks.1", "icl_blocks.2", "heads.many_class_decoder"]
