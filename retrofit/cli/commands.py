@@ -56,7 +56,8 @@ __all__ = [
 ]
 
 _MODEL_HELP = (
-    "the host: 'embedded' (the small shipped TabPFN v3 regressor, works offline), "
+    "the host: 'embedded' (the small shipped TabPFN v3 regressor, or with --task "
+    "classification the shipped classifier; both work offline), "
     "'v3' or 'v2' (tabpfn's published regressor, downloaded by tabpfn into its model "
     "cache on first use; v3 needs tabpfn's licence accepted once and TABPFN_TOKEN set to "
     "your Prior Labs API key; offline, the error names where to put the file), a "

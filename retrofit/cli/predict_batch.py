@@ -73,11 +73,12 @@ def model_task(model: str) -> str:
 
     A v2.5, v2.6 or v3 model says so itself (``task_type``); a v2 model
     classifies when its config has ``max_num_classes >= 2`` (the rule its own
-    target encoding follows). The embedded host and v3.5 (one model for both
-    tasks) are regression here; ``--task classification`` asks v3.5 to classify.
+    target encoding follows). ``"embedded"`` (a shipped host of each kind) and
+    v3.5 (one model for both tasks) are regression here; ``--task
+    classification`` runs the shipped classifier, or asks v3.5 to classify.
     """
     if model == "embedded":
-        return "regression"  # no embedded classifier is shipped: nothing to load
+        return "regression"  # a host of each kind: the classifier with --task classification
     specs = load_host(model)
     task = getattr(specs.model, "task_type", None)
     if task is None and isinstance(specs.model, TabPFNV2):
