@@ -3,10 +3,14 @@
 ``python -m hostgen.class_card`` reads the checkpoint header (config, inference
 config, training record: command settings, seed, warm start, prior), the
 training log and the comparison written by ``python -m hostgen.class_quality
---out``, and writes the card (``--out``) and ``classifier_loss_curve.png`` beside
-it (named apart from the regressor card's ``loss_curve.png``, since a shipped
-classifier's card lives in the same folder as the regressor's). Nothing in the
-card is typed by hand except prose; the regressor's card is ``hostgen.card``.
+--out``, and writes the card (``--out``; the shipped one is
+``retrofit/models/embedded/CLASSIFIER_MODEL_CARD.md``) and
+``classifier_loss_curve.png`` beside it (both named apart from the regressor
+card's ``MODEL_CARD.md`` and ``loss_curve.png``, which live in the same
+folder). The card says where the host stands against the bar to ship (beat
+logistic regression's log loss on ``offline_cls6``) and whether it is the
+embedded classifier this installation ships (its verified digest). Nothing in
+the card is typed by hand except prose; the regressor's card is ``hostgen.card``.
 """
 
 from __future__ import annotations
@@ -24,8 +28,12 @@ from hostgen.card import plot_loss_curve
 from hostgen.run_files import read_log
 from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.files import sha256_file, write_text_atomic
+from retrofit.models import embedded
 
-__all__ = ["LOSS_CURVE_NAME", "main", "training_command", "write_class_card"]
+__all__ = ["CARD_NAME", "LOSS_CURVE_NAME", "main", "training_command", "write_class_card"]
+
+CARD_NAME = "CLASSIFIER_MODEL_CARD.md"
+"""File name of the card (the regressor's, in the same folder, is ``MODEL_CARD.md``)."""
 
 LOSS_CURVE_NAME = "classifier_loss_curve.png"
 """File name of the loss curve, written beside the card."""
@@ -33,7 +41,7 @@ LOSS_CURVE_NAME = "classifier_loss_curve.png"
 _SUITES = {
     "in-prior": "held-out prior tasks (leak-free; where runs are compared)",
     "dev": "development suite (inference settings are chosen here)",
-    "offline_cls6": "evaluation suite `offline_cls6` (the bar to ship: beat logistic "
+    "offline_cls6": "evaluation suite `offline_cls6` (the bar: beat logistic "
     "regression; never used to choose settings)",
 }
 _MODELS = ("host", "prior", "logreg", "rf", "hgb")
@@ -70,10 +78,33 @@ def _quality_lines(quality: Path | None) -> list[str]:
     return markdown_table(("comparison", "n", "metric", *_MODELS), rows)
 
 
+def _standing_lines(quality: Path | None, shipped: bool) -> list[str]:
+    """Where the host stands: its ``offline_cls6`` log loss against logistic regression's."""
+    result = (
+        json.loads(quality.read_text(encoding="utf-8")) if quality and quality.is_file() else {}
+    )
+    part = result.get("offline_cls6")
+    if not part or "host" not in part or "logreg" not in part:
+        return ["- where it stands: not measured on `offline_cls6` yet"]
+    host, logreg = part["host"]["log_loss"], part["logreg"]["log_loss"]
+    clears = host < logreg
+    lines = [
+        f"- where it stands: log loss {host:.3f} on `offline_cls6` ({part.get('cases')} "
+        f"cases) against logistic regression's {logreg:.3f}: it "
+        + ("clears" if clears else "does not clear")
+        + " the bar (beat logistic regression)"
+    ]
+    if shipped and not clears:
+        lines.append(
+            "- why it ships all the same: so that `OTabPFNClassifier()` runs offline, as "
+            "`OTabPFNRegressor()` does; it is the best candidate so far, not a good "
+            "classifier, and a host that clears the bar replaces it the same way"
+        )
+    return lines
+
+
 def _shipped_classifier_sha256() -> str | None:
     """The digest of the embedded classifier this installation ships, or None."""
-    from retrofit.models import embedded
-
     if not embedded.embedded_is_shipped("classifier"):
         return None
     return sha256_file(embedded.embedded_model_path("classifier"))  # verified first
@@ -101,6 +132,7 @@ def write_class_card(checkpoint: Path, log_path: Path, quality: Path | None, out
     )
     n_params = sum(int(v.numel()) for v in header["state_dict"].values())
     digest = sha256_file(checkpoint)
+    shipped = digest == _shipped_classifier_sha256()
     warm = training.get("warm_start") or {}
     lines = [
         "# Model card: embedded TabPFN-v3 classifier",
@@ -118,7 +150,8 @@ def write_class_card(checkpoint: Path, log_path: Path, quality: Path | None, out
         "",
         f"- file: `{checkpoint.name}`, sha256 `{digest}`",
         "- shipped as this package's embedded classifier: "
-        + ("yes" if digest == _shipped_classifier_sha256() else "no (a candidate)"),
+        + ("yes" if shipped else "no (a candidate)"),
+        *_standing_lines(quality, shipped),
         f"- parameters: {n_params:,}; embed_dim {config['embed_dim']}, ICL blocks "
         f"{config['nlayers']}, decoder {config['decoder_num_heads']} x "
         f"{config['decoder_head_dim']}",
@@ -159,7 +192,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("--log", type=Path, default=None, help="default: <checkpoint>.log.jsonl")
     p.add_argument("--quality", type=Path, default=None, help="class_quality JSON")
-    p.add_argument("--out", type=Path, default=default_output("classifier_card") / "MODEL_CARD.md")
+    p.add_argument("--out", type=Path, default=default_output("classifier_card") / CARD_NAME)
     return p
 
 

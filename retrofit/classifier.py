@@ -14,14 +14,14 @@ Two private tabpfn methods are overridden (pinned in
 classifiers of ``tuning_config``: here they are of this class, so they load
 and patch the same way.
 
-``model_path`` defaults to tabpfn's ``"auto"`` (tabpfn's default classifier,
-v3.5 unless ``TABPFN_MODEL_VERSION`` says otherwise). ``"embedded"`` is the
-package's own classifier host where the installation ships one
-(:func:`retrofit.models.embedded.embedded_is_shipped`), else one
-:class:`~retrofit.EmbeddedCheckpointError` naming the choices. Offline,
-``"auto"`` fails with one :class:`~retrofit.WeightsUnavailableError` naming the
-file and where to place it; a classifier checkpoint file or a
-``tabpfn.ModelSpecs`` runs anywhere.
+``model_path`` defaults to ``"embedded"``, as the regressor's does: the
+package's own small classifier host, checked against its SHA-256 and run
+offline (``retrofit/models/embedded/CLASSIFIER_MODEL_CARD.md`` says where it
+stands; an installation without it refuses ``"embedded"`` with one
+:class:`~retrofit.EmbeddedCheckpointError` naming the choices). ``"auto"`` is
+tabpfn's default classifier (v3.5 unless ``TABPFN_MODEL_VERSION`` says
+otherwise); offline it fails with one :class:`~retrofit.WeightsUnavailableError`
+naming the file and where to place it.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
     """TabPFN classification with the zero vector as a true NULL state.
 
     Every argument but the first four is ``tabpfn.TabPFNClassifier``'s, with
-    its default and meaning.
+    its default and meaning, except ``model_path``'s default (``"embedded"``,
+    which runs offline, where tabpfn's ``"auto"`` needs a download).
 
     Args:
         mode: ``"none"`` (tabpfn's unpatched model), ``"oattention"`` or
@@ -61,13 +62,12 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
             v3/v3.5 many-class decoder), ``"count"`` or ``"mass"``. None:
             saved, else ``"count"``.
         eps_den: OAttention denominator floor ``>= 0``. None: saved, else 1e-6.
-        model_path: ``"auto"`` (tabpfn's default classifier), a version alias
-            ``"v2"`` ... ``"v3.5"`` (tabpfn's default classifier of that
-            version), a classifier checkpoint file, a saved retrofit directory
-            of a classifier, a ``tabpfn.ModelSpecs`` (patched as a copy), a
-            :class:`~retrofit.ResolvedModel`, or a list of these.
-            ``"embedded"``: the shipped classifier host, where there is one
-            (else an error naming these choices).
+        model_path: ``"embedded"`` (the shipped classifier host, verified
+            against its SHA-256), ``"auto"`` (tabpfn's default classifier), a
+            version alias ``"v2"`` ... ``"v3.5"`` (tabpfn's default classifier
+            of that version), a classifier checkpoint file, a saved retrofit
+            directory of a classifier, a ``tabpfn.ModelSpecs`` (patched as a
+            copy), a :class:`~retrofit.ResolvedModel`, or a list of these.
         n_estimators: See ``tabpfn.TabPFNClassifier``.
         auto_scale_n_estimators: See ``tabpfn.TabPFNClassifier``.
         categorical_features_indices: See ``tabpfn.TabPFNClassifier``.
@@ -117,7 +117,7 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
         softmax_temperature: float | Literal["auto"] = "auto",
         balance_probabilities: bool = False,
         average_before_softmax: bool = False,
-        model_path: ModelPath = "auto",
+        model_path: ModelPath = "embedded",
         device: DevicesSpecification = "auto",
         ignore_pretraining_limits: bool = False,
         inference_precision: torch.dtype | Literal["autocast", "auto"] = "auto",

@@ -12,7 +12,7 @@ from eval.locations import default_output
 from eval.paper.carriers import measure_carriers
 from eval.paper.execution import run_suite
 from eval.paper.executors import make_executor
-from eval.paper.protocol import SWEEP_TAUS
+from eval.paper.protocol import SUITE_TASK, SWEEP_TAUS
 from eval.paper.reference import committed_store, reuse_committed, why_recomputed
 from eval.paper.spec import host_default_tau, make_tasks
 from eval.paper.store import carrier_path, utc_now, write_carriers, write_session
@@ -26,9 +26,14 @@ from retrofit.models.loading import resolve_checkpoint
 __all__ = ["eval_command", "resolve_model"]
 
 
-def resolve_model(model: str) -> Path:
-    """The checkpoint file behind ``--model`` (through ``retrofit.models.loading``)."""
-    return Path(resolve_checkpoint(model))
+def resolve_model(model: str, suite: str | None = None) -> Path:
+    """The checkpoint file behind ``--model`` (through ``retrofit.models.loading``).
+
+    A name that stands for a kind (``"embedded"``, a version alias) resolves to
+    the classifier for a classification suite, else to the regressor.
+    """
+    which = "classifier" if SUITE_TASK.get(suite or "") == "classification" else "regressor"
+    return Path(resolve_checkpoint(model, which))
 
 
 def eval_command(args: Any, argv: Sequence[str] | None = None) -> int:
@@ -70,7 +75,7 @@ def _check_options(args: Any) -> None:
 def _eval(args: Any, argv: Sequence[str] | None, store: Path) -> int:
     started = utc_now()
     t0 = time.perf_counter()
-    model_path = resolve_model(args.model)
+    model_path = resolve_model(args.model, args.suite)
     executor_name = args.executor or ("joblib" if args.jobs > 1 else "serial")
     executor = make_executor(
         executor_name,

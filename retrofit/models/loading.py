@@ -305,8 +305,7 @@ def resolve_for_tabpfn(model_path: Any, which: Which = "regressor") -> TabPFNMod
         model_path: What ``OTabPFNRegressor(model_path=...)`` (or the
             classifier's) was given.
         which: The estimator's kind: ``"regressor"`` or ``"classifier"``
-            (which default checkpoints the aliases name; ``"embedded"`` is a
-            regressor only, so far).
+            (which default checkpoints the aliases and ``"embedded"`` name).
 
     Returns:
         The translation, with the saved directories it named.
@@ -317,7 +316,8 @@ def resolve_for_tabpfn(model_path: Any, which: Which = "regressor") -> TabPFNMod
             downloads.
         SavedModelError: A saved directory fails its check.
         WeightsUnavailableError: ``"v3"``/``"v2"`` weights cannot be had.
-        EmbeddedCheckpointError: ``"embedded"`` for a classifier.
+        EmbeddedCheckpointError: ``"embedded"`` for a kind this installation does
+            not ship, or a shipped file that fails its SHA-256.
     """
     if not isinstance(model_path, list):
         value, found = _tabpfn_entry(model_path, which)

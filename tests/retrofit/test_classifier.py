@@ -1,12 +1,16 @@
 """``OTabPFNClassifier`` is ``TabPFNClassifier`` with the retrofit's loading (tiny random v3).
 
 ``mode="none"`` is tabpfn itself, bit for bit (same process, same shapes, same
-checkpoint, float32); a patched mode changes the probabilities; the shared
-loader refuses ``"embedded"`` for a classifier with an error naming the
-alternatives; the holdout classifiers of ``tuning_config`` are of this class.
+checkpoint, float32); a patched mode changes the probabilities; the default
+``model_path`` is the shipped embedded classifier, run offline and checked
+against its digest (an installation without one refuses ``"embedded"`` with an
+error naming the alternatives); the holdout classifiers of ``tuning_config``
+are of this class.
 """
 
 from __future__ import annotations
+
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -14,6 +18,7 @@ import pytest
 import torch
 from tabpfn import TabPFNClassifier
 
+import retrofit.models.embedded as embedded
 from retrofit import EmbeddedCheckpointError, OTabPFNClassifier, WeightsUnavailableError
 from tests.helpers.tiny_models import build_tiny_v3, save_tiny_checkpoint, tiny_v3_config
 
@@ -97,12 +102,53 @@ def test_embedded_is_refused_for_a_classifier_not_shipped_with_the_alternatives_
         est.fit(*_numeric())
 
 
-def test_the_default_model_is_tabpfns_and_offline_says_where_to_put_it(monkeypatch, tmp_path):
+def test_the_default_model_is_the_shipped_classifier_and_runs_offline(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TABPFN_MODEL_CACHE_DIR", str(tmp_path / "cache"))
+    assert OTabPFNClassifier().model_path == "embedded"
+    X, y = _numeric(120, seed=3)
+    common = {"n_estimators": 2, "device": "cpu", "inference_precision": torch.float32}
+    # No model_path: mode none is plain tabpfn on the shipped classifier file, bit for bit.
+    base = OTabPFNClassifier(mode="none", **common).fit(X[:90], y[:90])
+    shipped = str(embedded.embedded_model_path("classifier"))
+    plain = TabPFNClassifier(model_path=shipped, **common).fit(X[:90], y[:90])
+    np.testing.assert_array_equal(base.predict_proba(X[90:]), plain.predict_proba(X[90:]))
+    # The default (full-o) patches it, predicts every test row and learns the task.
+    est = OTabPFNClassifier(**common).fit(X[:90], y[:90])
+    proba = est.predict_proba(X[90:])
+    assert est.model_path == "embedded" and est.settings_["mode"] == "full-o"
+    assert proba.shape == (30, len(np.unique(y[:90]))) and np.isfinite(proba).all()
+    assert np.abs(proba - base.predict_proba(X[90:])).max() > 0
+    majority = np.mean(y[90:] == np.bincount(y[:90]).argmax())
+    assert np.mean(est.predict(X[90:]) == y[90:]) > majority
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+
+
+def test_embedded_refuses_a_tampered_copy_of_the_shipped_classifier(monkeypatch, tmp_path):
+    name = embedded.EMBEDDED_FILENAMES["classifier"]
+    folder = tmp_path / "embedded"
+    folder.mkdir()
+    shutil.copyfile(embedded.embedded_model_path("classifier"), folder / name)
+    shutil.copyfile(embedded._HERE / (name + ".sha256"), folder / (name + ".sha256"))
+    monkeypatch.setattr(embedded, "_HERE", folder)
+    X, y = _numeric()
+    kwargs = {"n_estimators": 1, "device": "cpu", "inference_precision": torch.float32}
+    OTabPFNClassifier(**kwargs).fit(X, y)  # the untouched copy passes its digest
+    data = bytearray((folder / name).read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (folder / name).write_bytes(bytes(data))
+    with pytest.raises(EmbeddedCheckpointError, match="corrupted or was replaced") as info:
+        OTabPFNClassifier(model_path="embedded", **kwargs).fit(X, y)
+    message = str(info.value)
+    assert str((folder / name).resolve()) in message and "reinstall" in message
+    assert len(message.splitlines()) == 1
+
+
+def test_auto_is_tabpfns_default_classifier_and_offline_says_where_to_put_it(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TABPFN_MODEL_CACHE_DIR", str(tmp_path))
-    assert OTabPFNClassifier().model_path == "auto"
     with pytest.raises(WeightsUnavailableError, match="classifier weights are not available"):
-        OTabPFNClassifier(device="cpu").fit(*_numeric())
+        OTabPFNClassifier(model_path="auto", device="cpu").fit(*_numeric())
 
 
 def test_tuning_classifiers_are_of_this_class_with_its_settings(checkpoint):

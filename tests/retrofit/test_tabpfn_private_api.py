@@ -218,7 +218,7 @@ ESTIMATORS = {
     OTabPFNClassifier: (
         TabPFNClassifier,
         ("_initialize_model_variables", "_get_tuning_classifier"),
-        {},  # "auto": no embedded classifier host is shipped yet
+        {"model_path": ("embedded", "auto")},
     ),
 }
 RETROFIT_PARAMETERS = ("mode", "tau", "support", "eps_den")

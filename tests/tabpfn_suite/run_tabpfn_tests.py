@@ -12,8 +12,11 @@ module, with reasons.
 
 Usage (from the repository root)::
 
-    python tests/tabpfn_suite/run_tabpfn_tests.py                  # the three modes
+    python tests/tabpfn_suite/run_tabpfn_tests.py                  # the three modes, both
+                                                                   # classifier checkpoints
     python tests/tabpfn_suite/run_tabpfn_tests.py --targets all    # and plain tabpfn
+    python tests/tabpfn_suite/run_tabpfn_tests.py --modules classifier \
+        --targets tabpfn-embedded,full-o-embedded                  # on the shipped classifier
     python tests/tabpfn_suite/run_tabpfn_tests.py --modules classifier --targets none
     python tests/tabpfn_suite/run_tabpfn_tests.py --sdist tabpfn-9.2.0.tar.gz -- -x
 
@@ -47,7 +50,16 @@ TEST_MODULES: dict[str, tuple[str, str]] = {
 # puts neither on the path, and the editable install maps only the packages.
 sys.path[:0] = [str(HERE), str(REPO)]
 
-from suite_targets import TARGETS  # noqa: E402 -- after this folder is on the path
+from suite_targets import (  # noqa: E402 -- after this folder is on the path
+    ALL_TARGETS,
+    EMBEDDED_SUFFIX,
+    MODES,
+    modules_of,
+)
+
+#: What ``.ci/run`` runs: each retrofit mode on the random classifier (and the embedded
+#: regressor), and on the shipped embedded classifier.
+DEFAULT_TARGETS: tuple[str, ...] = (*MODES, *(m + EMBEDDED_SUFFIX for m in MODES))
 
 CONFTEST = '''\
 """Written by run_tabpfn_tests.py: offline tabpfn, and the expectations applied."""
@@ -137,7 +149,8 @@ def write_suite(sources: dict[str, str], root: Path, targets: list[str]) -> None
     Args:
         sources: Estimator (a key of :data:`TEST_MODULES`) -> its test module's text.
         root: The folder to write the suite into.
-        targets: Keys of :data:`suite_targets.TARGETS`.
+        targets: Keys of :data:`suite_targets.ALL_TARGETS`; each gets the
+            modules of ``sources`` it runs (:func:`suite_targets.modules_of`).
     """
     for estimator, source in sources.items():
         test_module, import_line = TEST_MODULES[estimator]
@@ -150,12 +163,15 @@ def write_suite(sources: dict[str, str], root: Path, targets: list[str]) -> None
         package.mkdir()
         (package / "__init__.py").write_text("")
         shutil.copy(HERE / "suite_utils.py", package / "utils.py")
+        estimators = [e for e in sources if e in modules_of(target)]
         (package / "target.py").write_text(
             "from suite_targets import classifier_for, regressor_for\n\n"
-            f"TabPFNRegressor = regressor_for({target!r}, __name__)\n"
-            f"TabPFNClassifier = classifier_for({target!r}, __name__)\n"
+            + "".join(
+                f"TabPFN{e.capitalize()} = {e}_for({target!r}, __name__)\n" for e in estimators
+            )
         )
-        for estimator, source in sources.items():
+        for estimator in estimators:
+            source = sources[estimator]
             test_module, import_line = TEST_MODULES[estimator]
             name = import_line.split()[-1]
             rewritten = source.replace(import_line, f"from .target import {name}\n")
@@ -185,8 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--targets",
-        default="none,oattention,full-o",
-        help=f"comma-separated of {', '.join(TARGETS)}, or 'all'",
+        default=",".join(DEFAULT_TARGETS),
+        help=f"comma-separated of {', '.join(ALL_TARGETS)}, or 'all' (a '-embedded' target "
+        "runs the classifier tests on the shipped embedded classifier)",
     )
     parser.add_argument(
         "--modules",
@@ -196,10 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sdist", type=Path, help="a tabpfn sdist already downloaded")
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args(argv)
-    targets = list(TARGETS) if args.targets == "all" else args.targets.split(",")
-    unknown = sorted(set(targets) - set(TARGETS))
+    targets = list(ALL_TARGETS) if args.targets == "all" else args.targets.split(",")
+    unknown = sorted(set(targets) - set(ALL_TARGETS))
     if unknown:
-        parser.error(f"unknown targets {unknown}; expected some of {TARGETS}")
+        parser.error(f"unknown targets {unknown}; expected some of {ALL_TARGETS}")
     estimators = args.modules.split(",")
     if not estimators or set(estimators) - set(TEST_MODULES):
         parser.error(f"--modules: expected some of {sorted(TEST_MODULES)}")

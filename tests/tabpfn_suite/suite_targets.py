@@ -7,11 +7,19 @@ embedded checkpoint, or ``mode``), so the tests' ``TabPFNRegressor(...)`` calls,
 ``create_default_for_version``, ``clone`` and pickling work unchanged.
 
 The classifier targets are ``tabpfn.TabPFNClassifier`` and ``OTabPFNClassifier``
-the same way, on one checkpoint for all: no embedded classifier host is shipped
-yet and the published ones need a download, so it is a small random TabPFN v3
-classifier (zero-inits perturbed, up to 10 classes, ICL width 16), written once
-per run to a temporary folder (:func:`classifier_checkpoint`). Tests that judge
-accuracy therefore fail for every target alike (``expectations.py``).
+the same way, on two checkpoints (the published ones need a download):
+
+* the plain targets (:data:`TARGETS`): a small random TabPFN v3 classifier
+  (zero-inits perturbed, up to 10 classes, ICL width 16), written once per run
+  to a temporary folder (:func:`classifier_checkpoint`);
+* the ``-embedded`` targets (:data:`EMBEDDED_CLASSIFIER_TARGETS`, e.g.
+  ``"full-o-embedded"``): the shipped embedded classifier
+  (``embedded_model_path("classifier")``), the default of ``OTabPFNClassifier``.
+  They run the classifier module only: the plain targets already run the
+  regressor module on the embedded regressor.
+
+What fails on a checkpoint fails for plain tabpfn on it too, except where the
+retrofit changes behaviour on purpose (``expectations.py`` says which, per target).
 """
 
 from __future__ import annotations
@@ -29,6 +37,19 @@ from retrofit.settings import MODES
 from tests.helpers.tiny_models import build_tiny_v3, save_tiny_checkpoint, tiny_v3_config
 
 TARGETS: tuple[str, ...] = ("tabpfn", *MODES)
+#: Suffix of a target on the shipped embedded classifier.
+EMBEDDED_SUFFIX = "-embedded"
+EMBEDDED_CLASSIFIER_TARGETS: tuple[str, ...] = tuple(t + EMBEDDED_SUFFIX for t in TARGETS)
+ALL_TARGETS: tuple[str, ...] = (*TARGETS, *EMBEDDED_CLASSIFIER_TARGETS)
+
+
+def modules_of(target: str) -> tuple[str, ...]:
+    """The test modules (``"regressor"``, ``"classifier"``) a target runs."""
+    if target in EMBEDDED_CLASSIFIER_TARGETS:
+        return ("classifier",)
+    if target in TARGETS:
+        return ("regressor", "classifier")
+    raise ValueError(f"unknown target {target!r}; expected one of {ALL_TARGETS}")
 
 
 #: The random classifier every classifier target runs (``TabPFNV3Config`` fields).
@@ -77,9 +98,13 @@ def regressor_for(target: str, module: str) -> type:
 
 def classifier_for(target: str, module: str) -> type:
     """The ``TabPFNClassifier`` that tabpfn's tests import for ``target``."""
-    path = str(classifier_checkpoint())
+    if target in EMBEDDED_CLASSIFIER_TARGETS:
+        target = target.removesuffix(EMBEDDED_SUFFIX)
+        path = str(embedded_model_path("classifier"))  # the digest is checked here
+    else:
+        path = str(classifier_checkpoint())
     if target == "tabpfn":
         return with_defaults(TabPFNClassifier, module, model_path=path)
     if target not in MODES:
-        raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
+        raise ValueError(f"unknown target {target!r}; expected one of {ALL_TARGETS}")
     return with_defaults(OTabPFNClassifier, module, mode=target, model_path=path)

@@ -18,6 +18,7 @@ from eval.paper.classification_report import (
     CLASSIFICATION_CASE_COLUMNS,
     build_classification_report,
 )
+from eval.paper.command import resolve_model
 from eval.paper.datasets import (
     OFFLINE_CLS6_DATASETS,
     SEEDS,
@@ -31,6 +32,7 @@ from eval.paper.estimators import classification_metrics
 from eval.paper.execution import run_suite
 from eval.paper.spec import RunSpec, make_tasks
 from eval.paper.store import load_rows
+from retrofit.models.embedded import embedded_model_path
 from tests.helpers.tiny_models import tiny_v3_classifier_checkpoint
 
 # (rows, features, class counts), read from the files by the code that wrote the suite file.
@@ -118,6 +120,13 @@ def _tasks(path: Path, modes: tuple[str, ...]) -> list:
 def test_a_regressor_checkpoint_is_refused_for_a_classification_suite(tiny_v3_path: Path) -> None:
     with pytest.raises(ValueError, match="not a classifier"):
         _tasks(tiny_v3_path, ("none",))
+
+
+def test_embedded_names_the_shipped_classifier_for_a_classification_suite() -> None:
+    """``eval --suite offline_cls6 --model embedded`` runs the classifier, not the regressor."""
+    assert resolve_model("embedded", "offline_cls6") == embedded_model_path("classifier")
+    assert resolve_model("embedded", "offline18") == embedded_model_path("regressor")
+    assert resolve_model("embedded") == embedded_model_path("regressor")
 
 
 def test_the_classifier_runs_through_the_runner_and_both_retrofits_move_its_log_loss(

@@ -1,4 +1,4 @@
-"""The shipped embedded host: its checkpoint, SHA-256, header, and that it learns."""
+"""The shipped embedded hosts: their checkpoints, SHA-256, headers, and that they learn."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
+from tabpfn import TabPFNClassifier
 from tabpfn.architectures import tabpfn_v3
 from tabpfn.checkpoint import Checkpoint
 
@@ -58,6 +60,33 @@ def test_shipped_host_loads_through_tabpfn_and_learns_in_context():
     rmse = np.sqrt(np.mean((pred - y[300:]) ** 2))
     rel = rmse / np.sqrt(np.mean((y[:300].mean() - y[300:]) ** 2))
     assert rel < 0.5  # a near-linear task: far better than the train mean
+
+
+def test_the_embedded_classifier_is_shipped_with_its_digest():
+    path = embedded_model_path("classifier")
+    name = embedded.EMBEDDED_FILENAMES["classifier"]
+    assert embedded.embedded_is_shipped("classifier") and path.name == name
+    digest = (path.parent / (name + ".sha256")).read_text().split()[0]
+    assert sha256_file(path) == digest
+    header = Checkpoint(path).load()
+    config, unused = tabpfn_v3.parse_config(header["config"])
+    assert header["architecture_name"] == "tabpfn_v3" and not unused
+    assert config.is_classification and config.max_num_classes == 10
+
+
+def test_shipped_classifier_loads_through_tabpfn_and_learns_in_context():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(300, 4))
+    y = (X[:, 0] + 0.5 * X[:, 1] > 0).astype(int)
+    clf = TabPFNClassifier(
+        model_path=str(embedded_model_path("classifier")),
+        n_estimators=2,
+        device="cpu",
+        inference_precision=torch.float32,
+    ).fit(X[:200], y[:200])
+    proba = clf.predict_proba(X[200:])
+    assert proba.shape == (100, 2) and np.allclose(proba.sum(axis=1), 1.0, atol=1e-5)
+    assert np.mean(proba.argmax(axis=1) == y[200:]) > 0.8  # a linear boundary
 
 
 def test_shipped_host_accepts_more_than_a_thousand_rows_on_cpu():
