@@ -62,7 +62,8 @@ __all__ = [
 
 #: How ``--model`` names the model, for every command that takes it.
 MODEL_HELP = (
-    "the host: 'embedded' (the small shipped TabPFN v3 hosts: the regressor, or for a classification task the classifier; both work offline), "
+    "the host: 'embedded' (the small shipped TabPFN v3 hosts: the regressor, or for a "
+    "classification task the classifier; both work offline), "
     f"{alias_list(auto=True)} (tabpfn's published model of that version, or tabpfn's "
     "default version, downloaded by tabpfn into its model cache on first use; all but v2 "
     "need tabpfn's licence accepted once and TABPFN_TOKEN set to your Prior Labs API key; "
