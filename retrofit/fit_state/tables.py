@@ -4,9 +4,10 @@ A fit state keeps the ``X`` and ``y`` a fit was given, in a form that loads
 without running code: numeric, text and date numpy arrays as ``.npy``
 (written and read with ``allow_pickle=False``), pandas frames and series as
 Parquet, and lists and object arrays of plain values (``str``, ``int``,
-``float`` with NaN and infinities, ``bool``, ``None``) as JSON. Every encoding
-is decoded again before it is accepted and must give back an equal value of
-the same type, dtypes and column names included; anything else (polars
+``float`` with NaN and infinities, ``bool``, ``None``; numpy scalars count as
+their Python values) as JSON. Every encoding is decoded again before it is
+accepted and must give back an equal value of the same type, dtypes and
+column names included; anything else (polars
 frames, tensors, object cells of other types) is refused with a one-line
 :class:`~retrofit.errors.FitStateError` naming the way out.
 """
@@ -78,7 +79,8 @@ def _same(original: Any, decoded: Any) -> bool:
         if original.dtype != decoded.dtype or original.shape != decoded.shape:
             return False
         if original.dtype == object:
-            return all(_same_cell(a, b) for a, b in zip(original.flat, decoded.flat, strict=True))
+            pairs = zip(original.flat, decoded.flat, strict=True)
+            return all(_same_cell(_plain(a), b) for a, b in pairs)
         return bool(np.array_equal(original, decoded, equal_nan=original.dtype.kind in "fc"))
     return _same_nested(original, decoded)
 
@@ -123,6 +125,11 @@ def _encode(value: Any, member: str) -> tuple[dict[str, Any], dict[str, bytes]]:
 
 
 def _plain(cell: Any) -> Any:
+    """A cell as the plain Python value JSON gives back (numpy scalars as their Python value)."""
+    if isinstance(cell, np.generic) and cell.dtype.kind in "biufU":
+        cell = cell.item()
+    if isinstance(cell, str) and type(cell) is not str:
+        cell = str(cell)
     if not isinstance(cell, _PLAIN_CELL_TYPES):
         raise TypeError(f"an object cell of type {type(cell).__name__}")
     return cell
@@ -142,7 +149,8 @@ def encode_table(value: Any, member: str, *, what: str) -> tuple[dict[str, Any],
     way_out = "fit with a numpy array, a pandas DataFrame/Series or a list of plain values"
     try:
         descriptor, members = _encode(value, member)
-        json.dumps(descriptor, allow_nan=True)
+        # Decoded from its JSON text, as a load will read it.
+        descriptor = json.loads(json.dumps(descriptor, allow_nan=True))
         decoded = decode_table(descriptor, members, where="(check)")
     except (TypeError, ValueError, ImportError, FitStateError) as err:
         raise FitStateError(

@@ -103,8 +103,8 @@ def _classifier_outputs(estimator: OTabPFNClassifier, X) -> list[bytes]:
     ]
 
 
-def _round_trip(estimator, tmp_path: Path):
-    path = tmp_path / "fit.tabpfn_fit"
+def _round_trip(estimator, folder: Path):
+    path = folder / "fit.tabpfn_fit"
     estimator.save_fit_state(path)
     return type(estimator).load_from_fit_state(path, device="cpu")
 
@@ -171,6 +171,23 @@ def test_pandas_input_with_text_labels_round_trips_with_its_classes_and_names(
     assert list(loaded.classes_) == list(estimator.classes_) == ["high", "low"]
     assert list(loaded.feature_names_in_) == ["x", "colour", "city"]
     assert _classifier_outputs(loaded, X.iloc[:7]) == _classifier_outputs(estimator, X.iloc[:7])
+
+
+def test_an_object_array_with_numpy_strings_round_trips_twice(checkpoints, tmp_path):
+    # As in tabpfn's own save/load test: floats and a text column, as objects; here
+    # the cells are numpy scalars (np.str_, np.float64), which JSON stores as str, float.
+    X, y = _classification_data()
+    X = X.astype(object)
+    for row, letter in enumerate(np.random.default_rng(1).choice(["A", "B", "C"], size=len(X))):
+        X[row, 2] = letter
+        X[row, 0] = np.float64(X[row, 0])
+    assert type(X[0, 2]) is np.str_ and type(X[0, 0]) is np.float64
+    estimator = OTabPFNClassifier(
+        **_kwargs(mode="full-o", model_path=str(checkpoints["classifier"]))
+    ).fit(X, y)
+    once = _round_trip(estimator, tmp_path / "once")
+    twice = _round_trip(once, tmp_path / "twice")
+    assert _classifier_outputs(twice, X[:7]) == _classifier_outputs(estimator, X[:7])
 
 
 def test_a_pandas_regression_with_a_series_target_round_trips(checkpoints, tmp_path):
