@@ -193,7 +193,8 @@ class RetrofitEstimatorMixin:
                 f"cannot save the fit state to {path}: {type(self).__name__} is not fitted with "
                 "fit() (fit_with_differentiable_input fits are not saved); call fit first"
             )
-        current = self.get_params(deep=False)
+        # The device is the loader's choice (load_from_fit_state's device), so it may differ.
+        current = {k: v for k, v in self.get_params(deep=False).items() if k != "device"}
         changed = sorted(k for k, v in current.items() if not _same_param(v, record.params.get(k)))
         if changed:
             raise FitStateError(

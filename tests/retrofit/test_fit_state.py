@@ -31,6 +31,8 @@ from retrofit import (
     OTabPFNRegressor,
     is_patched,
     patch,
+    resolve_model,
+    save_patched,
 )
 from retrofit.settings import MODES
 from tests.helpers.predictions import flat_prediction
@@ -120,9 +122,17 @@ def _assert_same_estimator(loaded, estimator) -> None:
     assert [is_patched(m) for m in loaded.models_] == [is_patched(m) for m in estimator.models_]
 
 
-@pytest.mark.parametrize("fit_mode", FIT_MODES)
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("host", REGRESSOR_HOSTS)
+# The embedded host is the slowest: fit_with_cache once, patched.
+REGRESSOR_CASES = [
+    (host, mode, fit_mode)
+    for host in REGRESSOR_HOSTS
+    for mode in MODES
+    for fit_mode in FIT_MODES
+    if host != "embedded" or fit_mode == "fit_preprocessors" or mode == "full-o"
+]
+
+
+@pytest.mark.parametrize(("host", "mode", "fit_mode"), REGRESSOR_CASES)
 def test_a_loaded_regressor_predicts_the_same_bits_in_every_output_type(
     host, mode, fit_mode, checkpoints, tmp_path
 ):
@@ -207,6 +217,20 @@ def test_several_models_round_trip_with_a_report_each(checkpoints, tmp_path):
     loaded = _round_trip(estimator, tmp_path)
     assert len(loaded.patch_reports_) == 2
     _assert_same_estimator(loaded, estimator)
+    assert _regressor_outputs(loaded, X[:7]) == _regressor_outputs(estimator, X[:7])
+
+
+def test_a_resolved_model_and_a_saved_directory_round_trip(checkpoints, tmp_path):
+    X, y = _regression_data()
+    resolved = resolve_model(str(checkpoints["regressor"]))
+    estimator = OTabPFNRegressor(**_kwargs(mode="full-o", model_path=resolved)).fit(X, y)
+    loaded = _round_trip(estimator, tmp_path)
+    assert loaded.model_path == resolved
+    assert _regressor_outputs(loaded, X[:7]) == _regressor_outputs(estimator, X[:7])
+    saved_dir = save_patched(checkpoints["regressor"], tmp_path / "saved", mode="oattention")
+    estimator = OTabPFNRegressor(**_kwargs(model_path=str(saved_dir.directory))).fit(X, y)
+    loaded = _round_trip(estimator, tmp_path)
+    assert loaded.settings_["mode"] == "oattention" and loaded.mode is None
     assert _regressor_outputs(loaded, X[:7]) == _regressor_outputs(estimator, X[:7])
 
 
