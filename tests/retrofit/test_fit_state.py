@@ -29,6 +29,7 @@ from retrofit import (
     FitStateError,
     OTabPFNClassifier,
     OTabPFNRegressor,
+    UnsafeCheckpointError,
     is_patched,
     patch,
     resolve_model,
@@ -396,6 +397,20 @@ def test_a_tampered_manifest_is_refused(saved, tmp_path):
     )
     with pytest.raises(FitStateError, match="differs from the saved fit in its settings"):
         OTabPFNRegressor.load_from_fit_state(target, device="cpu")
+
+
+def test_a_manifest_pointed_at_a_pickled_checkpoint_does_not_run_it(saved, tmp_path):
+    marker = tmp_path / "ran"
+    evil = tmp_path / "evil_v3.ckpt"
+    torch.save({"state_dict": {}, "payload": _Payload(marker)}, evil)
+    manifest = json.loads(zipfile.ZipFile(saved).read("retrofit_fit_state.json"))
+    manifest["model_path"] = {"one": {"path": str(evil)}}
+    target = _rewrite(
+        saved, tmp_path / "ckpt.tabpfn_fit", {"retrofit_fit_state.json": json.dumps(manifest)}
+    )
+    with pytest.raises(UnsafeCheckpointError, match=r"evil_v3\.ckpt"):
+        OTabPFNRegressor.load_from_fit_state(target, device="cpu")
+    assert not marker.exists()
 
 
 def test_a_regressor_fit_is_not_loaded_as_a_classifier(saved):
