@@ -226,7 +226,10 @@ class RetrofitEstimatorMixin:
                 checkpoint file, another retrofit version).
         """
         saved = read_fit_state(path, estimator=cls.__name__, which=cls._estimator_kind())
-        estimator = cls(**saved.params, device=device)
+        try:
+            estimator = cls(**saved.params, device=device)
+        except TypeError as err:  # a parameter this class does not take
+            raise FitStateError(f"{path}: {err}; save the fit state again") from err
         estimator.fit(saved.X, saved.y)
         found = {
             "settings": estimator.settings_,

@@ -302,7 +302,11 @@ def read_fit_state(path: str | PathLike[str], *, estimator: str, which: str) -> 
             f"{saved_class}.load_from_fit_state"
         )
     try:
-        params = {name: _param_from_json(value) for name, value in manifest["params"].items()}
+        params = {
+            name: _param_from_json(value)
+            for name, value in manifest["params"].items()
+            if name != "device"  # the loader's choice
+        }
         params["model_path"] = decode_model_path(manifest["model_path"], members, which)
         settings = dict(manifest["settings"])
         digests = tuple(str(d) for d in manifest["patch_report_digests"])

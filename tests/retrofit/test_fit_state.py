@@ -397,6 +397,13 @@ def test_a_tampered_manifest_is_refused(saved, tmp_path):
     )
     with pytest.raises(FitStateError, match="differs from the saved fit in its settings"):
         OTabPFNRegressor.load_from_fit_state(target, device="cpu")
+    manifest = json.loads(zipfile.ZipFile(saved).read("retrofit_fit_state.json"))
+    manifest["params"]["not_a_parameter"] = 1
+    target = _rewrite(
+        saved, tmp_path / "params.tabpfn_fit", {"retrofit_fit_state.json": json.dumps(manifest)}
+    )
+    with pytest.raises(FitStateError, match=r"params.tabpfn_fit: .*not_a_parameter"):
+        OTabPFNRegressor.load_from_fit_state(target, device="cpu")
 
 
 def test_a_manifest_pointed_at_a_pickled_checkpoint_does_not_run_it(saved, tmp_path):
