@@ -17,6 +17,7 @@ __all__ = [
     "CorruptCheckpointError",
     "DuplicateHostError",
     "EmbeddedCheckpointError",
+    "FitStateError",
     "InvalidInputError",
     "InvalidModelPathError",
     "InvalidPatchConfigError",
@@ -110,6 +111,10 @@ class EmbeddedCheckpointError(RetrofitError, ValueError):
 
 class SavedModelError(RetrofitError, ValueError):
     """A saved retrofit directory is missing, malformed, or fails its SHA-256 check."""
+
+
+class FitStateError(RetrofitError, ValueError):
+    """A fit state cannot be written, or a file is not a fit state this library reads."""
 
 
 class OutputExistsError(RetrofitError, FileExistsError):

@@ -16,7 +16,10 @@ differs, and it lives here once for both:
   the patched models (for the null-padded batched predictions);
 * :meth:`RetrofitEstimatorMixin._tuning_estimator`, which each class's override
   of tabpfn's holdout-estimator builder (``_get_tuning_regressor``,
-  ``_get_tuning_classifier``) calls.
+  ``_get_tuning_classifier``) calls;
+* ``save_fit_state`` / ``load_from_fit_state`` (tabpfn's public pair), in a
+  format that holds data only and is replayed on load
+  (:mod:`retrofit.fit_state.archive`): ``fit`` keeps a copy of its inputs for it.
 
 The private tabpfn methods overridden are listed in
 :data:`retrofit.tabpfn_surface.PRIVATE_METHODS` and pinned by
@@ -27,12 +30,13 @@ from __future__ import annotations
 
 import copy
 from os import PathLike
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from sklearn.base import BaseEstimator, clone
 from tabpfn import ModelSpecs
 
-from retrofit.errors import SettingsConflictError
+from retrofit.errors import FitStateError, SettingsConflictError
+from retrofit.fit_state.archive import FitRecord, read_fit_state, weights_digest, write_fit_state
 from retrofit.models.loading import ResolvedModel, resolve_for_tabpfn
 from retrofit.models.patched_host import PatchedHostCache
 from retrofit.models.saved import check_patch_digest
@@ -45,12 +49,25 @@ __all__ = ["ModelPath", "RetrofitEstimatorMixin"]
 #: Where an estimator keeps its patched host between fits (not a fitted attribute:
 #: no trailing underscore; left out of pickles and copies, never cloned).
 _HOSTS_ATTR = "_patched_hosts"
+#: Where ``fit`` keeps what it was given, for ``save_fit_state`` (a
+#: :class:`~retrofit.fit_state.archive.FitRecord`; private, so no fitted attribute).
+_FIT_RECORD_ATTR = "_fit_record"
 
 #: What ``model_path`` takes: tabpfn's kinds plus "embedded", the aliases, saved
 #: directories and a model resolved once (:func:`retrofit.resolve_model`).
 ModelPath = (
     str | PathLike | ModelSpecs | ResolvedModel | list[str | PathLike | ModelSpecs | ResolvedModel]
 )
+
+
+def _same_param(a: Any, b: Any) -> bool:
+    """Whether a parameter is unchanged: the same object, or an equal value."""
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError, RuntimeError):
+        return False
 
 
 class RetrofitEstimatorMixin:
@@ -149,6 +166,93 @@ class RetrofitEstimatorMixin:
             for model, config in zip(self.models_, settings, strict=True)
         ]
         return settings, reports
+
+    def fit(self, X: Any, y: Any) -> Self:
+        """The tabpfn ``fit``, keeping copies of ``X``, ``y`` and the parameters for saving."""
+        fitted = super().fit(X, y)
+        self.__dict__[_FIT_RECORD_ATTR] = FitRecord.of(X, y, self.get_params(deep=False))
+        return fitted
+
+    def save_fit_state(self, path: str | PathLike[str]) -> None:
+        """Saves the fit to ``path`` (``.tabpfn_fit``) as data only, for ``load_from_fit_state``.
+
+        Unlike tabpfn's archive (its fitted attributes pickled), the file holds
+        the constructor parameters, the training inputs, the resolved settings
+        and the digests of the patch reports and model weights
+        (:mod:`retrofit.fit_state.archive`); a ``ModelSpecs`` model travels as
+        safetensors. Loading fits again from them.
+
+        Raises:
+            FitStateError: Not fitted with ``fit``, parameters changed since the
+                fit, a ``random_state`` that is not an integer, or an input or
+                parameter that cannot be stored as data.
+        """
+        record = self.__dict__.get(_FIT_RECORD_ATTR)
+        if record is None or "settings_" not in self.__dict__:
+            raise FitStateError(
+                f"cannot save the fit state to {path}: {type(self).__name__} is not fitted with "
+                "fit() (fit_with_differentiable_input fits are not saved); call fit first"
+            )
+        # The device is the loader's choice (load_from_fit_state's device), so it may differ.
+        current = {k: v for k, v in self.get_params(deep=False).items() if k != "device"}
+        changed = sorted(k for k, v in current.items() if not _same_param(v, record.params.get(k)))
+        if changed:
+            raise FitStateError(
+                f"cannot save the fit state to {path}: {', '.join(changed)} changed since the "
+                "fit, so the fit would not be the one saved; call fit again first"
+            )
+        write_fit_state(
+            path,
+            estimator=type(self).__name__,
+            record=record,
+            settings=self.settings_,
+            report_digests=[report.digest() for report in self.patch_reports_],
+            weights=[weights_digest(model) for model in self.models_],
+        )
+
+    @classmethod
+    def load_from_fit_state(cls, path: str | PathLike[str], *, device: Any = "auto") -> Self:
+        """The estimator :meth:`save_fit_state` saved, fitted again on ``device``.
+
+        The estimator is built from the saved parameters and fitted on the saved
+        inputs: tabpfn loads a fresh model and the retrofit patches it. On the
+        same machine and package versions it predicts what the saved estimator
+        predicted, bit for bit; the refit must reproduce the saved settings,
+        patch report digests and weight digests, or loading fails.
+
+        Raises:
+            FitStateError: A missing, foreign or tampered file, a fit of another
+                class, or a refit that differs from the saved fit (a changed
+                checkpoint file, another retrofit version).
+        """
+        saved = read_fit_state(path, estimator=cls.__name__, which=cls._estimator_kind())
+        try:
+            estimator = cls(**saved.params, device=device)
+        except TypeError as err:  # a parameter this class does not take
+            raise FitStateError(f"{path}: {err}; save the fit state again") from err
+        estimator.fit(saved.X, saved.y)
+        found = {
+            "settings": estimator.settings_,
+            "patch report digests": tuple(r.digest() for r in estimator.patch_reports_),
+            "model weight digests": tuple(weights_digest(m) for m in estimator.models_),
+        }
+        expected = {
+            "settings": saved.settings,
+            "patch report digests": saved.report_digests,
+            "model weight digests": saved.weights,
+        }
+        differ = [name for name in found if found[name] != expected[name]]
+        if differ:
+            raise FitStateError(
+                f"{path}: the refit here differs from the saved fit in its {', '.join(differ)} "
+                "(a changed model file or another retrofit version); fit and save again"
+            )
+        return estimator
+
+    @classmethod
+    def _estimator_kind(cls) -> str:
+        """``"regressor"`` or ``"classifier"``: the task of ``tabpfn_class``."""
+        return "classifier" if cls.tabpfn_class.__name__.endswith("Classifier") else "regressor"
 
     def __getstate__(self) -> dict[str, Any]:
         """The pickled state: sklearn's, without the patched host kept between fits."""

@@ -11,7 +11,8 @@ when used, so a missing helper breaks only the feature that uses it, never
 Four kinds of names:
 
 * :data:`PRIVATE_NAMES`: functions and values imported from tabpfn modules
-  (the helpers of ragged ``predict_batched`` and the model-cache probe), each
+  (the helpers of ragged ``predict_batched``, the model-cache probe and the
+  architecture name of a fit state's in-memory model), each
   available here under the name without its leading underscore;
 * :data:`PRIVATE_METHODS`: private methods and attributes of tabpfn's classes
   that the retrofit calls, overrides (``retrofit/estimator_base.py`` for both
@@ -59,6 +60,7 @@ __all__ = [
     "models_may_be_shared",
     "prepare_model_inputs",
     "require",
+    "resolve_architecture_name",
     "should_save_peak_mem",
     "translate_batched_logits",
     "usable_output_types",
@@ -111,6 +113,11 @@ PRIVATE_NAMES: dict[str, tuple[str, str, str]] = {
         "tabpfn.model_loading",
         "_get_built_model_cache_size",
         "model loading",
+    ),
+    "resolve_architecture_name": (
+        "tabpfn.model_loading",
+        "_resolve_architecture_name",
+        "fit states of ModelSpecs models",
     ),
 }
 
@@ -224,6 +231,7 @@ check_input_shape_matches = _resolve("check_input_shape_matches")
 ensure_compatible_predict_input_sklearn = _resolve("ensure_compatible_predict_input_sklearn")
 default_save_peak_memory_factor = _resolve("default_save_peak_memory_factor")
 get_built_model_cache_size = _resolve("get_built_model_cache_size")
+resolve_architecture_name = _resolve("resolve_architecture_name")
 
 
 def missing_names(feature: str | None = None) -> list[MissingTabPFNName]:

@@ -93,6 +93,7 @@ RETROFIT_FLOORS: tuple[tuple[str, ...], ...] = (
     ("hosts",),
     ("batching", "patcher"),
     ("models",),
+    ("fit_state",),
     ("estimator_base",),
     ("estimator", "classifier"),
     ("cli",),

@@ -85,6 +85,10 @@ PINNED = {
         "()",
         "ccb06eb0d7063205839dddc17a16a621ae5fc4d9884a567e391f0a9f14987831",
     ),
+    "tabpfn.model_loading._resolve_architecture_name": (
+        "(config)",
+        "fe0a7a14e6e6f5ecb3dabc84b2c38391dd11293a1e02d010733a0ec8c876dfe9",
+    ),
     "tabpfn.regressor.TabPFNRegressor._initialize_model_variables": (
         "(self)",
         "1da50ca2c640aebd8e66226809c2b42431c5b08f0360713324bcf3844d88cc7d",
@@ -330,6 +334,15 @@ def test_the_overridden_methods_have_the_signatures_the_overrides_assume(ours_cl
         n for n in own if n.startswith("_") and not n.startswith("__") and hasattr(theirs_class, n)
     }
     assert private_overrides == set(overridden)
+
+
+@pytest.mark.parametrize("ours_class", list(ESTIMATORS), ids=lambda c: c.__name__)
+def test_the_fit_state_methods_keep_tabpfns_signatures(ours_class):
+    theirs_class, _, _ = ESTIMATORS[ours_class]
+    for name in ("save_fit_state", "load_from_fit_state"):
+        ours, theirs = getattr(ours_class, name), getattr(theirs_class, name)
+        assert ours.__qualname__.startswith("RetrofitEstimatorMixin.")
+        assert _signature(ours) == _signature(theirs), name
 
 
 _WITHOUT_A_HELPER = """

@@ -1,0 +1,323 @@
+"""The fit-state file of both estimators: a zip of JSON and data, replayed on load.
+
+tabpfn 9.2's own ``.tabpfn_fit`` archive stores the fitted attributes and the
+inference engine with joblib, which unpickles (runs code) on load. This
+format stores no object at all, only what is needed to redo the fit::
+
+    PATH.tabpfn_fit
+      retrofit_fit_state.json   format, estimator class, constructor parameters,
+                                the resolved settings, the patch report digests,
+                                the SHA-256 of each model's weights, versions
+      X.npy | X.parquet         the training inputs (retrofit.fit_state.tables);
+      y.npy | y.parquet         lists and object arrays live in the JSON
+      model_<i>.safetensors     only for a ``ModelSpecs`` model_path
+                                (retrofit.fit_state.model_paths)
+
+Loading rebuilds the estimator from the parameters and fits it again: tabpfn
+loads a fresh model, the retrofit patches it from the settings (a patched
+``ModelSpecs`` model is re-patched with the settings it carried), and the fit
+is deterministic for an integer ``random_state``. The refit must reproduce the
+saved settings, patch report digests and weight digests, or loading fails, so
+a changed checkpoint file or another retrofit never gives other numbers
+silently. Every member is read from memory; a member the manifest does not
+name (tabpfn's ``fitted_attrs.joblib``, say) is refused unread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+import zipfile
+from collections.abc import Mapping, Sequence
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from retrofit.errors import FitStateError, RetrofitError
+from retrofit.fit_state.model_paths import decode_model_path, encode_model_path, model_members
+from retrofit.fit_state.tables import copy_input, decode_table, encode_table
+from retrofit.versions import package_versions
+
+__all__ = [
+    "FORMAT",
+    "MANIFEST_NAME",
+    "SUFFIX",
+    "FitRecord",
+    "SavedFit",
+    "read_fit_state",
+    "weights_digest",
+    "write_fit_state",
+]
+
+#: Identifies the layout of the manifest; bumped on incompatible changes.
+FORMAT = "tabpfn-retrofit-fit-state/1"
+MANIFEST_NAME = "retrofit_fit_state.json"
+#: tabpfn's suffix for fit states, kept so that both save to the same kind of path.
+SUFFIX = ".tabpfn_fit"
+#: The manifest of tabpfn's own (pickle-based) fit state.
+_TABPFN_MANIFEST = "init_params.json"
+_VERSIONED_PACKAGES = ("tabpfn-retrofit", "tabpfn", "torch", "numpy", "pandas", "scikit-learn")
+
+
+@dataclasses.dataclass(frozen=True)
+class FitRecord:
+    """What one ``fit`` was given, kept on the estimator to save its fit state.
+
+    Attributes:
+        X: A copy of the training features.
+        y: A copy of the training target (as the estimator's ``fit`` passed it on).
+        params: ``get_params(deep=False)`` right after the fit.
+    """
+
+    X: Any
+    y: Any
+    params: dict[str, Any]
+
+    @classmethod
+    def of(cls, X: Any, y: Any, params: Mapping[str, Any]) -> FitRecord:
+        """The record of a fit, with copies of its inputs."""
+        return cls(copy_input(X), copy_input(y), dict(params))
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedFit:
+    """A fit state read back: everything to redo the fit and to check the result.
+
+    Attributes:
+        params: Constructor parameters (``model_path`` rebuilt; no ``device``).
+        X: The training features.
+        y: The training target.
+        settings: The saved ``settings_``.
+        report_digests: The saved digest of each patch report (empty for "none").
+        weights: The SHA-256 of each model's weights, in ``models_`` order.
+    """
+
+    params: dict[str, Any]
+    X: Any
+    y: Any
+    settings: dict[str, Any]
+    report_digests: tuple[str, ...]
+    weights: tuple[str, ...]
+
+
+def weights_digest(model: nn.Module) -> str:
+    """SHA-256 over a model's ``state_dict``: names, dtypes, shapes and bytes.
+
+    The retrofit's replacements share the host's tensors and keep its keys,
+    so a patched model and its host digest alike.
+    """
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+        digest.update(f"{name}|{flat.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _json_param(name: str, value: Any) -> Any:
+    """A parameter as JSON, refused where its JSON form would load as something else."""
+    if isinstance(value, torch.dtype):
+        return {"torch.dtype": str(value).removeprefix("torch.")}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)  # tabpfn's constructors take these as dicts
+    if isinstance(value, np.integer):
+        value = int(value)
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise FitStateError(
+            f"cannot save the fit state: parameter {name}={value!r:.80} has no JSON form "
+            f"({err}); set it to plain values (numbers, strings, lists, dicts) and fit again"
+        ) from err
+    if json.loads(text) != _as_json_types(value):
+        raise FitStateError(
+            f"cannot save the fit state: parameter {name}={value!r:.80} does not read back "
+            "equal from JSON; set it to plain values and fit again"
+        )
+    return value
+
+
+def _as_json_types(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_as_json_types(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_json_types(v) for k, v in value.items()}
+    return value
+
+
+def _param_from_json(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"torch.dtype"}:
+        dtype = getattr(torch, str(value["torch.dtype"]), None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"unknown torch dtype {value['torch.dtype']!r}")
+        return dtype
+    return value
+
+
+def _check_suffix(path: Path, verb: str) -> None:
+    if path.suffix != SUFFIX:
+        raise FitStateError(f"cannot {verb} the fit state {path}: the path must end with {SUFFIX}")
+
+
+def write_fit_state(
+    path: str | PathLike[str],
+    *,
+    estimator: str,
+    record: FitRecord,
+    settings: Mapping[str, Any],
+    report_digests: Sequence[str],
+    weights: Sequence[str],
+) -> None:
+    """Writes a fit state to ``path`` (a ``.tabpfn_fit`` file), atomically.
+
+    Args:
+        path: Where to write; its folder is created.
+        estimator: The estimator's class name.
+        record: The fit to store (its inputs and parameters).
+        settings: The fitted ``settings_``.
+        report_digests: The digest of each fitted patch report.
+        weights: :func:`weights_digest` of each fitted model.
+
+    Raises:
+        FitStateError: A parameter or input that cannot be stored as data.
+    """
+    path = Path(path)
+    _check_suffix(path, "save")
+    members: dict[str, bytes] = {}
+    params = {
+        name: _json_param(name, value)
+        for name, value in record.params.items()
+        if name not in ("model_path", "device")
+    }
+    random_state = params.get("random_state")
+    if isinstance(random_state, bool) or not isinstance(random_state, int):
+        raise FitStateError(
+            f"cannot save the fit state to {path}: random_state={random_state!r} makes the "
+            "fit unrepeatable; set random_state to an integer and fit again"
+        )
+    model_path = encode_model_path(record.params["model_path"], members)
+    x_descriptor, x_members = encode_table(record.X, "X", what="X")
+    y_descriptor, y_members = encode_table(record.y, "y", what="y")
+    members.update(x_members)
+    members.update(y_members)
+    manifest = {
+        "format": FORMAT,
+        "estimator": estimator,
+        "params": params,
+        "model_path": model_path,
+        "X": x_descriptor,
+        "y": y_descriptor,
+        "settings": dict(settings),
+        "patch_report_digests": list(report_digests),
+        "weights_sha256": list(weights),
+        "versions": package_versions(_VERSIONED_PACKAGES),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    os.close(handle)
+    try:
+        with zipfile.ZipFile(tmp_name, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr(MANIFEST_NAME, json.dumps(manifest, indent=1, allow_nan=True))
+            for name, data in members.items():
+                archive.writestr(name, data)
+        os.replace(tmp_name, path)
+    finally:
+        if os.path.exists(tmp_name):
+            os.remove(tmp_name)
+
+
+def _read_members(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The manifest and the members it names, read from memory; anything else is refused."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            if MANIFEST_NAME not in names:
+                if _TABPFN_MANIFEST in names:
+                    raise FitStateError(
+                        f"{path} is tabpfn's own fit state, whose fitted attributes load by "
+                        "unpickling (running code); this library does not read it: load it with "
+                        "tabpfn.TabPFNRegressor/TabPFNClassifier.load_from_fit_state only if you "
+                        "trust its source, or fit again and save with this estimator"
+                    )
+                raise FitStateError(
+                    f"{path} is not a fit state of this library (no {MANIFEST_NAME}); "
+                    "save one with save_fit_state"
+                )
+            if len(set(names)) != len(names):
+                raise FitStateError(f"{path} repeats a member name; save the fit state again")
+            manifest = json.loads(archive.read(MANIFEST_NAME))
+            if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+                found = manifest.get("format") if isinstance(manifest, dict) else None
+                raise FitStateError(
+                    f"{path} has format {found!r}, not {FORMAT!r}; save the fit state again "
+                    "with this version"
+                )
+            expected = {MANIFEST_NAME, *model_members(manifest.get("model_path") or {})}
+            for key in ("X", "y"):
+                member = (manifest.get(key) or {}).get("member")
+                if member is not None:
+                    expected.add(member)
+            extra = sorted(set(names) - expected)
+            if extra:
+                raise FitStateError(
+                    f"{path} holds {', '.join(extra)}, which a fit state of this library never "
+                    "holds (left unread); save the fit state again"
+                )
+            members = {name: archive.read(name) for name in sorted(expected - {MANIFEST_NAME})}
+    except (zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError, KeyError) as err:
+        raise FitStateError(
+            f"{path} is not a readable fit state ({type(err).__name__}: {str(err)[:120]}); "
+            "save it again with save_fit_state"
+        ) from err
+    return manifest, members
+
+
+def read_fit_state(path: str | PathLike[str], *, estimator: str, which: str) -> SavedFit:
+    """Reads a fit state written by :func:`write_fit_state` for the class ``estimator``.
+
+    Args:
+        path: The ``.tabpfn_fit`` file.
+        estimator: The class name of the estimator loading it.
+        which: ``"regressor"`` or ``"classifier"`` (the task a stored model is built for).
+
+    Raises:
+        FitStateError: The file is missing, foreign, tampered with, or of another class.
+    """
+    path = Path(path)
+    _check_suffix(path, "load")
+    if not path.is_file():
+        raise FitStateError(f"no fit state at {path}; pass the file save_fit_state wrote")
+    manifest, members = _read_members(path)
+    saved_class = manifest.get("estimator")
+    if saved_class != estimator:
+        raise FitStateError(
+            f"{path} holds a fit of {saved_class}, not {estimator}; load it with "
+            f"{saved_class}.load_from_fit_state"
+        )
+    try:
+        params = {
+            name: _param_from_json(value)
+            for name, value in manifest["params"].items()
+            if name != "device"  # the loader's choice
+        }
+        params["model_path"] = decode_model_path(manifest["model_path"], members, which)
+        settings = dict(manifest["settings"])
+        digests = tuple(str(d) for d in manifest["patch_report_digests"])
+        weights = tuple(str(d) for d in manifest["weights_sha256"])
+    except FitStateError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, RetrofitError) as err:
+        raise FitStateError(
+            f"{path}: a malformed or unusable entry ({type(err).__name__}: {str(err)[:160]}); "
+            "save the fit state again"
+        ) from err
+    X = decode_table(dict(manifest.get("X") or {}), members, where=str(path))
+    y = decode_table(dict(manifest.get("y") or {}), members, where=str(path))
+    return SavedFit(params, X, y, settings, digests, weights)
