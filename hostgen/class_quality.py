@@ -54,8 +54,11 @@ __all__ = [
     "BASELINES",
     "DEV_DATASETS",
     "WIDE_DEV_DATASETS",
+    "Task",
+    "baseline_scores",
     "compare_cases",
     "heldout_class_tasks",
+    "host_scores",
     "in_prior",
     "load_dev_dataset",
     "main",
@@ -166,7 +169,47 @@ def _baseline_proba(model: Any, x_tr: np.ndarray, y_tr: np.ndarray, x_te: np.nda
     return out
 
 
+Task = tuple[np.ndarray, np.ndarray, int]
+"""A held-out task: features ``x_ND`` float32, labels ``labels_N`` (context first), context rows."""
+
+
 @torch.no_grad()
+def host_scores(model: tabpfn_v3.TabPFNV3, tasks: Sequence[Task]) -> dict[str, float]:
+    """Mean log loss and accuracy of the host, run as trained (raw features), on ``tasks``.
+
+    Query rows of a class the context lacks are not scored. The model is left
+    in the mode it was in.
+    """
+    was_training = model.training
+    model.eval()
+    rows = []
+    for x_ND, labels_N, num_train in tasks:
+        k = int(labels_N[:num_train].max()) + 1
+        keep = labels_N[num_train:] != IGNORE
+        y_NB = torch.from_numpy(labels_N[:num_train, None].astype(np.float32))
+        logits_TBK = model(torch.from_numpy(x_ND[:, None, :]), y_NB)
+        proba = torch.softmax(logits_TBK[:, 0, :k].float(), dim=-1).double().numpy()[keep]
+        rows.append(_scores(proba, labels_N[num_train:][keep], k))
+    model.train(was_training)
+    return _mean(rows)
+
+
+def baseline_scores(
+    tasks: Sequence[Task], names: Sequence[str] = tuple(BASELINES), seed: int = 0
+) -> dict[str, dict[str, float]]:
+    """Mean log loss and accuracy of each of :data:`BASELINES` named in ``names`` on ``tasks``."""
+    per: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    for x_ND, labels_N, num_train in tasks:
+        k = int(labels_N[:num_train].max()) + 1
+        keep = labels_N[num_train:] != IGNORE
+        x_tr, x_te = x_ND[:num_train], x_ND[num_train:][keep]
+        y_te = labels_N[num_train:][keep]
+        for name in names:
+            proba = _baseline_proba(BASELINES[name](seed), x_tr, labels_N[:num_train], x_te, k)
+            per[name].append(_scores(proba, y_te, k))
+    return {name: _mean(rows) for name, rows in per.items()}
+
+
 def in_prior(model: tabpfn_v3.TabPFNV3, count: int = 40, seed: int = 0) -> dict[str, Any]:
     """Host against the baselines on the held-out classification tasks.
 
@@ -174,22 +217,8 @@ def in_prior(model: tabpfn_v3.TabPFNV3, count: int = 40, seed: int = 0) -> dict[
         ``{"tasks": count, "<model>": {"log_loss": mean, "accuracy": mean}}``
         for ``host`` and each of :data:`BASELINES`, over scorable query rows.
     """
-    model.eval()
-    per: dict[str, list[dict[str, float]]] = {"host": [], **{b: [] for b in BASELINES}}
-    for x_ND, labels_N, num_train in heldout_class_tasks(count):
-        k = int(labels_N[:num_train].max()) + 1
-        keep = labels_N[num_train:] != IGNORE
-        y_te = labels_N[num_train:][keep]
-        x_tr, x_te = x_ND[:num_train], x_ND[num_train:][keep]
-        y_NB = torch.from_numpy(labels_N[:num_train, None].astype(np.float32))
-        logits_TBK = model(torch.from_numpy(x_ND[:, None, :]), y_NB)
-        proba = torch.softmax(logits_TBK[:, 0, :k].float(), dim=-1).double().numpy()[keep]
-        per["host"].append(_scores(proba, y_te, k))
-        for name, make in BASELINES.items():
-            per[name].append(
-                _scores(_baseline_proba(make(seed), x_tr, labels_N[:num_train], x_te, k), y_te, k)
-            )
-    return {"tasks": count, **{m: _mean(rows) for m, rows in per.items()}}
+    tasks = heldout_class_tasks(count)
+    return {"tasks": count, "host": host_scores(model, tasks), **baseline_scores(tasks, seed=seed)}
 
 
 def _mean(rows: Sequence[dict[str, float]]) -> dict[str, float]:
