@@ -58,6 +58,7 @@ __all__ = [
     "baseline_scores",
     "compare_cases",
     "heldout_class_tasks",
+    "host_logits",
     "host_scores",
     "in_prior",
     "load_dev_dataset",
@@ -174,23 +175,39 @@ Task = tuple[np.ndarray, np.ndarray, int]
 
 
 @torch.no_grad()
-def host_scores(model: tabpfn_v3.TabPFNV3, tasks: Sequence[Task]) -> dict[str, float]:
-    """Mean log loss and accuracy of the host, run as trained (raw features), on ``tasks``.
+def host_logits(
+    model: tabpfn_v3.TabPFNV3, tasks: Sequence[Task]
+) -> list[tuple[torch.Tensor, np.ndarray]]:
+    """The host's logits, run as trained (raw features), on each task's scorable query rows.
 
-    Query rows of a class the context lacks are not scored. The model is left
-    in the mode it was in.
+    Returns:
+        Per task ``(logits_TK float64, labels_T)`` over the ``k`` classes its
+        context shows; query rows of another class are left out. The model is
+        left in the mode it was in.
     """
     was_training = model.training
     model.eval()
-    rows = []
+    out = []
     for x_ND, labels_N, num_train in tasks:
         k = int(labels_N[:num_train].max()) + 1
         keep = labels_N[num_train:] != IGNORE
         y_NB = torch.from_numpy(labels_N[:num_train, None].astype(np.float32))
         logits_TBK = model(torch.from_numpy(x_ND[:, None, :]), y_NB)
-        proba = torch.softmax(logits_TBK[:, 0, :k].float(), dim=-1).double().numpy()[keep]
-        rows.append(_scores(proba, labels_N[num_train:][keep], k))
+        out.append(
+            (logits_TBK[:, 0, :k].double()[torch.from_numpy(keep)], labels_N[num_train:][keep])
+        )
     model.train(was_training)
+    return out
+
+
+def host_scores(
+    model: tabpfn_v3.TabPFNV3, tasks: Sequence[Task], temperature: float = 1.0
+) -> dict[str, float]:
+    """Mean log loss and accuracy of the host on ``tasks`` (:func:`host_logits`), logits / T."""
+    rows = [
+        _scores(torch.softmax(logits_TK / temperature, dim=-1).numpy(), y_T, logits_TK.shape[1])
+        for logits_TK, y_T in host_logits(model, tasks)
+    ]
     return _mean(rows)
 
 

@@ -39,7 +39,13 @@ from tabicl.prior.graph_lib._config import PriorConfig as _GraphConfig
 
 from hostgen.class_prior import ClassBatch, class_batch, renumbered_by_context
 
-__all__ = ["TabICLPriorConfig", "heldout_tabicl_tasks", "sample_tabicl_batch"]
+__all__ = [
+    "CALIBRATION_STREAM",
+    "CURVE_STREAM",
+    "TabICLPriorConfig",
+    "heldout_tabicl_tasks",
+    "sample_tabicl_batch",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,19 +142,25 @@ def sample_tabicl_batch(rng: np.random.Generator, cfg: TabICLPriorConfig) -> Cla
     return class_batch(x_RBC, labels, counts, num_train)
 
 
+CURVE_STREAM = 3
+"""Held-out stream of the tasks a run's curve is scored on."""
+CALIBRATION_STREAM = 4
+"""Held-out stream of the tasks a temperature is fitted on (none of the curve's)."""
+
+
 def heldout_tabicl_tasks(
-    count: int, cfg: TabICLPriorConfig, key: int
+    count: int, cfg: TabICLPriorConfig, key: int, stream: int = CURVE_STREAM
 ) -> list[tuple[np.ndarray, np.ndarray, int]]:
     """Fixed held-out tables of this prior: ``(x_ND float32, labels_N, num_train)``.
 
     Task ``i`` is the first table of the batch drawn from
-    ``np.random.default_rng([key, 3, i])``; ``key`` is
+    ``np.random.default_rng([key, stream, i])``; ``key`` is
     :data:`hostgen.in_prior.HELDOUT_KEY`, which no training seed reaches.
     """
     one = dataclasses.replace(cfg, tables=1)
     tasks = []
     for i in range(count):
-        batch = sample_tabicl_batch(np.random.default_rng([key, 3, i]), one)
+        batch = sample_tabicl_batch(np.random.default_rng([key, stream, i]), one)
         labels_N = torch.cat([batch.y_train_NB, batch.y_test_TB.float()])[:, 0].long().numpy()
         tasks.append((batch.x_RBC[:, 0, :].numpy(), labels_N, batch.num_train))
     return tasks

@@ -90,6 +90,22 @@ plans about 6,000 steps. The runs so far, each resumable with its own line:
         --threads 1 --seed 4 --checkpoint-minutes 10 --prior 2 \
         --init-from hostchain/classifier_run4/tabpfn_v3_embedded_classifier.safetensors
 
+* ``hostchain/classifier_tabicl/`` (issue 37: the speedrun's recipe, cold;
+  TabICL's graph-SCM prior, 2 tables of 256-1,152 rows a step, 128 query
+  rows, up to 40 features; width 32, 8 ICL layers, 1.22M parameters; Muon on
+  the hidden matrices plus AdamW, both at lr 1e-3; clip 2; LAWA over 3
+  snapshots 150 steps apart (``*.lawa.safetensors``); the cosine by the clock
+  over 105 minutes; the held-out curve in ``*.evals.jsonl``, its baselines in
+  ``*.heldout_baselines.json``). Started 2026-12-03 08:23 UTC; resumed by the
+  same line::
+
+    nice -n 10 env OMP_NUM_THREADS=1 python -m hostgen.train_classifier \
+        --out hostchain/classifier_tabicl/tabpfn_v3_embedded_classifier.safetensors \
+        --prior tabicl --init-from none --nlayers 8 --optimizer muon --lr 1e-3 \
+        --grad-clip 2 --lawa-every 150 --lawa-keep 3 --steps 100000 --minutes 105 \
+        --time-aware-schedule --warmup-steps 100 --threads 1 --seed 0 \
+        --checkpoint-minutes 10 --eval-tasks 20 --log-every 10
+
 A host ships (its file and digest copied beside the regressor's, see
 :mod:`retrofit.models.embedded`) only once it beats logistic regression on
 ``offline_cls6``, the issue's bar; the held-out prior tasks and the

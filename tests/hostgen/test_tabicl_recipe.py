@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -12,12 +13,13 @@ import torch
 from sklearn.ensemble import RandomForestClassifier
 from tabpfn.checkpoint import Checkpoint
 
-from hostgen import train_classifier
+from hostgen import temperature, train_classifier
 from hostgen.averaging import average_state_dicts, lawa_update
 from hostgen.class_prior import IGNORE
+from hostgen.in_prior import HELDOUT_KEY
 from hostgen.optim import build_optimizers, muon_parameter_names
-from hostgen.tabicl_prior import TabICLPriorConfig, sample_tabicl_batch
-from hostgen.train import TrainConfig, build_model, lawa_path, train
+from hostgen.tabicl_prior import TabICLPriorConfig, heldout_tabicl_tasks, sample_tabicl_batch
+from hostgen.train import TrainConfig, build_model, lawa_path, save_checkpoint, train
 from hostgen.train_classifier import TINY_CLASSIFIER_CONFIG, ClassificationObjective
 
 SMALL = TabICLPriorConfig(min_rows=60, max_rows=100, test_rows=20, max_features=6)
@@ -180,3 +182,36 @@ def test_the_classifier_command_trains_on_tabicl_and_writes_its_held_out_curve(
     assert set(baselines["tabicl"]) == {"prior", "logreg", "rf"}
     log = [json.loads(x) for x in out.with_name(out.name + ".log.jsonl").open()]
     assert [r["tasks_seen"] for r in log] == [2, 4] and all("loss" in r for r in log)
+
+
+def test_the_fitted_temperature_recovers_the_one_the_labels_were_drawn_at() -> None:
+    gen = torch.Generator().manual_seed(1)
+    logits = []
+    for _ in range(4):
+        z_TK = torch.randn(2000, 4, generator=gen, dtype=torch.float64) * 2.0
+        y_T = torch.multinomial(torch.softmax(z_TK, dim=-1), 1, generator=gen)[:, 0].numpy()
+        logits.append((3.0 * z_TK, y_T))  # overconfident by a factor 3
+    fitted = temperature.fit_temperature(logits)
+    assert abs(fitted - 3.0) < 0.3, fitted
+    assert temperature.mean_log_loss(logits, fitted) < temperature.mean_log_loss(logits, 1.0)
+
+
+def test_the_temperature_command_fits_on_held_out_tabicl_tasks_and_stores_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "cls_v3.safetensors"
+    model = build_model(TINY_CLASSIFIER_CONFIG, seed=0)
+    record = {"prior_source": "tabicl", "prior": dataclasses.asdict(SMALL)}
+    save_checkpoint(model, TINY_CLASSIFIER_CONFIG, path, extra=record)
+    before = Checkpoint(path).load()
+    assert temperature.main(["--checkpoint", str(path), "--count", "2", "--write"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["tasks"] == 2 and result["log_loss_fitted"] <= result["log_loss_at_1"]
+    after = Checkpoint(path).load()
+    assert after["inference_config"]["SOFTMAX_TEMPERATURE"] == result["temperature"] != 1.0
+    assert all(
+        torch.equal(before["state_dict"][k], after["state_dict"][k]) for k in before["state_dict"]
+    )
+    curve = heldout_tabicl_tasks(2, SMALL, HELDOUT_KEY)
+    fitted_on = temperature.calibration_tasks(record, 2)
+    assert not any(np.array_equal(a[0], b[0]) for a in curve for b in fitted_on)
