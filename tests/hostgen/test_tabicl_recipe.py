@@ -13,7 +13,7 @@ import torch
 from sklearn.ensemble import RandomForestClassifier
 from tabpfn.checkpoint import Checkpoint
 
-from hostgen import temperature, train_classifier
+from hostgen import class_curve, temperature, train_classifier
 from hostgen.averaging import average_state_dicts, lawa_update
 from hostgen.class_prior import IGNORE
 from hostgen.in_prior import HELDOUT_KEY
@@ -182,6 +182,18 @@ def test_the_classifier_command_trains_on_tabicl_and_writes_its_held_out_curve(
     assert set(baselines["tabicl"]) == {"prior", "logreg", "rf"}
     log = [json.loads(x) for x in out.with_name(out.name + ".log.jsonl").open()]
     assert [r["tasks_seen"] for r in log] == [2, 4] and all("loss" in r for r in log)
+
+    png = tmp_path / "curve.png"
+    assert class_curve.main(["--checkpoint", str(out), "--png", str(png)]) == 0
+    series = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    raw = series["suites"]["tabicl"]["raw"]
+    assert raw["tasks_seen"] == [2, 4]
+    assert raw["log_loss"] == [e["tabicl"]["log_loss"] for e in evals if e["weights"] == "raw"]
+    assert series["baselines"]["tabicl"]["logreg"] == baselines["tabicl"]["logreg"]["log_loss"]
+    assert png.stat().st_size > 0
+    out.with_name(out.name + ".evals.jsonl").unlink()
+    assert class_curve.main(["--checkpoint", str(out), "--png", str(png)]) == 2
+    assert "--eval-tasks" in capsys.readouterr().err
 
 
 def test_the_fitted_temperature_recovers_the_one_the_labels_were_drawn_at() -> None:
