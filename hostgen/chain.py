@@ -54,6 +54,7 @@ import torch
 from tabpfn.architectures.shared.bar_distribution import FullSupportBarDistribution
 
 from hostgen.in_prior import HELDOUT_KEY, evaluate, model_from_state
+from hostgen.optim import build_optimizers, muon_parameter_names
 from hostgen.prior import PRIOR_V2, PriorConfig, sample_batch
 from hostgen.run_files import cut_log_after, load_state
 from hostgen.train import DEFAULT_MODEL_CONFIG, TINY_MODEL_CONFIG, build_model
@@ -115,10 +116,6 @@ TABLES: dict[str, dict[str, Any]] = {
 batches of 200-4,000 rows, about 6 tasks a step); ``v1`` the shipped host's
 (mostly 24-512 rows, 30 % up to 3,000, about 17 tasks a step), which gives
 about 2.4 times the tasks per CPU minute (``hostchain/diagnosis.json``)."""
-# Inputs and outputs of the network are not hidden matrices: Muon's
-# orthogonalised update suits square-ish hidden maps, not a 1- or 6-column
-# embedding or the 200-bucket decoder (the usual Muon practice).
-_NOT_HIDDEN = ("x_embed.", "col_y_encoder.", "icl_y_encoder.", "output_projection.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,50 +245,14 @@ def replan(cfg: ChainConfig, step: int, total_steps: int) -> ChainConfig:
     return new
 
 
-def muon_parameter_names(model: torch.nn.Module) -> list[str]:
-    """Names of the hidden 2-D weight matrices (Muon's share of the parameters).
-
-    Learned token tables (inducing vectors, CLS tokens) are 2-D but are not
-    maps, and matrices with a side under 8 (the log-n scaling MLP's input row)
-    are too thin to orthogonalise usefully; both stay with AdamW.
-    """
-    return [
-        name
-        for name, p in model.named_parameters()
-        if p.ndim == 2
-        and name.endswith(".weight")
-        and not name.startswith(_NOT_HIDDEN)
-        and min(p.shape) >= 8
-    ]
-
-
 def _optimizers(model: torch.nn.Module, cfg: ChainConfig) -> list[torch.optim.Optimizer]:
-    params = dict(model.named_parameters())
-    if cfg.optimizer == "adamw":
-        hidden: list[str] = []
-    elif cfg.optimizer == "muon":
-        hidden = muon_parameter_names(model)
-    else:
-        raise ValueError(f"unknown optimizer {cfg.optimizer!r}")
-    rest = [p for n, p in params.items() if n not in set(hidden)]
-    optims: list[torch.optim.Optimizer] = [
-        torch.optim.AdamW(rest, lr=cfg.adam_lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
-    ]
-    if hidden:
-        optims.append(
-            torch.optim.Muon(
-                [params[n] for n in hidden],
-                lr=cfg.muon_lr,
-                weight_decay=cfg.weight_decay,
-                momentum=0.95,
-                nesterov=True,
-                adjust_lr_fn="original",
-            )
-        )
-    for opt in optims:
-        for group in opt.param_groups:
-            group["peak_lr"] = group["lr"]
-    return optims
+    return build_optimizers(
+        model,
+        cfg.optimizer,
+        adam_lr=cfg.adam_lr,
+        muon_lr=cfg.muon_lr,
+        weight_decay=cfg.weight_decay,
+    )
 
 
 def _ema_update(ema: dict[str, torch.Tensor], model: torch.nn.Module, decay: float, step: int):

@@ -67,7 +67,9 @@ __all__ = [
     "IGNORE",
     "ClassBatch",
     "ClassPriorConfig",
+    "class_batch",
     "linear_task",
+    "renumbered_by_context",
     "sample_class_batch",
     "to_classes",
 ]
@@ -179,8 +181,23 @@ def _noisy_and_renumbered(
     if rng.random() < cfg.p_label_noise:
         flip = rng.random(len(labels_N)) < rng.uniform(0.0, cfg.max_label_noise)
         labels_N = np.where(flip, rng.integers(0, n_classes, len(labels_N)), labels_N)
+    return renumbered_by_context(labels_N, num_train)
+
+
+def renumbered_by_context(labels_N: np.ndarray, num_train: int) -> tuple[np.ndarray, int]:
+    """Classes renumbered ``0 .. k-1`` over those the context shows.
+
+    Args:
+        labels_N: Non-negative integer labels, context rows first.
+        num_train: Context rows.
+
+    Returns:
+        ``(labels_N, k)``: int64 labels, :data:`IGNORE` for query rows of a
+        class the context lacks; ``k`` classes in the context.
+    """
+    labels_N = np.asarray(labels_N, dtype=np.int64)
     seen = np.unique(labels_N[:num_train])
-    code = np.full(n_classes, IGNORE, dtype=np.int64)
+    code = np.full(int(labels_N.max()) + 1, IGNORE, dtype=np.int64)
     code[seen] = np.arange(len(seen))
     return code[labels_N], len(seen)
 
@@ -275,13 +292,20 @@ def _sample_linear_batch(rng: np.random.Generator, cfg: ClassPriorConfig) -> Cla
         xs.append(x_ND)
         labels.append(labels_N)
         counts.append(k)
-    return _class_batch(stack_features(xs), labels, counts, num_train)
+    return class_batch(stack_features(xs), labels, counts, num_train)
 
 
-def _class_batch(
+def class_batch(
     x_RBC: torch.Tensor, labels: list[np.ndarray], counts: list[int], num_train: int
 ) -> ClassBatch:
-    """A :class:`ClassBatch` from the features and each task's labels (context rows first)."""
+    """A :class:`ClassBatch` from the features and each task's labels (context rows first).
+
+    Args:
+        x_RBC: Features of the batch's tasks.
+        labels: Each task's labels (as :func:`renumbered_by_context` returns them).
+        counts: Each task's number of context classes.
+        num_train: Context rows.
+    """
     labels_RB = torch.from_numpy(np.stack(labels, axis=1))
     return ClassBatch(
         x_RBC=x_RBC,
@@ -312,7 +336,7 @@ def sample_class_batch(rng: np.random.Generator, cfg: ClassPriorConfig | None = 
         labels_N, k = to_classes(rng, y_RB[:, b], num_train, cfg)
         labels.append(labels_N)
         counts.append(k)
-    return _class_batch(batch.x_RBC, labels, counts, num_train)
+    return class_batch(batch.x_RBC, labels, counts, num_train)
 
 
 CLASS_PRIOR_V2 = ClassPriorConfig(p_linear=0.5)

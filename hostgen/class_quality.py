@@ -54,8 +54,12 @@ __all__ = [
     "BASELINES",
     "DEV_DATASETS",
     "WIDE_DEV_DATASETS",
+    "Task",
+    "baseline_scores",
     "compare_cases",
     "heldout_class_tasks",
+    "host_logits",
+    "host_scores",
     "in_prior",
     "load_dev_dataset",
     "main",
@@ -166,7 +170,63 @@ def _baseline_proba(model: Any, x_tr: np.ndarray, y_tr: np.ndarray, x_te: np.nda
     return out
 
 
+Task = tuple[np.ndarray, np.ndarray, int]
+"""A held-out task: features ``x_ND`` float32, labels ``labels_N`` (context first), context rows."""
+
+
 @torch.no_grad()
+def host_logits(
+    model: tabpfn_v3.TabPFNV3, tasks: Sequence[Task]
+) -> list[tuple[torch.Tensor, np.ndarray]]:
+    """The host's logits, run as trained (raw features), on each task's scorable query rows.
+
+    Returns:
+        Per task ``(logits_TK float64, labels_T)`` over the ``k`` classes its
+        context shows; query rows of another class are left out. The model is
+        left in the mode it was in.
+    """
+    was_training = model.training
+    model.eval()
+    out = []
+    for x_ND, labels_N, num_train in tasks:
+        k = int(labels_N[:num_train].max()) + 1
+        keep = labels_N[num_train:] != IGNORE
+        y_NB = torch.from_numpy(labels_N[:num_train, None].astype(np.float32))
+        logits_TBK = model(torch.from_numpy(x_ND[:, None, :]), y_NB)
+        out.append(
+            (logits_TBK[:, 0, :k].double()[torch.from_numpy(keep)], labels_N[num_train:][keep])
+        )
+    model.train(was_training)
+    return out
+
+
+def host_scores(
+    model: tabpfn_v3.TabPFNV3, tasks: Sequence[Task], temperature: float = 1.0
+) -> dict[str, float]:
+    """Mean log loss and accuracy of the host on ``tasks`` (:func:`host_logits`), logits / T."""
+    rows = [
+        _scores(torch.softmax(logits_TK / temperature, dim=-1).numpy(), y_T, logits_TK.shape[1])
+        for logits_TK, y_T in host_logits(model, tasks)
+    ]
+    return _mean(rows)
+
+
+def baseline_scores(
+    tasks: Sequence[Task], names: Sequence[str] = tuple(BASELINES), seed: int = 0
+) -> dict[str, dict[str, float]]:
+    """Mean log loss and accuracy of each of :data:`BASELINES` named in ``names`` on ``tasks``."""
+    per: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    for x_ND, labels_N, num_train in tasks:
+        k = int(labels_N[:num_train].max()) + 1
+        keep = labels_N[num_train:] != IGNORE
+        x_tr, x_te = x_ND[:num_train], x_ND[num_train:][keep]
+        y_te = labels_N[num_train:][keep]
+        for name in names:
+            proba = _baseline_proba(BASELINES[name](seed), x_tr, labels_N[:num_train], x_te, k)
+            per[name].append(_scores(proba, y_te, k))
+    return {name: _mean(rows) for name, rows in per.items()}
+
+
 def in_prior(model: tabpfn_v3.TabPFNV3, count: int = 40, seed: int = 0) -> dict[str, Any]:
     """Host against the baselines on the held-out classification tasks.
 
@@ -174,22 +234,8 @@ def in_prior(model: tabpfn_v3.TabPFNV3, count: int = 40, seed: int = 0) -> dict[
         ``{"tasks": count, "<model>": {"log_loss": mean, "accuracy": mean}}``
         for ``host`` and each of :data:`BASELINES`, over scorable query rows.
     """
-    model.eval()
-    per: dict[str, list[dict[str, float]]] = {"host": [], **{b: [] for b in BASELINES}}
-    for x_ND, labels_N, num_train in heldout_class_tasks(count):
-        k = int(labels_N[:num_train].max()) + 1
-        keep = labels_N[num_train:] != IGNORE
-        y_te = labels_N[num_train:][keep]
-        x_tr, x_te = x_ND[:num_train], x_ND[num_train:][keep]
-        y_NB = torch.from_numpy(labels_N[:num_train, None].astype(np.float32))
-        logits_TBK = model(torch.from_numpy(x_ND[:, None, :]), y_NB)
-        proba = torch.softmax(logits_TBK[:, 0, :k].float(), dim=-1).double().numpy()[keep]
-        per["host"].append(_scores(proba, y_te, k))
-        for name, make in BASELINES.items():
-            per[name].append(
-                _scores(_baseline_proba(make(seed), x_tr, labels_N[:num_train], x_te, k), y_te, k)
-            )
-    return {"tasks": count, **{m: _mean(rows) for m, rows in per.items()}}
+    tasks = heldout_class_tasks(count)
+    return {"tasks": count, "host": host_scores(model, tasks), **baseline_scores(tasks, seed=seed)}
 
 
 def _mean(rows: Sequence[dict[str, float]]) -> dict[str, float]:

@@ -31,7 +31,10 @@ from tabpfn.checkpoint import Checkpoint, save_as_safetensors
 from tabpfn.inference_config import InferenceConfig
 from tabpfn.preprocessing import PreprocessorConfig
 
+from hostgen.averaging import average_state_dicts, lawa_update
 from hostgen.batch_stream import Sampler, batch_stream
+from hostgen.errors import RunFileError
+from hostgen.optim import build_optimizers
 from hostgen.prior import PriorConfig, TaskBatch, sample_batch
 from hostgen.run_files import cut_log_after, load_optimizer, load_state, load_weights
 from retrofit.errors import CommandError
@@ -47,6 +50,7 @@ __all__ = [
     "build_model",
     "checked_device",
     "inference_config_dict",
+    "lawa_path",
     "rewrite_inference_config",
     "save_checkpoint",
     "train",
@@ -233,6 +237,16 @@ class TrainConfig:
         workers: Processes drawing the prior's batches ahead of the model
             (:func:`hostgen.batch_stream.batch_stream`; 0: drawn inline).
             The batches, and so the weights, do not depend on it.
+        optimizer: ``"adamw"``, or ``"muon"``: Muon on the hidden matrices
+            plus AdamW on the rest (:func:`hostgen.optim.build_optimizers`).
+        muon_lr: Peak learning rate of Muon (None: ``lr``).
+        muon_adjust_lr: Muon's ``adjust_lr_fn``; ``"match_rms_adamw"`` lets
+            one learning rate serve both optimisers.
+        lawa_every: Steps between the snapshots of checkpoint averaging
+            (:mod:`hostgen.averaging`; 0: none). The average of the last
+            ``lawa_keep`` is written beside the checkpoint
+            (:func:`lawa_path`).
+        lawa_keep: Snapshots in the averaging window.
     """
 
     steps: int = 20_000
@@ -248,6 +262,17 @@ class TrainConfig:
     time_aware_schedule: bool = False
     device: str = "cpu"
     workers: int = 0
+    optimizer: str = "adamw"
+    muon_lr: float | None = None
+    muon_adjust_lr: str = "match_rms_adamw"
+    lawa_every: int = 0
+    lawa_keep: int = 5
+
+
+def lawa_path(out: str | Path) -> Path:
+    """Where a run with checkpoint averaging writes the averaged checkpoint."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}.lawa{out.suffix}")
 
 
 def add_device_arguments(parser: argparse.ArgumentParser) -> None:
@@ -365,14 +390,18 @@ def train(
     log: Callable[[str], None] = print,
     resume: bool = True,
     objective: Objective | None = None,
+    evaluate: Callable[[torch.nn.Module], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Pretrain a host and write it to ``out``.
 
-    A state file ``<out>.state.pt`` (model, optimiser, step) is saved with every
-    periodic checkpoint; with ``resume=True`` a run continues from it. The loss
-    log is ``<out>.log.jsonl`` (one JSON object per log line). Both are read by
-    :mod:`hostgen.run_files`: a log's cut last line is dropped with a warning, a
-    damaged, incomplete or other configuration's state is refused in one line.
+    A state file ``<out>.state.pt`` (model, optimisers, step, averaging
+    window) is saved with every periodic checkpoint; with ``resume=True`` a run
+    continues from it. The loss log is ``<out>.log.jsonl`` (one JSON object per
+    log line); with ``evaluate``, ``<out>.evals.jsonl`` gets one line per
+    checkpoint for the raw weights and one for the averaged ones. Both files are
+    read by :mod:`hostgen.run_files`: a log's cut last line is dropped with a
+    warning, a damaged, incomplete or other configuration's state is refused in
+    one line.
 
     Args:
         out: Checkpoint path (safetensors; name contains ``v3``).
@@ -385,6 +414,8 @@ def train(
         resume: Continue from ``<out>.state.pt`` if present.
         objective: What is learned; default :class:`RegressionObjective` over
             ``prior`` (a classifier: ``hostgen.train_classifier``).
+        evaluate: Scores a model (held-out tasks); called at every
+            checkpoint. It must not change the model.
 
     Returns:
         Summary: steps done, tasks seen, wall seconds, final loss, SHA-256.
@@ -394,21 +425,34 @@ def train(
     objective = objective or RegressionObjective(prior or PriorConfig())
     torch.set_num_threads(cfg.threads)
     model = objective.build(model_config, cfg.seed).to(cfg.device)
-    optim = torch.optim.AdamW(
-        model.parameters(),
-        lr=cfg.lr,
+    optims = build_optimizers(
+        model,
+        cfg.optimizer,
+        adam_lr=cfg.lr,
+        muon_lr=cfg.lr if cfg.muon_lr is None else cfg.muon_lr,
         weight_decay=cfg.weight_decay,
-        betas=(0.9, 0.99),
+        muon_adjust_lr=cfg.muon_adjust_lr,
     )
     state_path = out.with_name(out.name + ".state.pt")
     log_path = out.with_name(out.name + ".log.jsonl")
+    evals_path = out.with_name(out.name + ".evals.jsonl")
     step, tasks_seen, prior_wall = 0, 0, 0.0
+    lawa: list[dict[str, torch.Tensor]] = []  # the averaging window, oldest first
     resumed_at: list[int] = []  # steps a run continued from its state file
     ema: float | None = None  # smoothed loss of the log; carried across a resume
     if resume and state_path.exists():
         state = load_state(state_path, keys=_STATE_KEYS, restart=_RESTART, map_location=cfg.device)
         load_weights(model, state["model"], path=state_path, restart=_RESTART)
-        load_optimizer(optim, state["optim"], path=state_path, restart=_RESTART)
+        saved = state["optim"] if isinstance(state["optim"], list) else [state["optim"]]
+        if len(saved) != len(optims):
+            raise RunFileError(
+                f"{state_path} holds {len(saved)} optimiser states, this run has "
+                f"{len(optims)} ({cfg.optimizer}): resume with the run's own flags or "
+                f"{_RESTART}"
+            )
+        for opt, saved_state in zip(optims, saved, strict=True):
+            load_optimizer(opt, saved_state, path=state_path, restart=_RESTART)
+        lawa = state.get("lawa", [])
         step, tasks_seen, prior_wall = (
             state["step"],
             state["tasks_seen"],
@@ -417,9 +461,11 @@ def train(
         ema = state.get("loss_ema")
         resumed_at = [*state.get("resumed_at", []), step]
         cut_log_after(log_path, step, restart=_RESTART)
+        cut_log_after(evals_path, step, restart=_RESTART)
         log(f"resumed from {state_path} at step {step}")
-    elif log_path.exists():
-        log_path.unlink()
+    else:
+        log_path.unlink(missing_ok=True)
+        evals_path.unlink(missing_ok=True)
 
     n_params = sum(p.numel() for p in model.parameters())
     log(
@@ -442,6 +488,8 @@ def train(
             "threads": cfg.threads,
             "device": cfg.device,
             "lr": cfg.lr,
+            "optimizer": cfg.optimizer,
+            "grad_clip": cfg.grad_clip,
             "params": n_params,
             "max_minutes": cfg.max_minutes,
             "time_aware_schedule": cfg.time_aware_schedule,
@@ -450,15 +498,40 @@ def train(
             **objective.describe(),
         }
 
+    def averaged() -> tabpfn_v3.TabPFNV3:
+        with torch.random.fork_rng(devices=[]):  # building seeds torch; the run's RNG stays
+            copy = build_model(model_config, seed=cfg.seed)
+        copy.load_state_dict(average_state_dicts(lawa))
+        return copy.eval()
+
+    evaluated_at = [-1]
+
+    def evaluated(which: str, scored: torch.nn.Module) -> None:
+        if evaluate is None:
+            return
+        record = {"step": step, "tasks_seen": tasks_seen, "wall_s": round(wall(), 1)}
+        record = {**record, "weights": which, **evaluate(scored)}
+        with evals_path.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+
     def checkpoint() -> None:
-        save_checkpoint(
-            model, model_config, out, inference_config=inference_config, extra=provenance()
-        )
+        extra = provenance()
+        save_checkpoint(model, model_config, out, inference_config=inference_config, extra=extra)
+        if lawa:
+            extra = {**extra, "lawa": {"snapshots": len(lawa), "every_steps": cfg.lawa_every}}
+            save_checkpoint(
+                averaged(),
+                model_config,
+                lawa_path(out),
+                inference_config=inference_config,
+                extra=extra,
+            )
         tmp = state_path.with_name(state_path.name + ".tmp")
         torch.save(
             {
                 "model": model.state_dict(),
-                "optim": optim.state_dict(),
+                "optim": [opt.state_dict() for opt in optims],
+                "lawa": lawa,
                 "step": step,
                 "tasks_seen": tasks_seen,
                 "wall_s": wall(),
@@ -468,27 +541,39 @@ def train(
             tmp,
         )
         os.replace(tmp, state_path)
+        if evaluated_at[-1] != step:  # the final save repeats the last periodic one's step
+            evaluated_at.append(step)
+            evaluated("raw", model)
+            if lawa:
+                evaluated("lawa", averaged())
 
     batches = batch_stream(objective.sampler(), cfg.seed, step, cfg.steps, workers=cfg.workers)
     with log_path.open("a") as log_fh, contextlib.closing(batches):
         while step < cfg.steps and wall() < cfg.max_minutes * 60:
-            for group in optim.param_groups:
-                group["lr"] = cfg.lr * _lr_factor(step, cfg, wall())
+            factor = _lr_factor(step, cfg, wall())
+            for opt in optims:
+                for group in opt.param_groups:
+                    group["lr"] = group["peak_lr"] * factor
             loss, batch_tasks = objective.batch_loss(model, next(batches))
-            optim.zero_grad(set_to_none=True)
+            for opt in optims:
+                opt.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             if torch.isfinite(grad_norm):
-                optim.step()
+                for opt in optims:
+                    opt.step()
             step += 1
+            if cfg.lawa_every > 0 and step % cfg.lawa_every == 0:
+                lawa = lawa_update(lawa, model, cfg.lawa_keep)
             tasks_seen += batch_tasks
             value = float(loss.detach())
             ema = value if ema is None else 0.98 * ema + 0.02 * value
             if step % cfg.log_every == 0 or step == cfg.steps:
                 record = {
                     "step": step,
+                    "loss": round(value, 5),
                     "loss_ema": round(ema, 5),
-                    "lr": optim.param_groups[0]["lr"],
+                    "lr": optims[0].param_groups[0]["lr"],
                     "tasks_seen": tasks_seen,
                     "wall_s": round(wall(), 1),
                 }

@@ -90,6 +90,22 @@ plans about 6,000 steps. The runs so far, each resumable with its own line:
         --threads 1 --seed 4 --checkpoint-minutes 10 --prior 2 \
         --init-from hostchain/classifier_run4/tabpfn_v3_embedded_classifier.safetensors
 
+* ``hostchain/classifier_tabicl/`` (issue 37: the speedrun's recipe, cold;
+  TabICL's graph-SCM prior, 2 tables of 256-1,152 rows a step, 128 query
+  rows, up to 40 features; width 32, 8 ICL layers, 1.22M parameters; Muon on
+  the hidden matrices plus AdamW, both at lr 1e-3; clip 2; LAWA over 3
+  snapshots 150 steps apart (``*.lawa.safetensors``); the cosine by the clock
+  over 105 minutes; the held-out curve in ``*.evals.jsonl``, its baselines in
+  ``*.heldout_baselines.json``). Started 2026-12-03 08:23 UTC; resumed by the
+  same line::
+
+    nice -n 10 env OMP_NUM_THREADS=1 python -m hostgen.train_classifier \
+        --out hostchain/classifier_tabicl/tabpfn_v3_embedded_classifier.safetensors \
+        --prior tabicl --init-from none --nlayers 8 --optimizer muon --lr 1e-3 \
+        --grad-clip 2 --lawa-every 150 --lawa-keep 3 --steps 100000 --minutes 105 \
+        --time-aware-schedule --warmup-steps 100 --threads 1 --seed 0 \
+        --checkpoint-minutes 10 --eval-tasks 20 --log-every 10
+
 Run 5 ships as the embedded classifier (its file and digest copied beside the
 regressor's, see :mod:`retrofit.models.embedded`, its card
 ``CLASSIFIER_MODEL_CARD.md``) so that ``OTabPFNClassifier()`` runs offline,
@@ -126,6 +142,10 @@ from hostgen.class_prior import (
     ClassPriorConfig,
     sample_class_batch,
 )
+from hostgen.class_quality import Task, baseline_scores, heldout_class_tasks, host_scores
+from hostgen.in_prior import HELDOUT_KEY
+from hostgen.optim import OPTIMIZERS
+from hostgen.tabicl_prior import TabICLPriorConfig, heldout_tabicl_tasks, sample_tabicl_batch
 from hostgen.train import (
     DEFAULT_MODEL_CONFIG,
     TINY_MODEL_CONFIG,
@@ -138,13 +158,14 @@ from hostgen.train import (
 )
 from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
-from retrofit.files import sha256_file
+from retrofit.files import sha256_file, write_text_atomic
 from retrofit.models.checkpoints import load_checkpoint
 
 __all__ = [
     "CLASSIFIER_MODEL_CONFIG",
     "TINY_CLASSIFIER_CONFIG",
     "ClassificationObjective",
+    "HeldoutCurve",
     "main",
     "warm_start",
 ]
@@ -196,12 +217,16 @@ class ClassificationObjective:
     """Cross-entropy of the query rows' labels under the many-class decoder.
 
     Attributes:
-        prior: The classification prior the batches come from.
+        prior: The classification prior the batches come from: the project's
+            (:class:`hostgen.class_prior.ClassPriorConfig`) or TabICL's
+            (:class:`hostgen.tabicl_prior.TabICLPriorConfig`).
         init_from: A checkpoint to warm-start from (:func:`warm_start`), or None.
         command: The command line that runs this training (for the card).
     """
 
-    prior: ClassPriorConfig = dataclasses.field(default_factory=ClassPriorConfig)
+    prior: ClassPriorConfig | TabICLPriorConfig = dataclasses.field(
+        default_factory=ClassPriorConfig
+    )
     init_from: str | None = None
     command: str | None = None
     transfer: dict[str, list[str]] | None = dataclasses.field(default=None, repr=False)
@@ -216,7 +241,9 @@ class ClassificationObjective:
         return model
 
     def sampler(self) -> Sampler:
-        """:func:`hostgen.class_prior.sample_class_batch` over this prior."""
+        """The prior's batch sampler (picklable, for worker processes)."""
+        if isinstance(self.prior, TabICLPriorConfig):
+            return functools.partial(sample_tabicl_batch, cfg=self.prior)
         return functools.partial(sample_class_batch, cfg=self.prior)
 
     def batch_loss(self, model: tabpfn_v3.TabPFNV3, batch: ClassBatch) -> tuple[torch.Tensor, int]:
@@ -234,6 +261,7 @@ class ClassificationObjective:
         """The task, the prior and what the warm start copied."""
         record: dict[str, Any] = {
             "task": "classification",
+            "prior_source": "tabicl" if isinstance(self.prior, TabICLPriorConfig) else "project",
             "prior": dataclasses.asdict(self.prior),
             "init_from": Path(self.init_from).name if self.init_from else None,
             "init_from_sha256": sha256_file(self.init_from) if self.init_from else None,
@@ -242,6 +270,35 @@ class ClassificationObjective:
         if self.transfer is not None:
             record["warm_start"] = {k: len(v) for k, v in self.transfer.items()}
         return record
+
+
+@dataclasses.dataclass
+class HeldoutCurve:
+    """Held-out prior tasks a run scores itself on at every checkpoint (its curve).
+
+    Attributes:
+        suites: Name -> fixed held-out tasks (seed keys at
+            :data:`hostgen.in_prior.HELDOUT_KEY`, which no training seed reaches).
+    """
+
+    suites: dict[str, list[Task]]
+
+    @classmethod
+    def for_prior(cls, prior: ClassPriorConfig | TabICLPriorConfig, count: int) -> HeldoutCurve:
+        """``count`` held-out tasks of the project's prior, and of TabICL's if it trains on it."""
+        suites = {"project": heldout_class_tasks(count)}
+        if isinstance(prior, TabICLPriorConfig):
+            suites["tabicl"] = heldout_tabicl_tasks(count, prior, HELDOUT_KEY)
+        return cls(suites)
+
+    def __call__(self, model: torch.nn.Module) -> dict[str, Any]:
+        """The host's mean log loss and accuracy per suite."""
+        return {name: host_scores(model, tasks) for name, tasks in self.suites.items()}  # type: ignore[arg-type]
+
+    def baselines(self) -> dict[str, Any]:
+        """Class frequencies, logistic regression and random forest on the same tasks."""
+        names = ("prior", "logreg", "rf")
+        return {name: baseline_scores(tasks, names) for name, tasks in self.suites.items()}
 
 
 DEFAULT_INIT = "retrofit/models/embedded/tabpfn_v3_embedded_regressor.safetensors"
@@ -263,6 +320,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--minutes", type=float, default=100.0, help="wall-clock cap of this run")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup-steps", type=int, default=300)
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
+    p.add_argument("--muon-lr", type=float, default=None, help="Muon's peak lr (default: --lr)")
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument(
+        "--lawa-every", type=int, default=0, help="steps between averaged snapshots (0: none)"
+    )
+    p.add_argument("--lawa-keep", type=int, default=5, help="snapshots in the average")
+    p.add_argument(
+        "--eval-tasks",
+        type=int,
+        default=0,
+        help="held-out prior tasks per suite scored at every checkpoint (0: none)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     add_device_arguments(p)
@@ -275,6 +345,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--log-every", type=int, default=25)
     p.add_argument("--checkpoint-minutes", type=float, default=10.0)
     p.add_argument("--model", choices=("default", "tiny"), default="default")
+    p.add_argument("--embed-dim", type=int, default=None, help="overrides the preset's width")
+    p.add_argument("--nlayers", type=int, default=None, help="overrides the preset's ICL depth")
     p.add_argument(
         "--init-from",
         default=DEFAULT_INIT,
@@ -282,10 +354,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--prior",
-        type=int,
-        choices=(1, 2),
-        default=2,
-        help="class prior version (1: cut regression tasks; 2: plus linear tasks)",
+        choices=("1", "2", "tabicl"),
+        default="2",
+        help="the project's class prior version (1: cut regression tasks; 2: plus linear "
+        "tasks) or TabICL's graph-SCM prior (needs the training extra)",
+    )
+    tabicl = TabICLPriorConfig()
+    p.add_argument("--tables", type=int, default=tabicl.tables, help="tabicl: tables per step")
+    p.add_argument("--min-rows", type=int, default=tabicl.min_rows, help="tabicl: fewest rows")
+    p.add_argument("--max-rows", type=int, default=tabicl.max_rows, help="tabicl: most rows")
+    p.add_argument("--test-rows", type=int, default=tabicl.test_rows, help="tabicl: query rows")
+    p.add_argument(
+        "--max-features", type=int, default=tabicl.max_features, help="tabicl: most features"
     )
     p.add_argument("--n-estimators", type=int, default=4, help="stored N_ESTIMATORS")
     p.add_argument("--no-resume", action="store_true", help="ignore an existing state file")
@@ -309,7 +389,14 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         raise CommandError(f"--init-from {init}: no such checkpoint")
     device, workers = checked_device(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    model_config = CLASSIFIER_MODEL_CONFIG if args.model == "default" else TINY_CLASSIFIER_CONFIG
+    model_config = dict(
+        CLASSIFIER_MODEL_CONFIG if args.model == "default" else TINY_CLASSIFIER_CONFIG
+    )
+    if args.embed_dim is not None:
+        model_config["embed_dim"] = args.embed_dim
+    if args.nlayers is not None:
+        model_config["nlayers"] = args.nlayers
+    prior = _prior(args)
     cfg = TrainConfig(
         steps=args.steps,
         max_minutes=args.minutes,
@@ -322,7 +409,19 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         time_aware_schedule=args.time_aware_schedule,
         log_every=args.log_every,
         checkpoint_every_s=args.checkpoint_minutes * 60,
+        optimizer=args.optimizer,
+        muon_lr=args.muon_lr,
+        grad_clip=args.grad_clip,
+        lawa_every=args.lawa_every,
+        lawa_keep=args.lawa_keep,
     )
+    curve = None
+    if args.eval_tasks > 0:
+        curve = HeldoutCurve.for_prior(prior, args.eval_tasks)
+        baselines_path = args.out.with_name(args.out.name + ".heldout_baselines.json")
+        if not baselines_path.exists():
+            record = {"tasks_per_suite": args.eval_tasks, **curve.baselines()}
+            write_text_atomic(baselines_path, json.dumps(record, indent=2) + "\n")
     summary = train(
         args.out,
         cfg,
@@ -330,14 +429,23 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         inference_config=inference_config_dict(n_estimators=args.n_estimators),
         log=lambda line: print(line, file=sys.stderr, flush=True),
         resume=not args.no_resume,
-        objective=ClassificationObjective(
-            prior=CLASS_PRIOR_V2 if args.prior == 2 else ClassPriorConfig(),
-            init_from=init,
-            command=_command(argv),
-        ),
+        objective=ClassificationObjective(prior=prior, init_from=init, command=_command(argv)),
+        evaluate=curve,
     )
     print(json.dumps(summary))
     return 0
+
+
+def _prior(args: argparse.Namespace) -> ClassPriorConfig | TabICLPriorConfig:
+    if args.prior == "tabicl":
+        return TabICLPriorConfig(
+            tables=args.tables,
+            min_rows=args.min_rows,
+            max_rows=args.max_rows,
+            test_rows=args.test_rows,
+            max_features=args.max_features,
+        )
+    return CLASS_PRIOR_V2 if args.prior == "2" else ClassPriorConfig()
 
 
 if __name__ == "__main__":
