@@ -16,6 +16,9 @@ The claims, each a test here:
   that bound (the control that keeps the equivalence from passing vacuously);
 * class sets may differ on the padded path (each dataset keeps its classes as
   columns; labels equal ``predict``'s); the model's class limit still binds;
+* under tabpfn's default ``inference_precision="auto"`` the batch stays within
+  ``CLASSIFIER_AUTO_PROBA_BF16_ULPS`` where "auto" runs bf16 autocast, and
+  within the float32 bound where it runs float32 (a CPU without hardware bf16);
 * same-shape input of one class set is tabpfn's own method in every mode;
   same-shape input of other class sets (or integer labels beside text) takes
   the padded path on a patched host and is refused naming the dataset with
@@ -43,6 +46,7 @@ from retrofit.hosts.base import icl_stage_for
 from retrofit.hosts.v2_icl_stage import V2ICLStage
 from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE
 from tests.helpers.exactness import (
+    CLASSIFIER_AUTO_PROBA_BF16_ULPS,
     CLASSIFIER_PROBA_ULPS,
     assert_within_ulps,
     deviation_in_ulps,
@@ -140,6 +144,47 @@ def test_ragged_predict_proba_batched_equals_each_datasets_predict_proba(name, m
             ulps=CLASSIFIER_PROBA_ULPS[dtype],
             dtype=torch.float32,
         )
+
+
+@pytest.mark.parametrize("cpu", ["this-cpu", "no-hardware-bf16"])
+@pytest.mark.parametrize("name", ["tabpfn_v2", "tabpfn_v3"])  # per-row and many-class decoders
+def test_ragged_predict_proba_batched_under_auto_is_within_its_stated_bound(name, cpu, monkeypatch):
+    if cpu == "no-hardware-bf16":
+        # tabpfn's probe of the CPU answers as on one without hardware bf16.
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    sets = _datasets()
+    alone = _alone(sets, name=name, dtype="auto")
+    batched = predict_proba_batched(_plain(name, dtype="auto"), *_lists(sets))
+    assert batched.padded and batched.stats.padded_rows > batched.stats.real_rows
+    bf16 = _plain(name, dtype="auto").fit(*sets[0][:2]).use_autocast_
+    assert cpu == "this-cpu" or not bf16  # "auto" is float32 without hardware bf16
+    for (_, y, X_test), a, b in zip(sets, alone, batched.results, strict=True):
+        assert b.shape == a.shape == (len(X_test), len(np.unique(y)))
+        assert a.dtype == b.dtype == np.float32
+        if bf16:
+            # "auto" runs bf16 autocast on both sides: the bound in bf16 ulps.
+            assert_within_ulps(
+                torch.from_numpy(b),
+                torch.from_numpy(a),
+                ulps=CLASSIFIER_AUTO_PROBA_BF16_ULPS,
+                dtype=torch.bfloat16,
+            )
+        else:
+            # "auto" is float32 here, on both sides: float32's bound.
+            assert_within_ulps(
+                torch.from_numpy(b),
+                torch.from_numpy(a),
+                ulps=CLASSIFIER_PROBA_ULPS[torch.float32],
+                dtype=torch.float32,
+            )
+    if bf16:
+        # bf16 did run: "auto" moved predict_proba itself beyond float32's rounding.
+        in_float32 = _alone(sets, name=name, dtype=torch.float32)
+        moved = [
+            deviation_in_ulps(torch.from_numpy(a), torch.from_numpy(f), dtype=torch.float32)
+            for a, f in zip(alone, in_float32, strict=True)
+        ]
+        assert max(moved) > 10 * CLASSIFIER_PROBA_ULPS[torch.float32]
 
 
 def test_the_same_padding_on_the_unpatched_classifier_moves_its_probabilities(monkeypatch):
