@@ -191,7 +191,7 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
         sets are refused naming the dataset. Same-shape input in
         ``inference_precision=torch.float64``, which tabpfn's fused forward
         refuses, takes the padded path too on a patched host
-        (:func:`retrofit.batching.predict.takes_padded_path` decides). ``self``
+        (:func:`retrofit.batching.predict.needs_padding` is the rule). ``self``
         is left unchanged.
 
         Returns:

@@ -194,7 +194,7 @@ class OTabPFNRegressor(RetrofitEstimatorMixin, TabPFNRegressor):
         which also reports the padding); with ``mode="none"`` it keeps tabpfn's
         error. Same-shape input in ``inference_precision=torch.float64``, which
         tabpfn's fused forward refuses, takes the padded path too on a patched
-        host (:func:`retrofit.batching.predict.takes_padded_path` decides). Like
+        host (:func:`retrofit.batching.predict.needs_padding` is the rule). Like
         tabpfn's, every call loads the model from the current parameters
         (``set_params`` after ``fit`` counts), and ``self`` is left unchanged.
 

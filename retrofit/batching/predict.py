@@ -18,8 +18,10 @@ host a zero ICL carrier is a true NULL, so :func:`predict_batched` does this:
 
 Same-shape input, and any input on a model without a null-padded ICL stage
 (``mode="none"``), is handed to tabpfn's ``predict_batched`` unchanged, so it
-behaves (and errs) as tabpfn does; :func:`takes_padded_path` is the one place
-that decides, for both estimators and both tasks. Hosts with a stage: every patched host
+behaves (and errs) as tabpfn does. Which input needs the padded path is one
+rule, :func:`needs_padding`, for both estimators, both tasks and
+``predict-batch`` (:func:`takes_padded_path` adds the host's support). Hosts
+with a stage: every patched host
 (v2, v2.5, v2.6, v3, v3.5; ``retrofit/hosts/*_icl_stage.py``); another host
 opts in with :func:`retrofit.hosts.base.register_icl_stage`.
 
