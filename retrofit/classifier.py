@@ -34,7 +34,12 @@ import torch
 from tabpfn import TabPFNClassifier
 
 from retrofit.batching.classify import predict_batched_labels, predict_proba_batched
-from retrofit.batching.predict import check_batch_lists, is_ragged
+from retrofit.batching.predict import (
+    check_batch_lists,
+    first_other_class_set,
+    needs_padding,
+    tabpfn_batched,
+)
 from retrofit.estimator_base import ModelPath, RetrofitEstimatorMixin
 
 if TYPE_CHECKING:
@@ -175,16 +180,19 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
     ) -> np.ndarray | list[np.ndarray]:
         """``TabPFNClassifier.predict_proba_batched``, for datasets of other shapes and classes too.
 
-        Same-shape input is tabpfn's own method, in every mode (one class set
-        required, its errors). Ragged input on a patched host of any class
-        runs each dataset's stages before ICL as ``predict_proba`` does and its
-        ICL stage in zero-padded, length-bucketed forwards, exact by the
-        retrofit; each dataset is scored over its own classes, so class sets may
-        differ (:mod:`retrofit.batching.classify` says which limit still binds).
-        With ``mode="none"`` ragged input keeps tabpfn's error. Same-shape input
-        in ``inference_precision=torch.float64``, which tabpfn's fused forward
-        refuses, takes the padded path too on a patched host. ``self`` is left
-        unchanged.
+        Same-shape input of one class set is tabpfn's own method, in every
+        mode. Ragged input, and same-shape input whose class sets differ
+        (other classes, or integer labels beside text ones), on a patched host
+        of any class run each dataset's stages before ICL as ``predict_proba``
+        does and its ICL stage in zero-padded, length-bucketed forwards, exact
+        by the retrofit; each dataset is scored over its own classes
+        (:mod:`retrofit.batching.classify` says which limit still binds). With
+        ``mode="none"`` ragged input keeps tabpfn's error, and differing class
+        sets are refused naming the dataset. Same-shape input in
+        ``inference_precision=torch.float64``, which tabpfn's fused forward
+        refuses, takes the padded path too on a patched host
+        (:func:`retrofit.batching.predict.needs_padding` is the rule). ``self``
+        is left unchanged.
 
         Returns:
             tabpfn's ``(n_datasets, n_test, n_classes)`` array when every
@@ -193,22 +201,28 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
             columns the dataset's ``classes_``.
 
         Raises:
-            BatchInputError: Malformed lists or datasets (the message names the index).
+            BatchInputError: Malformed lists or datasets, a missing label, or
+                more classes than the model scores (the message names the index).
         """
-        lengths = {len(X_train_list), len(y_train_list), len(X_test_list)}
-        if lengths == {0} or len(lengths) > 1:
-            # A BatchInputError (a ValueError) in tabpfn's wording, with the lengths.
-            check_batch_lists(X_train_list, y_train_list, X_test_list, numeric=False)
-        if not is_ragged(X_train_list, X_test_list) and self.inference_precision != torch.float64:
-            # tabpfn's own method, its checks and errors included.
-            return super().predict_proba_batched(X_train_list, y_train_list, X_test_list)
+        # Malformed lists and missing labels are refused before the model is loaded.
+        check_batch_lists(X_train_list, y_train_list, X_test_list, numeric=False)
+        if not needs_padding(self, X_train_list, y_train_list, X_test_list):
+            # tabpfn's own method on self (a subclass's overrides apply), its
+            # errors naming the dataset where one fails on its own.
+            return tabpfn_batched(
+                lambda: TabPFNClassifier.predict_proba_batched(
+                    self, X_train_list, y_train_list, X_test_list
+                ),
+                self.batched_host,
+                X_train_list,
+                y_train_list,
+                X_test_list,
+            )
         results = predict_proba_batched(
             self.batched_host(), X_train_list, y_train_list, X_test_list
         ).results
-        if len({r.shape for r in results}) == 1:
-            classes = {tuple(np.unique(np.asarray(y)).tolist()) for y in y_train_list}
-            if len(classes) == 1:
-                return np.stack(results)
+        if len({r.shape for r in results}) == 1 and first_other_class_set(y_train_list) is None:
+            return np.stack(results)
         return results
 
     def predict_batched(
@@ -220,8 +234,9 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
         """The labels ``predict`` gives each dataset, for many datasets at once.
 
         tabpfn's classifier has no ``predict_batched``; this one takes the path
-        :meth:`predict_proba_batched` takes (tabpfn's for same-shape input, the
-        null-padded one for ragged input on a patched host) and returns, per
+        :meth:`predict_proba_batched` takes (tabpfn's for same-shape input of
+        one class set, the null-padded one for ragged input or differing class
+        sets on a patched host) and returns, per
         dataset, the labels of its most probable classes
         (:func:`retrofit.batching.classify.predict_batched_labels`).
 

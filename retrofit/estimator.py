@@ -29,7 +29,12 @@ import numpy as np
 import torch
 from tabpfn import TabPFNRegressor
 
-from retrofit.batching.predict import check_batch_lists, is_ragged, predict_batched
+from retrofit.batching.predict import (
+    check_batch_lists,
+    needs_padding,
+    predict_batched,
+    tabpfn_batched,
+)
 from retrofit.estimator_base import ModelPath, RetrofitEstimatorMixin
 from retrofit.validation import check_numeric_target
 
@@ -189,35 +194,40 @@ class OTabPFNRegressor(RetrofitEstimatorMixin, TabPFNRegressor):
         which also reports the padding); with ``mode="none"`` it keeps tabpfn's
         error. Same-shape input in ``inference_precision=torch.float64``, which
         tabpfn's fused forward refuses, takes the padded path too on a patched
-        host. Like tabpfn's, every call loads the model from the current
-        parameters (``set_params`` after ``fit`` counts), and ``self`` is left
-        unchanged.
+        host (:func:`retrofit.batching.predict.needs_padding` is the rule). Like
+        tabpfn's, every call loads the model from the current parameters
+        (``set_params`` after ``fit`` counts), and ``self`` is left unchanged.
 
         Raises:
             BatchInputError: Malformed lists or datasets (the message names the index).
         """
-        lengths = {len(X_train_list), len(y_train_list), len(X_test_list)}
-        if lengths == {0} or len(lengths) > 1:
-            # A BatchInputError (a ValueError) in tabpfn's wording, with the lengths.
-            check_batch_lists(X_train_list, y_train_list, X_test_list)
-        if not is_ragged(X_train_list, X_test_list) and self.inference_precision != torch.float64:
-            # tabpfn's own method, its checks and errors included.
-            return super().predict_batched(
+        # Malformed lists are refused before the model is loaded.
+        y_train_list = check_batch_lists(X_train_list, y_train_list, X_test_list)
+        if needs_padding(self, X_train_list, y_train_list, X_test_list):
+            return predict_batched(
+                self.batched_host(),
                 X_train_list,
                 y_train_list,
                 X_test_list,
                 output_type=output_type,
                 quantiles=quantiles,
-            )
-        check_batch_lists(X_train_list, y_train_list, X_test_list)
-        return predict_batched(
-            self.batched_host(),
+            ).results
+        # tabpfn's own method on self (a subclass's overrides apply), its errors
+        # naming the dataset where one fails on its own.
+        return tabpfn_batched(
+            lambda: TabPFNRegressor.predict_batched(
+                self,
+                X_train_list,
+                y_train_list,
+                X_test_list,
+                output_type=output_type,
+                quantiles=quantiles,
+            ),
+            self.batched_host,
             X_train_list,
             y_train_list,
             X_test_list,
-            output_type=output_type,
-            quantiles=quantiles,
-        ).results
+        )
 
     def _get_tuning_regressor(self, **overwrite_kwargs: Any) -> OTabPFNRegressor:
         """The holdout regressor tabpfn builds for ``tuning_config``, as one of this class."""

@@ -65,6 +65,7 @@ __all__ = [
     "translate_batched_logits",
     "usable_output_types",
     "uses_majority_downsample",
+    "validate_num_classes",
 ]
 
 #: The feature that the helpers of ragged batching serve (named in the error).
@@ -104,6 +105,8 @@ PRIVATE_NAMES: dict[str, tuple[str, str, str]] = {
         "ensure_compatible_predict_input_sklearn",
         RAGGED_BATCHING,
     ),
+    # fit's class-count check, applied again with the model's own class limit.
+    "validate_num_classes": ("tabpfn.validation", "validate_num_classes", RAGGED_BATCHING),
     "default_save_peak_memory_factor": (
         "tabpfn.constants",
         "DEFAULT_SAVE_PEAK_MEMORY_FACTOR",
@@ -229,6 +232,7 @@ feature_modality = _resolve("feature_modality")
 get_autocast_context = _resolve("get_autocast_context")
 check_input_shape_matches = _resolve("check_input_shape_matches")
 ensure_compatible_predict_input_sklearn = _resolve("ensure_compatible_predict_input_sklearn")
+validate_num_classes = _resolve("validate_num_classes")
 default_save_peak_memory_factor = _resolve("default_save_peak_memory_factor")
 get_built_model_cache_size = _resolve("get_built_model_cache_size")
 resolve_architecture_name = _resolve("resolve_architecture_name")

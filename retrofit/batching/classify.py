@@ -30,9 +30,9 @@ at a time and output a fixed ``max_num_classes`` logits (10 for the published
 v2 checkpoints), of which tabpfn keeps the first ``n_classes_``; v3's and
 v3.5's many-class decoders score the classes present in the dataset's own
 train rows, padded to ``max_num_classes`` columns. A dataset with more classes
-is refused by tabpfn's own ``fit``, named by its index. tabpfn's same-class-set rule
-still applies to same-shape input that reaches tabpfn's own method (below),
-because that method scores the whole batch with one ``n_classes_``.
+is refused, named by its index, by tabpfn's own ``fit`` check, applied with
+the model's limit too (an ``inference_config`` whose ``MAX_NUMBER_OF_CLASSES``
+is above it: :func:`retrofit.batching.predict.check_class_limit`).
 
 Hosts. Every patched classifier host with a registered ICL stage: v2, v2.5
 and v2.6, whose decoder reads each test row alone, and v3 and v3.5, whose
@@ -44,12 +44,16 @@ of the decoder (``retrofit/hosts/v3_icl_stage.py``). A stage without
 v3.5's many-class decoders score any class count up to ``max_num_classes``,
 as in ``predict_proba``.
 
-Same-shape input in float32 or auto precision, and any input on a model
-without a null-padded stage (``mode="none"``), is handed to tabpfn's
-``predict_proba_batched`` unchanged: it behaves, and errs, as tabpfn does
-(ragged input: tabpfn's ``ValueError``). Same-shape input in
-``inference_precision=torch.float64``, which tabpfn's fused forward refuses,
-takes the padded path on a patched host, as the regressor's does.
+Which path answers is decided in one place,
+:func:`retrofit.batching.predict.takes_padded_path`: on a patched host the
+padded path takes ragged input, same-shape input whose class sets differ
+(other classes, or integer labels beside text ones) and same-shape input in
+``inference_precision=torch.float64``, which tabpfn's fused forward refuses.
+Other same-shape input, and any input on a model without a null-padded stage
+(``mode="none"``), is handed to tabpfn's ``predict_proba_batched``: it behaves
+as tabpfn does, and a refusal names the dataset (class sets that differ
+there: :func:`retrofit.batching.predict.refuse_other_class_sets`; ragged
+input keeps tabpfn's ``ValueError``, which lists the shapes).
 
 Refused as tabpfn's own method refuses them (their state is fitted per
 dataset): ``balance_probabilities=True``, ``tuning_config`` and
@@ -72,6 +76,7 @@ from retrofit.batching.predict import (
     check_batch_lists,
     check_bucket_bounds,
     models_of,
+    refuse_other_class_sets,
     run_padded,
     tabpfn_batched,
     takes_padded_path,
@@ -121,13 +126,14 @@ def _classify(
     max_padded_fraction, max_bucket_bytes = check_bucket_bounds(
         max_padded_fraction, max_bucket_bytes
     )
-    if not takes_padded_path(classifier, X_train_list, X_test_list, padded):
+    if not takes_padded_path(classifier, X_train_list, y_train_list, X_test_list, padded):
+        refuse_other_class_sets(y_train_list)  # before tabpfn's message, which names none
         probas = tabpfn_batched(
             # tabpfn's own method, also when ``classifier`` is a subclass overriding it.
             lambda: TabPFNClassifier.predict_proba_batched(
                 classifier, list(X_train_list), list(y_train_list), list(X_test_list)
             ),
-            classifier,
+            lambda: classifier,
             X_train_list,
             y_train_list,
             X_test_list,
@@ -210,9 +216,11 @@ def predict_proba_batched(
         max_bucket_bytes: Bound on the estimated working set of one ICL
             forward (as :func:`retrofit.batching.predict.predict_batched`).
         progress: Called as ``progress(phase, done, total)``.
-        padded: None (default): the padded path for ragged or float64 input on
-            a patched host, tabpfn's ``predict_proba_batched`` otherwise. True:
-            the padded path for same-shape input too; False: always tabpfn's.
+        padded: None (default): the padded path for ragged input, differing
+            class sets or float64 on a patched host, tabpfn's
+            ``predict_proba_batched`` otherwise
+            (:func:`~retrofit.batching.predict.takes_padded_path`). True: the
+            padded path for any input; False: always tabpfn's.
 
     Returns:
         The :class:`~retrofit.batching.predict.BatchedPrediction`; its
@@ -220,13 +228,16 @@ def predict_proba_batched(
         ``(n_test, n_classes)`` with the dataset's own classes as columns.
 
     Raises:
-        BatchInputError: Malformed lists or datasets (the message names the
-            dataset index), a dataset tabpfn's ``fit`` refuses (more classes
-            than the model scores, say), or a bad ``max_padded_fraction``.
+        BatchInputError: Malformed lists or datasets, a missing label, a
+            dataset tabpfn's ``fit`` refuses or one with more classes than the
+            model scores (the message names the dataset index and the limit),
+            class sets that differ where tabpfn's method answers (a host whose
+            ICL stage is not closed, or ``padded=False``), or a bad
+            ``max_padded_fraction``.
         NotImplementedError: ``balance_probabilities``, ``tuning_config`` or
             majority downsampling (as tabpfn's ``predict_proba_batched``).
-        ValueError: Ragged input, or same-shape input with differing class
-            sets, on a host whose ICL stage is not closed (tabpfn's errors).
+        ValueError: Ragged input on a host whose ICL stage is not closed
+            (tabpfn's error).
         UnsupportedArchitectureError: ``padded=True`` on an unpatched host, or
             a host whose stage decodes no classes.
     """

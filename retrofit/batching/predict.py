@@ -18,7 +18,10 @@ host a zero ICL carrier is a true NULL, so :func:`predict_batched` does this:
 
 Same-shape input, and any input on a model without a null-padded ICL stage
 (``mode="none"``), is handed to tabpfn's ``predict_batched`` unchanged, so it
-behaves (and errs) as tabpfn does. Hosts with a stage: every patched host
+behaves (and errs) as tabpfn does. Which input needs the padded path is one
+rule, :func:`needs_padding`, for both estimators, both tasks and
+``predict-batch`` (:func:`takes_padded_path` adds the host's support). Hosts
+with a stage: every patched host
 (v2, v2.5, v2.6, v3, v3.5; ``retrofit/hosts/*_icl_stage.py``); another host
 opts in with :func:`retrofit.hosts.base.register_icl_stage`.
 
@@ -80,6 +83,7 @@ from retrofit.tabpfn_surface import (
     translate_batched_logits,
     usable_output_types,
     uses_majority_downsample,
+    validate_num_classes,
 )
 from retrofit.validation import check_numeric_target
 
@@ -87,9 +91,13 @@ __all__ = [
     "BatchedPrediction",
     "PaddedRun",
     "check_batch_lists",
+    "check_class_limit",
+    "first_other_class_set",
     "is_ragged",
     "models_of",
+    "needs_padding",
     "predict_batched",
+    "refuse_other_class_sets",
     "run_padded",
     "tabpfn_batched",
     "takes_padded_path",
@@ -210,6 +218,53 @@ def _shape(X: Any) -> tuple[int, ...]:
     return tuple(X.shape) if hasattr(X, "shape") else np.shape(X)
 
 
+def _class_set(y: Any) -> frozenset:
+    """A dataset's distinct labels, compared as tabpfn compares class sets (``1 == 1.0 != "1"``)."""
+    values = pd.unique(np.asarray(y, dtype=object).reshape(-1))
+    return frozenset(v.item() if isinstance(v, np.generic) else v for v in values)
+
+
+def first_other_class_set(y_train_list: Sequence[Any]) -> int | None:
+    """The first dataset whose class set is not dataset 0's; None when all share one.
+
+    tabpfn's ``predict_proba_batched`` scores every dataset with one set of
+    classes; labels of different kinds (integers beside text) are different
+    classes. Missing labels are refused before (:func:`check_batch_lists`).
+    """
+    first = _class_set(y_train_list[0])
+    for i, y in enumerate(y_train_list[1:], start=1):
+        if _class_set(y) != first:
+            return i
+    return None
+
+
+def refuse_other_class_sets(y_train_list: Sequence[Any]) -> None:
+    """Refuses, naming the dataset, class sets that tabpfn's one-class-set method cannot score.
+
+    Raises:
+        BatchInputError: A dataset whose classes are not dataset 0's.
+    """
+    index = first_other_class_set(y_train_list)
+    if index is not None:
+        ours, theirs = (_shown(_class_set(y_train_list[i])) for i in (index, 0))
+        raise BatchInputError(
+            f"dataset {index}: its classes {ours} are not dataset 0's {theirs}, and tabpfn's "
+            "predict_proba_batched needs the same set of classes in every dataset: batch "
+            "datasets of one class set together, or use a patched host (a mode other than "
+            "'none'), which scores each dataset over its own classes"
+        )
+
+
+def _shown(labels: frozenset, limit: int = 8) -> str:
+    """Up to ``limit`` labels, sorted (by their text when they are of kinds that do not compare)."""
+    try:
+        ordered = sorted(labels)
+    except TypeError:
+        ordered = sorted(labels, key=repr)
+    more = f", ... ({len(ordered)} in all)" if len(ordered) > limit else ""
+    return "[" + ", ".join(repr(v) for v in ordered[:limit]) + more + "]"
+
+
 def _check_output_request(output_type: str, quantiles: list[float] | None) -> list[float]:
     if quantiles is None:
         quantiles = list(DEFAULT_QUANTILES)
@@ -281,6 +336,45 @@ def _worker_for(estimator: Estimator, random_state: Any) -> Estimator:
     return worker
 
 
+def _fitted_worker(estimator: Estimator, X: Any, y: Any, random_state: Any) -> Estimator:
+    """:func:`_worker_for` fitted on one dataset; a classifier's class count checked too.
+
+    Raises:
+        ValueError: tabpfn's ``fit`` refuses the dataset, or it has more
+            classes than the model scores (:func:`check_class_limit`).
+    """
+    worker = _worker_for(estimator, random_state)
+    worker.fit(X, y)
+    if isinstance(worker, TabPFNClassifier):
+        check_class_limit(worker)
+    return worker
+
+
+def check_class_limit(classifier: TabPFNClassifier) -> None:
+    """Refuses a fitted dataset with more classes than the classifier's models score.
+
+    tabpfn's ``fit`` refuses more classes than ``inference_config``'s
+    ``MAX_NUMBER_OF_CLASSES`` (its ``validate_num_classes``); a config that
+    raises it above the model's own ``max_num_classes`` gets past ``fit``, and
+    the decoder's logits are then indexed past their end (a bare
+    ``IndexError``). The same check, with the model's limit.
+
+    Raises:
+        TabPFNValidationError: tabpfn's message (a ``ValueError``), naming the
+            model's class limit and the setting above it.
+    """
+    limit = min(int(config.max_num_classes) for config in classifier.configs_)
+    try:
+        validate_num_classes(num_classes=int(classifier.n_classes_), max_num_classes=limit)
+    except TabPFNValidationError as err:
+        setting = classifier.inference_config_.MAX_NUMBER_OF_CLASSES
+        raise TabPFNValidationError(
+            f"{err} That is the model's own class limit (its max_num_classes), below "
+            f"inference_config MAX_NUMBER_OF_CLASSES={setting}: score at most {limit} "
+            "classes per dataset (tabpfn-extensions' ManyClassClassifier splits more)"
+        ) from None
+
+
 def _task_type(estimator: Estimator) -> str:
     """The estimator's task as tabpfn names it: ``"multiclass"`` or ``"regression"``."""
     return "multiclass" if isinstance(estimator, TabPFNClassifier) else "regression"
@@ -310,8 +404,7 @@ def _embed_dataset(
     use the same model objects). Returns ``(None, worker)`` for a constant
     target (answered analytically).
     """
-    worker = _worker_for(estimator, random_state)
-    worker.fit(X, y)
+    worker = _fitted_worker(estimator, X, y, random_state)
     if _is_constant_target(worker):
         return None, worker
     if uses_majority_downsample(worker):
@@ -403,8 +496,8 @@ def _failing_dataset(
     X_train_list: Sequence[Any],
     y_train_list: Sequence[Any],
     X_test_list: Sequence[Any],
-) -> int | None:
-    """The first dataset whose own fit or test cleaning fails, None if each passes alone.
+) -> tuple[int, Exception] | None:
+    """The first dataset whose own fit or test cleaning fails, and its error; None if each passes.
 
     tabpfn's ``predict_batched`` does not say which dataset its error is about;
     run only after it failed, to name it.
@@ -412,12 +505,11 @@ def _failing_dataset(
     random_state = copy.deepcopy(estimator.get_params(deep=False)["random_state"])
     for i, (X, y, X_test) in enumerate(zip(X_train_list, y_train_list, X_test_list, strict=True)):
         try:
-            worker = _worker_for(estimator, copy.deepcopy(random_state))
-            worker.fit(X, y)
+            worker = _fitted_worker(estimator, X, y, copy.deepcopy(random_state))
             if not _is_constant_target(worker):
                 _clean_test(worker, X_test)
-        except (ValueError, TypeError):
-            return i
+        except (ValueError, TypeError) as err:
+            return i, err
     return None
 
 
@@ -464,9 +556,10 @@ def predict_batched(
             (:func:`retrofit.settings.default_max_bucket_bytes`: cache-sized on
             a CPU, none on an accelerator); None: no bound.
         progress: Called as ``progress(phase, done, total)``.
-        padded: None (default): the padded path for ragged input on a patched
-            host, tabpfn's ``predict_batched`` otherwise. True: the padded path
-            for same-shape input too (benchmarks); False: always tabpfn's.
+        padded: None (default): the padded path for ragged or float64 input on
+            a patched host, tabpfn's ``predict_batched`` otherwise
+            (:func:`takes_padded_path`). True: the padded path for same-shape
+            input too (benchmarks); False: always tabpfn's.
 
     Returns:
         The :class:`BatchedPrediction`; its ``results`` are what
@@ -489,7 +582,7 @@ def predict_batched(
         max_padded_fraction, max_bucket_bytes
     )
     quantiles = _check_output_request(output_type, quantiles)
-    if not takes_padded_path(regressor, X_train_list, X_test_list, padded):
+    if not takes_padded_path(regressor, X_train_list, y_train_list, X_test_list, padded):
         results = tabpfn_batched(
             # tabpfn's own method, also when ``regressor`` is a subclass overriding it.
             lambda: TabPFNRegressor.predict_batched(
@@ -500,7 +593,7 @@ def predict_batched(
                 output_type=output_type,
                 quantiles=quantiles,
             ),
-            regressor,
+            lambda: regressor,
             X_train_list,
             y_train_list,
             X_test_list,
@@ -543,50 +636,85 @@ def check_bucket_bounds(
     return max_padded_fraction, max_bucket_bytes
 
 
+def needs_padding(
+    estimator: Estimator,
+    X_train_list: Sequence[Any],
+    y_train_list: Sequence[Any],
+    X_test_list: Sequence[Any],
+) -> bool:
+    """Whether tabpfn's fused forward refuses the input that the padded path runs exactly.
+
+    The one rule, for both estimators and tasks: ragged arrays,
+    ``inference_precision=torch.float64``, and for a classifier datasets whose
+    class sets differ (:func:`first_other_class_set`: other classes, or labels
+    of another kind), which the padded path scores each over its own classes.
+    It reads only the input and the parameters, so an estimator asks it before
+    loading any model.
+    """
+    return (
+        is_ragged(X_train_list, X_test_list)
+        or estimator.get_params(deep=False)["inference_precision"] == torch.float64
+        or (
+            isinstance(estimator, TabPFNClassifier)
+            and first_other_class_set(y_train_list) is not None
+        )
+    )
+
+
 def takes_padded_path(
     estimator: Estimator,
     X_train_list: Sequence[Any],
+    y_train_list: Sequence[Any],
     X_test_list: Sequence[Any],
     padded: bool | None,
 ) -> bool:
     """Whether the null-padded path answers, given the caller's ``padded`` (None: decide).
 
-    None decides: ragged input, or float64 (which tabpfn's fused forward
-    refuses and the padded one runs exactly), on models that all have a
+    None decides: input that :func:`needs_padding`, on models that all have a
     null-padded ICL stage; anything else is tabpfn's own batched method.
     """
     if padded is not None:
         return padded
-    needs_padding = (
-        is_ragged(X_train_list, X_test_list)
-        or estimator.get_params(deep=False)["inference_precision"] == torch.float64
+    return needs_padding(estimator, X_train_list, y_train_list, X_test_list) and all(
+        supports_padded_icl(m) for m in models_of(estimator)
     )
-    return needs_padding and all(supports_padded_icl(m) for m in models_of(estimator))
 
 
 def tabpfn_batched(
     call: Callable[[], Any],
-    estimator: Estimator,
+    host: Callable[[], Estimator],
     X_train_list: Sequence[Any],
     y_train_list: Sequence[Any],
     X_test_list: Sequence[Any],
 ) -> Any:
     """Runs tabpfn's batched method (``call``), naming the dataset an error is about.
 
+    Args:
+        call: tabpfn's method, bound to its input.
+        host: Gives the plain tabpfn estimator (its model loaded) whose
+            per-dataset fits find the failing dataset; called only after a
+            failure.
+        X_train_list: Training features, one array per dataset.
+        y_train_list: Training targets, one array per dataset.
+        X_test_list: Test features, one array per dataset.
+
     Raises:
-        BatchInputError: tabpfn's ``ValueError``/``TypeError`` when one dataset
-            fails on its own too (the message names it).
+        BatchInputError: tabpfn's ``ValueError``, ``TypeError`` or
+            ``IndexError`` (a class past the decoder's logits) when one dataset
+            fails on its own too (the message names it, and for too many
+            classes the model's class limit: :func:`check_class_limit`).
         ValueError: tabpfn's refusal of the whole batch (ragged input), as is.
     """
     try:
         return call()
-    except (ValueError, TypeError) as err:
+    except (ValueError, TypeError, IndexError) as err:
         if is_ragged(X_train_list, X_test_list):
             raise  # tabpfn's refusal of the whole batch
-        index = _failing_dataset(estimator, X_train_list, y_train_list, X_test_list)
-        if index is None:
+        failure = _failing_dataset(host(), X_train_list, y_train_list, X_test_list)
+        if failure is None:
             raise
-        raise BatchInputError(f"dataset {index}: {err}") from err
+        index, own = failure
+        raise BatchInputError(f"dataset {index}: {own}") from err
 
 
 @dataclasses.dataclass

@@ -81,6 +81,22 @@ MODEL_ULPS = {torch.float64: 256, torch.float32: 256, torch.bfloat16: 4, torch.f
 # host moves them by 6.9e4 to 4.1e5 ulps.
 CLASSIFIER_PROBA_ULPS = {torch.float64: 16, torch.float32: 64}
 
+# The same probabilities under tabpfn's default inference_precision="auto", both
+# sides in "auto", where it runs bf16 autocast (a CPU with hardware bf16, by
+# tabpfn's own check), in bf16 ulps of max(1, max|p|): one is 2**-7 = 7.8e-3.
+# Both sides round the carriers in bf16, each in its own order: the batch
+# attends over a longer, padded sequence and runs the stages before ICL in
+# cache-sized row chunks (retrofit/batching/chunks.py), so a carrier may land a
+# bf16 rounding away from predict_proba's and a logit moves by about that share
+# of its scale. Measured: tiny classifiers of every host class (five datasets,
+# 25 % and 60 % padded) <= 1.0e-3 (0.13 ulps) on AVX-512 + AMX and with ATen and
+# MKL on AVX2; the v3 classifier candidate (hostchain/classifier_run5) on datasets
+# of 120 to 3,000 train rows <= 1.25e-2 (1.6 ulps; on its six datasets of 120 to
+# 800 rows 1.7e-3 with the chunks left as predict_proba's, so most of it is the
+# chunks'). Where "auto" resolves to float32 (a CPU without hardware bf16) the
+# float32 bound above applies.
+CLASSIFIER_AUTO_PROBA_BF16_ULPS = 4
+
 # The fused attention kernel alone (patches.oattention) with one more key: its
 # products with the keys and its sums over them regroup. Measured <= 0.75 ulps
 # of max(1, max|v|) on AVX-512 and <= 1.0 with ATen and MKL on AVX2, in fp32,

@@ -77,6 +77,10 @@ PINNED = {
         "(X, estimator)",
         "55d4ca75dc3d9e7ece00cc3c9240ac3e1cef8f4b7fceb21723da3b7b9df51d7f",
     ),
+    "tabpfn.validation.validate_num_classes": (
+        "(num_classes, max_num_classes)",
+        "76f854724900e6e6f1dc3aeb4aa1a08726215ed2a48b2d1c9738270250a7dde7",
+    ),
     "tabpfn.base.initialize_model_variables_helper": (  # what the override delegates to
         "(calling_instance, model_type)",
         "b09a14a42950a5bd8194f3d824abf02801eb289991cd33a22ed77311087972c5",

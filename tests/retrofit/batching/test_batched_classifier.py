@@ -16,8 +16,15 @@ The claims, each a test here:
   that bound (the control that keeps the equivalence from passing vacuously);
 * class sets may differ on the padded path (each dataset keeps its classes as
   columns; labels equal ``predict``'s); the model's class limit still binds;
-* same-shape input is tabpfn's own method in every mode, its class-set rule
-  included, and ``mode="none"`` keeps tabpfn's ragged error;
+* under tabpfn's default ``inference_precision="auto"`` the batch stays within
+  ``CLASSIFIER_AUTO_PROBA_BF16_ULPS`` where "auto" runs bf16 autocast, and
+  within the float32 bound where it runs float32 (a CPU without hardware bf16);
+* same-shape input of one class set is tabpfn's own method in every mode;
+  same-shape input of other class sets (or integer labels beside text) takes
+  the padded path on a patched host and is refused naming the dataset with
+  ``mode="none"``, which keeps tabpfn's ragged error;
+* more classes than the model's own limit (``MAX_NUMBER_OF_CLASSES`` raised
+  above it) and missing labels are refused naming the dataset, on both paths;
 * a host whose stage decodes no classes is refused, never decoded wrongly.
 """
 
@@ -38,7 +45,12 @@ from retrofit.errors import BatchInputError, UnsupportedArchitectureError
 from retrofit.hosts.base import icl_stage_for
 from retrofit.hosts.v2_icl_stage import V2ICLStage
 from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE
-from tests.helpers.exactness import CLASSIFIER_PROBA_ULPS, assert_within_ulps, deviation_in_ulps
+from tests.helpers.exactness import (
+    CLASSIFIER_AUTO_PROBA_BF16_ULPS,
+    CLASSIFIER_PROBA_ULPS,
+    assert_within_ulps,
+    deviation_in_ulps,
+)
 from tests.helpers.padding import reference_kernel
 from tests.helpers.tiny_hosts import TINY_MAX_CLASSES, tiny_classifier_specs
 
@@ -79,9 +91,9 @@ def _plain(name="tabpfn_v2", mode="full-o", dtype=torch.float32, **kwargs):
     return TabPFNClassifier(model_path=specs, **{**base, **kwargs})
 
 
-def _ours(mode="full-o", dtype=torch.float32, **kwargs):
+def _ours(mode="full-o", dtype=torch.float32, name="tabpfn_v2", **kwargs):
     base = {"device": "cpu", "inference_precision": dtype, "n_estimators": 3}
-    specs = tiny_classifier_specs()
+    specs = tiny_classifier_specs(name)
     return OTabPFNClassifier(mode=mode, model_path=specs, **{**base, **kwargs})
 
 
@@ -132,6 +144,47 @@ def test_ragged_predict_proba_batched_equals_each_datasets_predict_proba(name, m
             ulps=CLASSIFIER_PROBA_ULPS[dtype],
             dtype=torch.float32,
         )
+
+
+@pytest.mark.parametrize("cpu", ["this-cpu", "no-hardware-bf16"])
+@pytest.mark.parametrize("name", ["tabpfn_v2", "tabpfn_v3"])  # per-row and many-class decoders
+def test_ragged_predict_proba_batched_under_auto_is_within_its_stated_bound(name, cpu, monkeypatch):
+    if cpu == "no-hardware-bf16":
+        # tabpfn's probe of the CPU answers as on one without hardware bf16.
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    sets = _datasets()
+    alone = _alone(sets, name=name, dtype="auto")
+    batched = predict_proba_batched(_plain(name, dtype="auto"), *_lists(sets))
+    assert batched.padded and batched.stats.padded_rows > batched.stats.real_rows
+    bf16 = _plain(name, dtype="auto").fit(*sets[0][:2]).use_autocast_
+    assert cpu == "this-cpu" or not bf16  # "auto" is float32 without hardware bf16
+    for (_, y, X_test), a, b in zip(sets, alone, batched.results, strict=True):
+        assert b.shape == a.shape == (len(X_test), len(np.unique(y)))
+        assert a.dtype == b.dtype == np.float32
+        if bf16:
+            # "auto" runs bf16 autocast on both sides: the bound in bf16 ulps.
+            assert_within_ulps(
+                torch.from_numpy(b),
+                torch.from_numpy(a),
+                ulps=CLASSIFIER_AUTO_PROBA_BF16_ULPS,
+                dtype=torch.bfloat16,
+            )
+        else:
+            # "auto" is float32 here, on both sides: float32's bound.
+            assert_within_ulps(
+                torch.from_numpy(b),
+                torch.from_numpy(a),
+                ulps=CLASSIFIER_PROBA_ULPS[torch.float32],
+                dtype=torch.float32,
+            )
+    if bf16:
+        # bf16 did run: "auto" moved predict_proba itself beyond float32's rounding.
+        in_float32 = _alone(sets, name=name, dtype=torch.float32)
+        moved = [
+            deviation_in_ulps(torch.from_numpy(a), torch.from_numpy(f), dtype=torch.float32)
+            for a, f in zip(alone, in_float32, strict=True)
+        ]
+        assert max(moved) > 10 * CLASSIFIER_PROBA_ULPS[torch.float32]
 
 
 def test_the_same_padding_on_the_unpatched_classifier_moves_its_probabilities(monkeypatch):
@@ -191,13 +244,48 @@ def test_same_shape_input_is_tabpfns_own_predict_proba_batched_in_every_mode():
             np.testing.assert_array_equal(lab, np.argmax(p, axis=1))
 
 
-def test_same_shape_input_keeps_tabpfns_one_class_set_rule():
-    sets = _datasets([(30, 6, 3, 3), (30, 6, 3, 2)])
-    with pytest.raises(ValueError, match="same set of classes"):
-        _ours().predict_proba_batched(*_lists(sets))
-    # The padded path scores each dataset over its own classes.
-    batched = predict_proba_batched(_plain(), *_lists(sets), padded=True)
-    assert [r.shape for r in batched.results] == [(6, 3), (6, 2)]
+def _other_class_sets(kind):
+    """Two same-shape datasets: of 3 and 2 classes, or integer labels beside text ones."""
+    if kind == "other-classes":
+        return _datasets([(30, 6, 3, 3), (30, 6, 3, 2)])
+    ints, text = _datasets([(30, 6, 3, 3)] * 2)
+    return [ints, (text[0], np.array(["ant", "bee", "cat"])[text[1]], text[2])]
+
+
+@pytest.mark.parametrize("kind", ["other-classes", "int-beside-text"])
+def test_same_shape_datasets_of_other_class_sets_take_the_padded_path(kind):
+    sets = _other_class_sets(kind)
+    alone = _alone(sets)
+    batched = predict_proba_batched(_plain(), *_lists(sets))
+    assert batched.padded
+    est = _ours()
+    probas = est.predict_proba_batched(*_lists(sets))
+    labels = est.predict_batched(*_lists(sets))
+    assert isinstance(probas, list)
+    for (_, y, _), a, b, p, lab in zip(sets, alone, batched.results, probas, labels, strict=True):
+        assert b.shape == p.shape == a.shape == (6, len(np.unique(y)))
+        for got in (b, p):
+            assert_within_ulps(
+                torch.from_numpy(got),
+                torch.from_numpy(a),
+                ulps=CLASSIFIER_PROBA_ULPS[torch.float32],
+                dtype=torch.float32,
+            )
+        np.testing.assert_array_equal(lab, np.unique(y)[np.argmax(p, axis=1)])
+
+
+@pytest.mark.parametrize("kind", ["other-classes", "int-beside-text"])
+def test_other_class_sets_are_refused_naming_the_dataset_where_tabpfns_method_answers(kind):
+    sets = _other_class_sets(kind)
+    match = "dataset 1: its classes .* are not dataset 0's .*same set of classes"
+    for call in (
+        lambda: _ours(mode="none").predict_proba_batched(*_lists(sets)),
+        lambda: _ours(mode="none").predict_batched(*_lists(sets)),
+        lambda: predict_proba_batched(_plain(mode="none"), *_lists(sets)),
+        lambda: predict_proba_batched(_plain(), *_lists(sets), padded=False),
+    ):
+        with pytest.raises(BatchInputError, match=match):
+            call()
 
 
 @pytest.mark.parametrize(
@@ -226,6 +314,31 @@ def test_more_classes_than_the_model_scores_are_refused_naming_the_dataset():
         predict_proba_batched(_plain(), *_lists(sets))
 
 
+# The padded path (ragged), tabpfn's method on a patched host and on an unpatched
+# one (same shape; ragged input on an unpatched host is refused as a whole first).
+@pytest.mark.parametrize(
+    ("shape", "mode"), [("ragged", "full-o"), ("same-shape", "full-o"), ("same-shape", "none")]
+)
+@pytest.mark.parametrize("name", ["tabpfn_v2", "tabpfn_v3"])
+def test_more_classes_than_the_models_own_limit_are_refused_naming_the_dataset_and_limit(
+    name, shape, mode
+):
+    # tabpfn's fit refuses more than MAX_NUMBER_OF_CLASSES; raised above the
+    # decoder's max_num_classes, the decoder's logits were indexed past their end.
+    too_many = TINY_MAX_CLASSES + 2
+    first = (30, 5, 3, too_many) if shape == "same-shape" else (25, 4, 3, too_many)
+    sets = _datasets([first, (30, 5, 3, too_many)])
+    raised = {"inference_config": {"MAX_NUMBER_OF_CLASSES": 2 * TINY_MAX_CLASSES}}
+    match = (
+        f"dataset 0: Number of classes `{too_many}` exceeds the maximum number of classes "
+        f"`{TINY_MAX_CLASSES}` .* the model's own class limit \\(its max_num_classes\\)"
+    )
+    with pytest.raises(BatchInputError, match=match):
+        predict_proba_batched(_plain(name, mode, **raised), *_lists(sets))
+    with pytest.raises(BatchInputError, match=match):
+        _ours(mode=mode, name=name, **raised).predict_proba_batched(*_lists(sets))
+
+
 @pytest.mark.parametrize(
     ("change", "error", "match"),
     [
@@ -241,6 +354,18 @@ def test_per_dataset_state_and_missing_labels_are_refused(change, error, match):
         y_tr[1][0] = None
     with pytest.raises(error, match=match):
         predict_proba_batched(_plain(**change), X_tr, y_tr, X_te)
+
+
+@pytest.mark.parametrize("missing", [None, np.nan], ids=["none", "nan"])
+@pytest.mark.parametrize("mode", ["full-o", "none"])
+def test_a_missing_label_in_same_shape_input_is_named_as_predict_batched_names_it(mode, missing):
+    X_tr, y_tr, X_te = _lists(_datasets([(30, 6, 3, 3)] * 3))
+    y_tr[1] = y_tr[1].astype(object if missing is None else float)
+    y_tr[1][4] = missing
+    est = _ours(mode=mode)
+    for method in (est.predict_proba_batched, est.predict_batched):
+        with pytest.raises(BatchInputError, match="dataset 1: y_train has 1 missing labels"):
+            method(X_tr, y_tr, X_te)
 
 
 def test_a_host_whose_stage_decodes_no_classes_is_refused(monkeypatch):

@@ -112,3 +112,36 @@ def test_a_class_named_like_an_output_column_is_refused(tmp_path, classifier_che
     err = capsys.readouterr().err
     assert "dataset 2 (d2)" in err and "name an output column" in err
     assert not out.exists()
+
+
+def test_same_shape_files_of_other_class_sets_or_label_kinds_are_classified(
+    tmp_path, classifier_checkpoint
+):
+    # One shape, three class sets: text labels, integer labels, fewer text labels.
+    entries = _write_datasets(tmp_path, shapes=[(30, 6, 3, 3), (30, 6, 3, 3), (30, 6, 3, 2)])
+    for part in ("train", "test"):
+        as_ints = pd.read_csv(tmp_path / f"d1_{part}.csv")
+        as_ints["y"] = as_ints["y"].map({label: k for k, label in enumerate(LABELS)})
+        as_ints.to_csv(tmp_path / f"d1_{part}.csv", index=False)
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps({"target": "y", "datasets": entries}))
+    out = tmp_path / "out"
+    assert _run(manifest, out, classifier_checkpoint) == 0
+    for entry in entries:
+        written = pd.read_csv(out / f"{entry['name']}.csv")
+        train = pd.read_csv(tmp_path / entry["train"])
+        test = pd.read_csv(tmp_path / entry["test"])
+        est = OTabPFNClassifier(
+            model_path=str(classifier_checkpoint),
+            inference_precision=torch.float32,
+            device="cpu",
+            n_estimators=2,
+        ).fit(train.drop(columns="y"), train["y"])
+        columns = [str(c) for c in est.classes_]
+        assert list(written.columns) == ["row", "y", "prediction", *columns]
+        assert_within_ulps(
+            torch.from_numpy(written[columns].to_numpy()),
+            torch.from_numpy(est.predict_proba(test.drop(columns="y")).astype(np.float64)),
+            ulps=CLASSIFIER_PROBA_ULPS[torch.float32],
+            dtype=torch.float32,
+        )
