@@ -71,7 +71,7 @@ MODEL_HELP = (
     "directory written by 'tabpfn-retrofit patch' (default: embedded)"
 )
 #: The default presence scale, for every command that takes ``--tau``.
-TAU_DEFAULT_HELP = f"the host's, {default_tau_text()}"
+TAU_DEFAULT_HELP = f"the host's default, {default_tau_text()}"
 _SETTINGS_NOTE = (
     "With --model DIR the directory's settings are used; a setting given here must "
     "equal the saved one."

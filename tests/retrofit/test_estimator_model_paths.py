@@ -198,12 +198,14 @@ def test_more_than_1000_cpu_rows_warn_and_more_than_5000_raise_as_in_tabpfn(chec
         _est(checkpoints[0]).fit(X, y)
 
 
-def test_a_fit_state_cannot_be_reloaded_yet_and_says_why(checkpoints, tmp_path):
+def test_a_fit_state_of_a_checkpoint_file_reloads_as_the_same_estimator(checkpoints, tmp_path):
     est = _est(checkpoints[0], mode="oattention")
-    _fit_predict(est)
+    before = _fit_predict(est)
     est.save_fit_state(tmp_path / "state.tabpfn_fit")
-    with pytest.raises(TypeError, match="OTabPFNRegressor"):
-        OTabPFNRegressor.load_from_fit_state(tmp_path / "state.tabpfn_fit")
+    loaded = OTabPFNRegressor.load_from_fit_state(tmp_path / "state.tabpfn_fit")
+    assert type(loaded) is OTabPFNRegressor and loaded.settings_ == est.settings_
+    X, _ = _data()
+    np.testing.assert_array_equal(loaded.predict(X[35:]), before)
 
 
 @pytest.mark.parametrize("mode", ["oattention", "full-o"])
