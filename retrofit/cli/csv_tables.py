@@ -16,6 +16,7 @@ so importing this module stays light.
 from __future__ import annotations
 
 import csv
+import math
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -164,7 +165,23 @@ def _label_text(frame: pd.DataFrame, target: str, path: str | Path) -> pd.Series
             f"{path}: target column {target!r} read as text has {len(column)} rows, "
             f"the table {len(frame)}; the file changed while it was read"
         )
-    return column.str.strip()
+    return column.str.strip().map(_number_text, na_action="ignore")
+
+
+def _number_text(cell: str) -> str:
+    """A cell that spells a number as that number's one spelling (``1.0`` -> ``1``), else as is.
+
+    pandas writes an integer label column with a missing cell as floats
+    (``0.0``, ``1.0``): those labels are the classes ``0`` and ``1`` of a file
+    that writes them as integers, as they are when both columns are numbers.
+    """
+    try:
+        number = float(cell)
+    except ValueError:
+        return cell
+    if not math.isfinite(number):
+        return cell
+    return str(int(number)) if number.is_integer() else repr(number)
 
 
 def class_labels(

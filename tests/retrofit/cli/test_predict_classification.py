@@ -208,3 +208,30 @@ def test_patch_help_names_both_estimators(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "OTabPFNClassifier(model_path=DIR)" in text
     assert "<tabpfn_vX>_<kind>_retrofit.safetensors" in text
+
+
+def test_float_written_test_labels_equal_the_integer_classes_of_a_train_file_with_text(
+    tmp_path, classifier_checkpoint, capsys
+):
+    # pandas writes an integer label column with a missing cell as 0.0 / 1.0; beside a
+    # train file with one text label every "1.0" missed its class "1": accuracy 0.
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(N_TRAIN + N_TEST, 3))
+    frame = pd.DataFrame(X, columns=["a", "b", "c"]).assign(label=(X[:, 0] > 0).astype(int))
+    train_frame = frame.iloc[:N_TRAIN].astype({"label": object})
+    train_frame.loc[5, "label"] = "x"
+    test_frame = frame.iloc[N_TRAIN:].astype({"label": float})
+    test_frame.iloc[0, test_frame.columns.get_loc("label")] = np.nan
+    train, test = tmp_path / "train.csv", tmp_path / "test.csv"
+    train_frame.to_csv(train, index=False)
+    test_frame.to_csv(test, index=False)
+    assert "1.0" in test.read_text()  # the trap is set: floats in the test file
+    out = tmp_path / "pred.csv"
+    assert _predict(train, test, out, classifier_checkpoint, "--task", "classification") == 0
+    written = pd.read_csv(out, dtype=str)
+    known = written["label"].notna()
+    assert set(written.loc[known, "label"]) <= {"0", "1"}
+    accuracy = float(np.mean(written.loc[known, "prediction"] == written.loc[known, "label"]))
+    assert accuracy > 0
+    printed = capsys.readouterr().out.strip()
+    assert printed == f"accuracy {accuracy:.6g} on {int(known.sum())} rows with a known label"
