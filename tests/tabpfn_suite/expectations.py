@@ -126,7 +126,7 @@ CLASSIFIER_EXPECTED_FAILURES: dict[str, tuple[str, tuple[str, ...]]] = {
         "batch with one n_classes_); on a patched host the null-padded path scores each "
         "dataset over its own classes, so same-shape datasets get what they get when a "
         "row more makes them ragged; mode none refuses them, naming the dataset",
-        _PATCHED,
+        _PATCHED_CLASSIFIERS,
     ),
 }
 
