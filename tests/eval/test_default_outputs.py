@@ -158,7 +158,9 @@ def test_a_quick_exactness_or_ablation_run_leaves_the_full_run_s_folder_alone(
     full.mkdir(parents=True)
     for name in (f"{command}.json", f"{command}.md"):
         (full / name).write_text("the full run's file\n")
-    assert main([command, *quick, "--threads", "1"]) == 0
+    # The subject is where the files go: exactness exits 1 when a contract misses its
+    # target (the quick run's verdict on AVX2 code paths), and writes its files either way.
+    assert main([command, *quick, "--threads", "1"]) in (0, 1)
     assert f"wrote {full / 'quick'}/{command}.json" in capsys.readouterr().out
     for name in (f"{command}.json", f"{command}.md"):
         assert (full / name).read_text() == "the full run's file\n"
