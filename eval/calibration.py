@@ -18,8 +18,8 @@ regression table it records
 
 The defaults in :data:`retrofit.settings.DEFAULT_TAU_BY_HOST` were chosen from
 this table: the largest power of ten at which both modes move the active path
-by at most 0.1 % (a small fraction of a percent), except where an existing
-default already meets that. Nothing is written under ``results/``; the table is
+by at most 0.2 % (relative L2; the values measured at each default are in
+``docs/hosts.md``). Nothing is written under ``results/``; the table is
 printed (``--json`` for machine-readable output).
 
 Shape letters: B batch, R rows, C features.

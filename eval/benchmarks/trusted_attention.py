@@ -5,9 +5,9 @@ where its maps keep a null row exactly zero it also passes
 ``nulls_are_zero=True``, which skips the null-source check
 (:mod:`retrofit.hosts.row_attention`). Three peers per shape, timed
 interleaved (:mod:`eval.benchmarks.timing`) on the same inputs, whose null
-sources' keys and values are zero as a block's are: ``checked`` (the call
-before), ``trusted`` (the call now) and, on CPU, ``kernel_with_bias`` (the
-fused kernel OAttention calls, given the same log-presence bias and nothing
+sources' keys and values are zero as a block's are: ``checked`` (the
+validating public call), ``trusted`` (the call a block makes) and, on CPU,
+``kernel_with_bias`` (the fused kernel OAttention calls, given the same log-presence bias and nothing
 else: the floor OAttention's own work sits on).
 
 Shapes: ``bench``'s fixed and ICL shapes, and the small many-batch shapes of

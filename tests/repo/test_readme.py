@@ -1,10 +1,10 @@
-"""README's code runs, and its two set-up commands stay true.
+"""README's and docs/'s code runs, their links resolve, and the two set-up commands stay true.
 
-Every ```python block of README.md is executed, in order and in one
-namespace (a later block may use an earlier one's names), in a temporary
-working directory, offline. The blocks choose float32 themselves, as README
-tells users to for reproducible numbers; a block too slow for this test is
-made smaller in README, not special-cased here.
+Every ```python block of README.md, and of each page of docs/, is executed, in
+order and in one namespace per page (a later block may use an earlier one's
+names), in a temporary working directory, offline. The blocks choose float32
+themselves, as README tells users to for reproducible numbers; a block too
+slow for this test is made smaller in its page, not special-cased here.
 """
 
 from __future__ import annotations
@@ -12,8 +12,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README, *sorted(DOCS.glob("*.md"))]
 CPU_INDEX = "--index-url https://download.pytorch.org/whl/cpu"
 
 
@@ -21,8 +25,8 @@ def _blocks(language: str, text: str) -> list[str]:
     return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
 
 
-def _section(title: str) -> str:
-    text = README.read_text(encoding="utf-8")
+def _section(title: str, page: Path = README) -> str:
+    text = page.read_text(encoding="utf-8")
     start = text.index(f"\n## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start : end if end != -1 else len(text)]
@@ -42,13 +46,58 @@ def test_every_python_block_in_readme_runs_in_order(tmp_path, monkeypatch):
     assert [p.shape for p in namespace["preds"]] == [(len(x),) for x in namespace["X_test_list"]]
 
 
+@pytest.mark.parametrize("page", [p for p in PAGES if p != README], ids=lambda p: p.name)
+def test_every_python_block_of_a_docs_page_runs_in_order(page, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TABPFN_NO_BROWSER", "1")
+    monkeypatch.setenv("TABPFN_MODEL_CACHE_DIR", str(tmp_path / "model_cache"))
+    namespace: dict = {"__name__": "docs"}
+    for number, code in enumerate(_blocks("python", page.read_text(encoding="utf-8")), start=1):
+        exec(compile(code, f"docs/{page.name}, python block {number}", "exec"), namespace)
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.M | re.S)
+    return {_slug(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)}
+
+
+def _links(page: Path) -> list[str]:
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.M | re.S)
+    text = re.sub(r"`[^`]*`", "", text)  # code spans hold no links
+    return re.findall(r"\]\(([^)\s]+)\)", text)
+
+
+def test_every_relative_link_of_readme_and_docs_resolves():
+    broken = []
+    for page in PAGES:
+        for link in _links(page):
+            if re.match(r"[a-z]+:", link):  # https:, mailto: (not checked offline)
+                continue
+            path, _, anchor = link.partition("#")
+            target = (page.parent / path).resolve() if path else page
+            name = f"{page.relative_to(ROOT)}: {link}"
+            if not target.exists() or ROOT not in (target, *target.parents):
+                broken.append(f"{name} (no such file in the repository)")
+            elif anchor and (target.suffix != ".md" or anchor not in _anchors(target)):
+                broken.append(f"{name} (no such heading)")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
 def test_readme_set_up_installs_the_package_alone_and_tests_as_ci_run_does():
     section = _section("Set-up on a fresh machine")
     install, tests = _blocks("bash", section)[:2]
-    # The main job: torch first, the package without the test extra, eval, report; the
-    # commands install from the configured registries only (CI reaches no other index),
-    # and the text tells a user elsewhere how to get the CPU build.
-    assert install.index("pip install torch==") < install.index("pip install . ")
+    # The main job: torch first, the package with the runner's extra (not the test
+    # extra), eval, report; the commands install from the configured registries only
+    # (CI reaches no other index), and the text tells a user elsewhere how to get the
+    # CPU build.
+    assert install.index("pip install torch==") < install.index('pip install ".[eval]" ')
     assert "[test]" not in install and CPU_INDEX not in install and CPU_INDEX in section
     assert "tabpfn-retrofit eval " in install and "tabpfn-retrofit report " in install
     # The tests: exactly .ci/run's first command.
@@ -59,10 +108,10 @@ def test_readme_set_up_installs_the_package_alone_and_tests_as_ci_run_does():
 
 
 def test_the_gpu_section_states_the_bounds_the_settings_hold():
-    """README's device bounds are retrofit/settings.py's, and it says none was measured on a GPU."""
+    """docs/gpu.md's device bounds are retrofit/settings.py's; none was measured on a GPU."""
     from retrofit import settings
 
-    section = " ".join(_section("On a GPU").split())
+    section = " ".join(_section("On a GPU", DOCS / "gpu.md").split())
     assert 'if torch.cuda.is_available() else "cpu"' in section  # its block runs on a CPU
     assert "fp16 autocast on CUDA" in section and "inference_precision=torch.float32" in section
     assert "No GPU has been lent to this project yet" in section
