@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -70,9 +71,10 @@ from eval.benchmarks.shapes import (
 from eval.benchmarks.speed_markdown import part_text, render_markdown
 from eval.locations import DEFAULT_OUTPUT_ROOT, default_output
 from eval.provenance import provenance_dict
+from retrofit.cli.console import PROG
 from retrofit.files import write_json_atomic, write_text_atomic
 
-__all__ = ["PARTS", "bench_command", "run"]
+__all__ = ["PARTS", "bench_command", "run", "unmeasured_parts"]
 
 PARTS = BENCH_PARTS
 
@@ -234,11 +236,29 @@ def _reported(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return {"skipped": f"{type(err).__name__}: {str(err)[:300]}"}
 
 
+def unmeasured_parts(report: dict[str, Any]) -> dict[str, str]:
+    """The parts of a :func:`run` report that were asked for and not measured, with why."""
+    parts = report.get("provenance", {}).get("parts", PARTS)
+    found = {}
+    for part in parts:
+        result = report.get(part)
+        if not isinstance(result, dict):
+            found[part] = "no result"
+        elif "skipped" in result or "error" in result:
+            found[part] = str(result.get("skipped", result.get("error")))
+    return found
+
+
 def bench_command(args: Any) -> int:
-    """``python -m eval bench``: runs :func:`run` and prints one line per measurement."""
+    """``python -m eval bench``: runs :func:`run` and prints one line per measurement.
+
+    Returns:
+        0, or 1 when a part asked for was not measured (``bench.md`` says why;
+        so does one line on stderr).
+    """
     if args.out is None:
         args.out = str(default_output("bench", quick=args.quick))
-    run(
+    report = run(
         out_dir=args.out,
         quick=args.quick,
         repeats=args.repeats,
@@ -250,4 +270,13 @@ def bench_command(args: Any) -> int:
         progress=lambda line: print(line, flush=True),
     )
     print(f"wrote {args.out}/bench.json and bench.md")
+    unmeasured = unmeasured_parts(report)
+    if unmeasured:
+        why = "; ".join(f"{part} ({reason})" for part, reason in unmeasured.items())
+        print(
+            f"{PROG} bench: not measured: {why}; see {args.out}/bench.md, fix the cause and "
+            "run again (or leave the part out with --parts)",
+            file=sys.stderr,
+        )
+        return 1
     return 0

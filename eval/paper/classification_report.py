@@ -27,7 +27,13 @@ from typing import Any
 
 from eval.locations import default_output
 from eval.markdown import markdown_table
-from eval.paper.completeness import Completeness, completeness, pair_counts, require_complete
+from eval.paper.completeness import (
+    Completeness,
+    completeness,
+    pair_counts,
+    planned_taus,
+    require_complete,
+)
 from eval.paper.datasets import SUITE_DATASETS
 from eval.paper.report import main_tau, one_run_per_case, planned_cases, select_context
 from eval.paper.store import load_rows
@@ -191,7 +197,7 @@ def _summary_text(
         "against the unpatched host on the same split and seed: log loss relative (%), "
         "accuracy and macro one-vs-rest ROC AUC absolute (points of 100).",
         "",
-        f"Planned runs at tau {tau:g}: {len(state.planned)}; stored "
+        f"Planned runs {state.where}: {len(state.planned)}; stored "
         f"{len(state.planned) - len(state.missing)} ({len(state.failed)} failed); missing "
         f"(never stored): {len(state.missing)}"
         + (" (**a partial report**)." if state.missing else "."),
@@ -310,7 +316,7 @@ def build_classification_report(
     tau = main_tau(store, suite, checkpoint, tau)
     rows, notes = select_context(load_rows(store), suite, checkpoint, tau=tau)
     one_run_per_case(rows)
-    state = completeness(suite, rows, tau)
+    state = completeness(suite, rows, tau, planned_taus(rows, tau, store))
     require_complete(state, store, partial=partial)
     table = classification_case_table(rows)
     aggregated = classification_aggregate(table, planned_cases(suite))
@@ -341,7 +347,7 @@ def classification_report_command(args: Any) -> int:
         print(f"wrote {path}")
     tau = main_tau(store, args.suite, args.checkpoint, args.tau)
     rows, _ = select_context(load_rows(store), args.suite, args.checkpoint, tau=tau)
-    print(completeness(args.suite, rows, tau).line())
+    print(completeness(args.suite, rows, tau, planned_taus(rows, tau, store)).line())
     summary = written["summary.md"].read_text(encoding="utf-8")
     print(summary.split("## Per case")[0].rstrip())  # the headline table; the rest is in the file
     return 0

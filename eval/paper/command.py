@@ -152,6 +152,9 @@ def _eval(args: Any, argv: Sequence[str] | None, store: Path) -> int:
         "n_estimators": tasks[0].spec.n_estimators,
         # What an unset --tau means for this checkpoint; report's default table.
         "host_default_tau": default_tau,
+        # Every tau this eval planned: report counts a sweep tau it never reached as missing.
+        "taus": taus,
+        "sweep": bool(args.sweep),
         "executor": executor.describe(),
         "threads": threads,
         "planned": summary.planned,

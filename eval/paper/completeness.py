@@ -1,9 +1,12 @@
 """Which of a suite's planned runs a report's store lacks, kept apart from those that failed.
 
-A suite plans, at the table's tau, every case (dataset x seed) under each
-variant: the unpatched host once, and each retrofit (``DEFAULT_MODES``) at
-that tau with the settings the store's runs of it were made with (the
-library's default settings where it has none). A planned run is *missing*
+A suite plans every case (dataset x seed) under each variant: the unpatched
+host once, and each retrofit (``DEFAULT_MODES``) at every tau the report
+reads (:func:`planned_taus`: the table's tau, every tau stored in the
+reported context or recorded by its eval sessions, and the whole
+``SWEEP_TAUS`` once the store holds a run of the sweep) with the settings the
+store's runs of it at that tau were made with (else those at the table's tau,
+else the library's defaults). A planned run is *missing*
 when the store never stored it (``eval`` was stopped, or run on a subset),
 and *failed* when it is stored with its failure (``status`` not ``"ok"``);
 the reports count the two apart, and ``report`` refuses an incomplete store
@@ -19,9 +22,17 @@ from typing import Any
 
 from eval.errors import ReportError
 from eval.paper.datasets import suite_cases
-from eval.paper.protocol import DEFAULT_EPS_DEN, DEFAULT_MODES, DEFAULT_SUPPORT
+from eval.paper.protocol import DEFAULT_EPS_DEN, DEFAULT_MODES, DEFAULT_SUPPORT, SWEEP_TAUS
+from eval.paper.store import iter_sessions
 
-__all__ = ["Completeness", "PlannedRun", "completeness", "pair_counts", "require_complete"]
+__all__ = [
+    "Completeness",
+    "PlannedRun",
+    "completeness",
+    "pair_counts",
+    "planned_taus",
+    "require_complete",
+]
 
 _SHOWN = 5
 """How many missing runs a one-line message names."""
@@ -64,6 +75,7 @@ class Completeness:
         suite: Suite name.
         tau: The table's tau.
         planned: Every planned run, in suite order.
+        taus: Every tau planned (the table's and the sweep's), ascending.
         missing: The planned runs with no stored row.
         failed: The planned runs stored with a failure (status not ``"ok"``).
     """
@@ -73,6 +85,14 @@ class Completeness:
     planned: tuple[PlannedRun, ...]
     missing: tuple[PlannedRun, ...]
     failed: tuple[PlannedRun, ...]
+    taus: tuple[float, ...] = ()
+
+    @property
+    def where(self) -> str:
+        """``"at tau 1"``, or ``"at tau 1 and tau 0.001, 0.01"`` when more taus are planned."""
+        others = [t for t in self.taus if t != self.tau]
+        tail = f" and tau {', '.join(f'{t:g}' for t in others)}" if others else ""
+        return f"at tau {self.tau:g}{tail}"
 
     @property
     def complete(self) -> bool:
@@ -89,8 +109,8 @@ class Completeness:
     def missing_text(self) -> str:
         """``"3 of 54 planned runs ... missing (never stored): a, b, c"``."""
         text = (
-            f"{len(self.missing)} of {len(self.planned)} planned runs of {self.suite} at tau "
-            f"{self.tau:g} missing (never stored)"
+            f"{len(self.missing)} of {len(self.planned)} planned runs of {self.suite} "
+            f"{self.where} missing (never stored)"
         )
         return f"{text}: {self.missing_names()}" if self.missing else text
 
@@ -98,48 +118,88 @@ class Completeness:
         """One line: how many planned runs are stored, failed and missing (the first named)."""
         names = self.missing_names()
         return (
-            f"planned runs of {self.suite} at tau {self.tau:g}: {len(self.planned)}; stored "
+            f"planned runs of {self.suite} {self.where}: {len(self.planned)}; stored "
             f"{len(self.planned) - len(self.missing)} ({len(self.failed)} of them failed, "
             f"stored with their error); missing (never stored): {len(self.missing)}"
             + (f": {names}" if names else "")
         )
 
 
+def _variants_at(
+    rows: Sequence[dict[str, Any]], mode: str, tau: float
+) -> list[tuple[str | None, float | None]]:
+    """(support, eps_den) of the store's runs of ``mode`` at ``tau``, sorted."""
+    return sorted(
+        {
+            (r.get("support"), r.get("eps_den"))
+            for r in rows
+            if r.get("mode") == mode and r.get("tau") == tau
+        },
+        key=str,
+    )
+
+
 def _retrofit_variants(
-    rows: Sequence[dict[str, Any]], tau: float
+    rows: Sequence[dict[str, Any]], tau: float, main: float
 ) -> list[tuple[str, str | None, float | None]]:
-    """(mode, support, eps_den) of every retrofit the table at ``tau`` plans."""
+    """(mode, support, eps_den) of every retrofit planned at ``tau`` (table's tau ``main``)."""
     variants = []
     for mode in (m for m in DEFAULT_MODES if m != "none"):
-        stored = sorted(
-            {
-                (r.get("support"), r.get("eps_den"))
-                for r in rows
-                if r.get("mode") == mode and r.get("tau") == tau
-            },
-            key=str,
-        )
+        stored = _variants_at(rows, mode, tau) or _variants_at(rows, mode, main)
         for support, eps_den in stored or [(DEFAULT_SUPPORT, DEFAULT_EPS_DEN)]:
             variants.append((mode, support, eps_den))
     return variants
 
 
-def completeness(suite: str, rows: Sequence[dict[str, Any]], tau: float) -> Completeness:
-    """The planned runs of ``suite``'s table at ``tau`` and which ``rows`` lack.
+def planned_taus(
+    rows: Sequence[dict[str, Any]], tau: float, store: str | Path | None = None
+) -> tuple[float, ...]:
+    """Every tau a report of ``rows`` reads, ascending.
+
+    The table's ``tau``; every tau stored in ``rows``; those the eval sessions
+    of the rows' suite and checkpoint in ``store`` planned (``taus`` of their
+    records); and, once any run of the sweep beside the table's tau is stored
+    (or a session ran ``--sweep``), every tau of ``SWEEP_TAUS``: the sweep's
+    table and figure read them all, and a tau an eval never reached would
+    otherwise drop out of them unseen.
+    """
+    stored = {float(r["tau"]) for r in rows if r.get("mode") != "none" and r.get("tau") is not None}
+    taus = {float(tau), *stored}
+    sweep = bool((stored - {float(tau)}) & set(SWEEP_TAUS))
+    if store is not None and rows:
+        suite, checkpoint = rows[0].get("suite"), rows[0].get("checkpoint_sha256")
+        for session in iter_sessions(store):
+            if session.get("suite") == suite and session.get("checkpoint_sha256") == checkpoint:
+                taus.update(float(t) for t in session.get("taus") or ())
+                sweep = sweep or bool(session.get("sweep"))
+    if sweep:
+        taus.update(SWEEP_TAUS)
+    return tuple(sorted(taus))
+
+
+def completeness(
+    suite: str,
+    rows: Sequence[dict[str, Any]],
+    tau: float,
+    taus: Sequence[float] | None = None,
+) -> Completeness:
+    """The planned runs of ``suite``'s report (table at ``tau``) and which ``rows`` lack.
 
     Args:
         suite: Suite name.
         rows: The stored rows of the reported context.
         tau: The table's tau.
+        taus: Every tau the report reads (:func:`planned_taus`; default: ``tau`` alone).
     """
+    every_tau = tuple(sorted({float(tau), *(taus or ())}))
+    variants = [v for t in every_tau for v in ((t, *x) for x in _retrofit_variants(rows, t, tau))]
     planned: list[PlannedRun] = []
-    variants = _retrofit_variants(rows, tau)
     for case in suite_cases(suite):
         if "none" in DEFAULT_MODES:
             planned.append(PlannedRun(case.dataset, case.seed, "none", None, None, None))
         planned += [
-            PlannedRun(case.dataset, case.seed, mode, tau, support, eps_den)
-            for mode, support, eps_den in variants
+            PlannedRun(case.dataset, case.seed, mode, at, support, eps_den)
+            for at, mode, support, eps_den in variants
         ]
     status = {_run_of(r): r.get("status") for r in rows}
     return Completeness(
@@ -148,6 +208,7 @@ def completeness(suite: str, rows: Sequence[dict[str, Any]], tau: float) -> Comp
         planned=tuple(planned),
         missing=tuple(run for run in planned if run not in status),
         failed=tuple(run for run in planned if status.get(run, "ok") != "ok"),
+        taus=every_tau,
     )
 
 

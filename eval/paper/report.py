@@ -33,7 +33,13 @@ import torch
 from eval.errors import ReportError
 from eval.locations import default_output
 from eval.markdown import markdown_table
-from eval.paper.completeness import Completeness, completeness, pair_counts, require_complete
+from eval.paper.completeness import (
+    Completeness,
+    completeness,
+    pair_counts,
+    planned_taus,
+    require_complete,
+)
 from eval.paper.datasets import OFFLINE18_DATASETS, suite_cases
 from eval.paper.protocol import PAPER_MEAN_DELTA_PCT
 from eval.paper.reference import committed_store
@@ -729,7 +735,7 @@ def build_report(
             f"no stored runs at tau {tau:g}; the store has tau "
             + ", ".join(f"{t:g}" for t in stored_taus)
         )
-    state = completeness(suite, rows, tau)
+    state = completeness(suite, rows, tau, planned_taus(rows, tau, store))
     require_complete(state, store, partial=partial)
     first = rows[0]
     ckpt = first["checkpoint_sha256"]
@@ -867,7 +873,7 @@ def _summary_text(
         f"scikit-learn {first.get('scikit_learn_version')}, numpy {first.get('numpy_version')}",
         f"- runs in this report: {len(rows)} (ok {statuses['ok']}, failed {statuses['failed']}, "
         f"non-finite {statuses['nonfinite']})",
-        f"- planned runs at tau {tau:g}: {len(state.planned)}; stored "
+        f"- planned runs {state.where}: {len(state.planned)}; stored "
         f"{len(state.planned) - len(state.missing)} ({len(state.failed)} failed); missing "
         f"(never stored): {len(state.missing)}"
         + (" (**a partial report**)" if state.missing else ""),
@@ -893,7 +899,7 @@ def _summary_text(
         *markdown_table(_PER_CASE_HEADER, _per_case_rows(table, tau)),
     ]
     if state.missing:
-        lines += ["", f"## Missing runs (planned at tau = {tau:g}, never stored)", ""]
+        lines += ["", f"## Missing runs (planned {state.where}, never stored)", ""]
         lines += [f"- {run.label}" for run in state.missing[:_MISSING_LISTED]]
         if len(state.missing) > _MISSING_LISTED:
             lines.append(f"- and {len(state.missing) - _MISSING_LISTED} more")
@@ -975,7 +981,7 @@ def report_command(args: Any) -> int:
     rows, notes = select_context(load_rows(store), args.suite, args.checkpoint, tau=tau)
     for note in notes:  # also in summary.md; said here so that nothing is left out unseen
         print(f"note: {note}")
-    print(completeness(args.suite, rows, tau).line())
+    print(completeness(args.suite, rows, tau, planned_taus(rows, tau, store)).line())
     committed = committed_store(getattr(args, "committed", None), args.suite, store)
     print("\n".join(["", *comparison_lines(store, committed, args.suite, tau, args.checkpoint)]))
     return 0

@@ -77,14 +77,21 @@ def choose_task(
             (None if none is): a batch mixing both is ambiguous.
 
     Raises:
-        CommandError: With ``auto``: a target holding text for a regressor
-            model; for a model that does both, a target mixing numbers and text
-            (a mistyped number or class labels: only the user knows), or a batch
-            mixing numeric and text targets.
+        CommandError: An explicit ``--task`` the model cannot run. With
+            ``auto``: a target holding text for a regressor model; for a model
+            that does both, a target mixing numbers and text (a mistyped number
+            or class labels: only the user knows), or a batch mixing numeric and
+            text targets.
     """
-    if requested != "auto":
-        return requested, None
     kinds = model_kinds(model)
+    if requested != "auto":
+        if requested not in (_TASK_OF_KIND[kind] for kind in kinds):
+            raise CommandError(
+                f"--task {requested} asked of --model {model}, which is a {kinds[0]} only; "
+                f"give --task {_TASK_OF_KIND[kinds[0]]} (or auto), or a model that does "
+                f"{requested} as --model"
+            )
+        return requested, None
     if len(kinds) == 1:
         task = _TASK_OF_KIND[kinds[0]]
         if task == "regression" and text is not None:

@@ -404,3 +404,31 @@ def test_a_batched_timing_whose_probe_reads_no_growth_records_unknown(monkeypatc
     monkeypatch.setattr(batched, "reset_peak_rss", lambda: True)
     seconds, peak = batched._timed_with_peak(lambda: None)
     assert seconds >= 0 and peak is None
+
+
+# --- exit codes of bench -------------------------------------------------
+
+
+def test_bench_refuses_an_unknown_model_alias_in_one_line_before_any_work(tmp_path, capsys):
+    """``bench --model v4`` exited 0, every host part of its report reading "Not measured"."""
+    out = tmp_path / "bench"
+    assert main(["bench", "--quick", "--model", "v4", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'v4'" in err and "'v3.5'" in err and "'embedded'" in err
+    assert not out.exists()  # refused before anything was measured or written
+
+
+def test_bench_exits_non_zero_when_a_part_it_was_asked_for_was_not_measured(
+    tmp_path, capsys, monkeypatch
+):
+    """A part that could not be measured was written as "Not measured" and bench exited 0."""
+
+    def fails(**_: object) -> dict:
+        raise RuntimeError("no host for the loop")
+
+    monkeypatch.setattr(speed, "bench_fit_loop", fails)
+    out = tmp_path / "bench"
+    assert main(["bench", "--quick", "--parts", "fit_loop", "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "not measured: fit_loop (RuntimeError: no host for the loop)" in err
+    assert "Not measured" in (out / "bench.md").read_text()  # the report still says why

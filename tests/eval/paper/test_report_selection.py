@@ -219,7 +219,7 @@ def test_report_names_the_missing_runs_apart_from_the_failed_and_refuses_unless_
     assert oattention.split(" | ")[1] == "1" and oattention.split(" | ")[5:7] == ["0", "17"]
     assert full_o.split(" | ")[1] == "0" and full_o.split(" | ")[5:7] == ["1", "17"]
     assert "planned runs at tau 1: 54; stored 5 (1 failed); missing (never stored): 49" in summary
-    missing = summary.split("## Missing runs (planned at tau = 1, never stored)")[1]
+    missing = summary.split("## Missing runs (planned at tau 1, never stored)")[1]
     assert missing.split("\n## ")[0].count("\n- ") == 41  # 40 named, then "and 9 more"
     assert "- qsar_fish/1/none\n" in missing and "- and 9 more" in missing
 
@@ -297,3 +297,60 @@ def test_both_columns_of_a_compared_number_have_the_same_significant_digits(
     assert cells[4:6] == ["-0.00500 %", "-0.00499 %"]  # median
     (full_o,) = [line for line in lines if line.startswith("| Full-O")]
     assert full_o.split(" | ")[2:4] == ["+0.00 %", "+0.00 %"]
+
+
+def _complete_store(path: Path, sweep_taus: tuple[float, ...]) -> Path:
+    """All offline18 cases at tau 1 (unpatched, both retrofits), the retrofits at ``sweep_taus``."""
+    from eval.paper.datasets import suite_cases
+
+    base = {"suite": "offline18", "status": "ok", "checkpoint_sha256": "c" * 64,
+            "n_estimators": 1, "dtype": "float32", "device": "cpu", "support": "count",
+            "eps_den": 1e-6, "fit_s": 0.1, "predict_s": 0.1}  # fmt: skip
+    for case in suite_cases("offline18"):
+        name = f"{case.dataset}-{case.seed}"
+        case_row = {**base, "dataset": case.dataset, "seed": case.seed, "baseline_key": name}
+        write_row(path, {**case_row, "key": name, "mode": "none", "tau": None, "support": None,
+                         "eps_den": None, "rmse": 1.0})  # fmt: skip
+        for tau in (1.0, *sweep_taus):
+            for mode in ("oattention", "full-o"):
+                key = f"{name}-{mode}-{tau:g}"
+                write_row(path, {**case_row, "key": key, "mode": mode, "tau": tau, "rmse": 0.9})
+    return path
+
+
+def test_report_plans_every_tau_of_the_sweep_it_reads_not_only_the_main_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store with its sweep cut short (a run at tau 100, five sweep taus never run) exited 0."""
+    import json
+
+    from eval.cli import main
+
+    whole = _complete_store(tmp_path / "whole", ())
+    assert main(["report", "--store", str(whole), "--tau", "1", "--committed", "none"]) == 0
+    capsys.readouterr()
+    store = _complete_store(tmp_path / "cut", (10.0, 100.0))
+    first = sorted((store / "runs").glob("*-full-o-100.json"))[0]
+    cut = json.loads(first.read_text())
+    first.unlink()
+    argv = ["report", "--store", str(store), "--tau", "1", "--committed", "none"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    # 18 cases x (unpatched + 2 retrofits x 7 sweep taus) planned; 18 x 7 - 1 stored.
+    assert "\n" not in err and "--partial" in err
+    assert (
+        "145 of 270 planned runs of offline18 at tau 1 and tau 0.001, 0.01, 0.1, 10, 100, "
+        "1000 missing (never stored): " in err
+    )
+    assert "/0/none" not in err and "/oattention/tau=0.001, " in err  # the sweep's, named
+    from eval.paper.completeness import completeness, planned_taus
+
+    rows = load_rows(store)
+    state = completeness("offline18", rows, 1.0, planned_taus(rows, 1.0, store))
+    assert [r.label for r in state.missing if r.tau in (1.0, 10.0, 100.0)] == [
+        f"{cut['dataset']}/{cut['seed']}/full-o/tau=100"
+    ]
+    assert main([*argv, "--partial"]) == 0
+    out = capsys.readouterr().out
+    assert "planned runs of offline18 at tau 1 and tau 0.001, 0.01, 0.1, 10, 100, 1000: 270" in out
+    assert "missing (never stored): 145" in (store / "summary.md").read_text()

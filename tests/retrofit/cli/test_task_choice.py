@@ -109,6 +109,18 @@ def test_text_labels_for_a_regressor_are_refused_naming_the_way_out(tmp_path, ti
     assert not out.exists()
 
 
+def test_task_classification_asked_of_a_regressor_names_its_kind_and_the_way_out(
+    tmp_path, tiny_v3_path, capsys
+):
+    files = _files(tmp_path, _numbers)
+    out = tmp_path / "pred.csv"
+    code, _, err = _predict(
+        files, out, tiny_v3_path, "--task", "classification", "--quiet", capsys=capsys
+    )
+    _refused(code, err, "--task classification", "regressor only", "--task regression")
+    assert not out.exists()
+
+
 def test_a_target_mixing_numbers_and_text_asks_for_the_task(tmp_path, both_checkpoint, capsys):
     files = _files(tmp_path, lambda X: np.where(X[:, 0] > 1.5, "five", "1"))
     out = tmp_path / "pred.csv"
