@@ -53,10 +53,10 @@ from eval.benchmarks.timing import paired_ratio
 from eval.locations import DEFAULT_OUTPUT_ROOT, default_output
 from eval.provenance import provenance_dict
 from retrofit import OTabPFNRegressor
+from retrofit.batching.bounds import DEFAULT_MAX_PADDED_FRACTION, default_max_padded_fraction
 from retrofit.batching.predict import predict_batched
 from retrofit.files import write_json_atomic, write_text_atomic
 from retrofit.models.embedded import embedded_model_path
-from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, default_max_padded_fraction
 
 __all__ = [
     "DEFAULT_SIZES",

@@ -69,12 +69,12 @@ import numpy as np
 import torch
 from tabpfn import TabPFNClassifier
 
+from retrofit.batching.bounds import check_bucket_bounds
 from retrofit.batching.padding import DEFAULT_MAX_ROWS_PER_FORWARD, PaddingStats
 from retrofit.batching.predict import (
     BatchedPrediction,
     Progress,
     check_batch_lists,
-    check_bucket_bounds,
     models_of,
     refuse_other_class_sets,
     run_padded,

@@ -36,8 +36,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from retrofit.batching.bounds import DEFAULT_MAX_PADDED_FRACTION, check_max_padded_fraction
 from retrofit.hosts.base import icl_stage_for
-from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, check_max_padded_fraction
 
 __all__ = [
     "DEFAULT_MAX_ROWS_PER_FORWARD",
@@ -168,7 +168,7 @@ def plan_buckets(
             (:func:`icl_working_set_bytes`); 0 counts nothing.
         max_bytes: Bound on a bucket's working set; None: no bound. A CPU
             keeps its fused forwards cache-sized
-            (:data:`retrofit.settings.DEFAULT_MAX_BUCKET_BYTES_BY_DEVICE`).
+            (:data:`retrofit.batching.bounds.DEFAULT_MAX_BUCKET_BYTES_BY_DEVICE`).
 
     Returns:
         Buckets of dataset indices; every index appears once.

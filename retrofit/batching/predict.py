@@ -44,6 +44,11 @@ import torch
 from tabpfn import TabPFNClassifier, TabPFNRegressor
 from tabpfn.errors import TabPFNValidationError
 
+from retrofit.batching.bounds import (
+    check_bucket_bounds,
+    default_max_bucket_bytes,
+    default_max_padded_fraction,
+)
 from retrofit.batching.chunks import chunk_cells_for, lowered_chunk_cells
 from retrofit.batching.padding import (
     DEFAULT_MAX_ROWS_PER_FORWARD,
@@ -55,13 +60,7 @@ from retrofit.batching.padding import (
 )
 from retrofit.errors import BatchInputError, InvalidInputError
 from retrofit.hosts.base import icl_stage_for, supports_padded_icl
-from retrofit.settings import (
-    DEFAULT_QUANTILES,
-    check_max_bucket_bytes,
-    check_max_padded_fraction,
-    default_max_bucket_bytes,
-    default_max_padded_fraction,
-)
+from retrofit.settings import DEFAULT_QUANTILES
 from retrofit.tabpfn_surface import (
     RAGGED_BATCHING,
     batch_member_inputs,
@@ -547,13 +546,13 @@ def predict_batched(
         quantiles: As in ``TabPFNRegressor.predict``.
         max_padded_fraction: Bound in ``[0, 1)`` on each bucket's padded share
             of rows and of attention cells; None: the device's default
-            (:func:`retrofit.settings.default_max_padded_fraction`: 0.05 on a
+            (:func:`retrofit.batching.bounds.default_max_padded_fraction`: 0.05 on a
             CPU, where padding costs what it pads, 0.25 on an accelerator).
         max_rows: Bound on the padded rows of one ICL forward.
         max_bucket_bytes: Bound on the estimated working set of one ICL
             forward (:func:`retrofit.batching.padding.icl_working_set_bytes`);
             ``"auto"``: the device's default
-            (:func:`retrofit.settings.default_max_bucket_bytes`: cache-sized on
+            (:func:`retrofit.batching.bounds.default_max_bucket_bytes`: cache-sized on
             a CPU, none on an accelerator); None: no bound.
         progress: Called as ``progress(phase, done, total)``.
         padded: None (default): the padded path for ragged or float64 input on
@@ -618,22 +617,6 @@ def predict_batched(
         else:
             results.append(_decode(data, run.outputs[i], output_type, quantiles))
     return BatchedPrediction(results, True, run.stats, run.buckets)
-
-
-def check_bucket_bounds(
-    max_padded_fraction: float | None, max_bucket_bytes: int | str | None
-) -> tuple[float | None, int | str | None]:
-    """The caller's bucket bounds, checked before anything runs (None and "auto" kept).
-
-    Raises:
-        BatchInputError: A ``max_padded_fraction`` outside ``[0, 1)``, or a
-            ``max_bucket_bytes`` that is not ``"auto"``, None or an integer >= 1.
-    """
-    if max_padded_fraction is not None:
-        max_padded_fraction = check_max_padded_fraction(max_padded_fraction)
-    if max_bucket_bytes != "auto":
-        max_bucket_bytes = check_max_bucket_bytes(max_bucket_bytes)
-    return max_padded_fraction, max_bucket_bytes
 
 
 def needs_padding(

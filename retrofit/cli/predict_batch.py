@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from retrofit.batching.bounds import check_max_padded_fraction
 from retrofit.batching.classify import predict_proba_batched
 from retrofit.batching.predict import check_batch_lists, predict_batched
 from retrofit.classifier import OTabPFNClassifier
@@ -60,7 +61,6 @@ from retrofit.cli.tasks import TextTarget, choose_task
 from retrofit.errors import BatchInputError, CommandError, ManifestError
 from retrofit.estimator import OTabPFNRegressor
 from retrofit.files import missing_dirs, remove_empty_dirs
-from retrofit.settings import check_max_padded_fraction
 
 __all__ = ["read_manifest", "run"]
 

@@ -36,6 +36,10 @@ import torch
 import retrofit
 import retrofit.models.embedded
 from retrofit import OTabPFNRegressor
+from retrofit.batching.bounds import (
+    DEFAULT_MAX_PADDED_FRACTION,
+    DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE,
+)
 from retrofit.batching.padding import (
     PaddingStats,
     pad_carriers,
@@ -47,7 +51,6 @@ from retrofit.errors import BatchInputError, UnsupportedArchitectureError
 from retrofit.hosts.base import icl_stage_for
 from retrofit.hosts.v2_icl_stage import V2ICLStage
 from retrofit.hosts.v3_icl_stage import V3ICLStage
-from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE
 from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps
 from tests.helpers.padding import ragged_tables, reference_kernel, unpatched_padding_drifts
 from tests.helpers.predictions import assert_same_prediction, flat_prediction

@@ -13,14 +13,14 @@ import torch
 from tabpfn import TabPFNRegressor
 
 from retrofit import OTabPFNRegressor
-from retrofit.batching.padding import icl_working_set_bytes, plan_buckets
-from retrofit.batching.predict import predict_batched
-from retrofit.errors import BatchInputError
-from retrofit.settings import (
+from retrofit.batching.bounds import (
     DEFAULT_MAX_PADDED_FRACTION,
     default_max_bucket_bytes,
     default_max_padded_fraction,
 )
+from retrofit.batching.padding import icl_working_set_bytes, plan_buckets
+from retrofit.batching.predict import predict_batched
+from retrofit.errors import BatchInputError
 from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps
 from tests.helpers.padding import ragged_tables
 

@@ -40,11 +40,14 @@ from tabpfn import TabPFNClassifier
 import retrofit
 import retrofit.hosts.base
 from retrofit import OTabPFNClassifier
+from retrofit.batching.bounds import (
+    DEFAULT_MAX_PADDED_FRACTION,
+    DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE,
+)
 from retrofit.batching.classify import predict_batched_labels, predict_proba_batched
 from retrofit.errors import BatchInputError, UnsupportedArchitectureError
 from retrofit.hosts.base import icl_stage_for
 from retrofit.hosts.v2_icl_stage import V2ICLStage
-from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE
 from tests.helpers.exactness import (
     CLASSIFIER_AUTO_PROBA_BF16_ULPS,
     CLASSIFIER_PROBA_ULPS,

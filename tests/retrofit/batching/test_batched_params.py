@@ -16,8 +16,11 @@ import pytest
 import torch
 
 from retrofit import OTabPFNRegressor
+from retrofit.batching.bounds import (
+    DEFAULT_MAX_PADDED_FRACTION,
+    DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE,
+)
 from retrofit.errors import InvalidInputError
-from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE
 from tests.helpers.exactness import MODEL_ULPS
 from tests.helpers.padding import ragged_tables, reference_kernel
 from tests.helpers.predictions import assert_same_prediction
