@@ -25,7 +25,7 @@ _EXPORTS: dict[str, str] = {
     "SUPPORTS": "retrofit.settings",
     "PatchConfig": "retrofit.settings",
     "RetrofitSettings": "retrofit.settings",
-    "OTabPFNRegressor": "retrofit.estimator",
+    "OTabPFNRegressor": "retrofit.regressor",
     "OTabPFNClassifier": "retrofit.classifier",
     "ResolvedModel": "retrofit.models.loading",
     "load_host": "retrofit.models.loading",

@@ -16,7 +16,7 @@ Four kinds of names:
   available here under the name without its leading underscore;
 * :data:`PRIVATE_METHODS`: private methods and attributes of tabpfn's classes
   that the retrofit calls, overrides (``retrofit/estimator_base.py`` for both
-  estimators, ``retrofit/estimator.py``, ``retrofit/classifier.py``,
+  estimators, ``retrofit/regressor.py``, ``retrofit/classifier.py``,
   ``retrofit/hosts/icl_host.py``) or reads (the hosts' ICL stages); the
   regressor's are called through the functions at the end of this module;
 * :data:`PRIVATE_ATTRIBUTES`: private attributes of tabpfn's objects that

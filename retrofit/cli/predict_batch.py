@@ -59,8 +59,8 @@ from retrofit.cli.csv_tables import (
 from retrofit.cli.outputs import check_output_dir, same_file
 from retrofit.cli.tasks import TextTarget, choose_task
 from retrofit.errors import BatchInputError, CommandError, ManifestError
-from retrofit.estimator import OTabPFNRegressor
 from retrofit.files import missing_dirs, remove_empty_dirs
+from retrofit.regressor import OTabPFNRegressor
 
 __all__ = ["read_manifest", "run"]
 

@@ -95,7 +95,7 @@ RETROFIT_FLOORS: tuple[tuple[str, ...], ...] = (
     ("models",),
     ("fit_state",),
     ("estimator_base",),
-    ("estimator", "classifier"),
+    ("regressor", "classifier"),
     ("cli",),
 )
 

@@ -23,9 +23,9 @@ from tabpfn import model_loading
 
 import retrofit
 from eval import cli
-from retrofit.estimator import OTabPFNRegressor
 from retrofit.files import sha256_file
 from retrofit.models import saved
+from retrofit.regressor import OTabPFNRegressor
 
 EMBEDDED = (
     Path(__file__).parents[3] / "retrofit/models/embedded/tabpfn_v3_embedded_regressor.safetensors"

@@ -235,7 +235,7 @@ def test_a_v2_checkpoint_loads_through_tabpfn_and_patches(tmp_path):
 def test_estimator_fit_modes_agree_on_a_patched_v2_checkpoint(tmp_path):
     import numpy as np
 
-    from retrofit.estimator import OTabPFNRegressor
+    from retrofit.regressor import OTabPFNRegressor
 
     path = save_tiny_v2_checkpoint(build_tiny_v2(), tmp_path / "tiny_v2_regressor.safetensors")
     rng = np.random.default_rng(0)

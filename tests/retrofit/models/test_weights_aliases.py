@@ -18,8 +18,8 @@ from tabpfn import model_loading
 from tabpfn.constants import ModelVersion
 
 from retrofit.errors import EmbeddedCheckpointError, WeightsUnavailableError
-from retrofit.estimator import OTabPFNRegressor
 from retrofit.models import loading, weights
+from retrofit.regressor import OTabPFNRegressor
 from retrofit.settings import DEFAULT_TAU_BY_HOST
 from tests.helpers.tiny_hosts import save_tiny_host_checkpoint
 
