@@ -17,7 +17,7 @@ Four kinds of names:
 * :data:`PRIVATE_METHODS`: private methods and attributes of tabpfn's classes
   that the retrofit calls, overrides (``retrofit/estimator_base.py`` for both
   estimators, ``retrofit/regressor.py``, ``retrofit/classifier.py``,
-  ``retrofit/hosts/icl_host.py``) or reads (the hosts' ICL stages); the
+  ``retrofit/hosts/v3/icl_host.py``) or reads (the hosts' ICL stages); the
   regressor's are called through the functions at the end of this module;
 * :data:`PRIVATE_ATTRIBUTES`: private attributes of tabpfn's objects that
   the retrofit reads (an ensemble member's model index, v3's NaN guard);

@@ -39,7 +39,7 @@ and v2.6, whose decoder reads each test row alone, and v3 and v3.5, whose
 ``ManyClassDecoder`` is a retrieval attention from the test rows over the
 train rows with one-hot labels as values; their stages decode each dataset
 from its own train rows cut from the padded batch, so no padding row is a key
-of the decoder (``retrofit/hosts/v3_icl_stage.py``). A stage without
+of the decoder (``retrofit/hosts/v3/icl_stage.py``). A stage without
 ``decode_classes`` is refused (``UnsupportedArchitectureError``). v3's and
 v3.5's many-class decoders score any class count up to ``max_num_classes``,
 as in ``predict_proba``.
@@ -82,7 +82,7 @@ from retrofit.batching.predict import (
     takes_padded_path,
 )
 from retrofit.errors import UnsupportedArchitectureError
-from retrofit.hosts.base import decodes_classes, icl_stage_for
+from retrofit.hosts.common.base import decodes_classes, icl_stage_for
 
 __all__ = ["predict_batched_labels", "predict_proba_batched"]
 

@@ -22,8 +22,8 @@ behaves (and errs) as tabpfn does. Which input needs the padded path is one
 rule, :func:`needs_padding`, for both estimators, both tasks and
 ``predict-batch`` (:func:`takes_padded_path` adds the host's support). Hosts
 with a stage: every patched host
-(v2, v2.5, v2.6, v3, v3.5; ``retrofit/hosts/*_icl_stage.py``); another host
-opts in with :func:`retrofit.hosts.base.register_icl_stage`.
+(v2, v2.5, v2.6, v3, v3.5; ``retrofit/hosts/*/icl_stage.py``); another host
+opts in with :func:`retrofit.hosts.common.base.register_icl_stage`.
 
 With ``fit_mode="fit_with_cache"`` the padded path, like tabpfn's own
 ``predict_batched``, runs the full forward instead of the KV cache: it equals
@@ -59,7 +59,7 @@ from retrofit.batching.padding import (
     run_padded_icl,
 )
 from retrofit.errors import BatchInputError, InvalidInputError
-from retrofit.hosts.base import icl_stage_for, supports_padded_icl
+from retrofit.hosts.common.base import icl_stage_for, supports_padded_icl
 from retrofit.settings import DEFAULT_QUANTILES
 from retrofit.tabpfn_surface import (
     RAGGED_BATCHING,

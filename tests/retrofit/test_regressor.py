@@ -19,7 +19,7 @@ import retrofit
 import retrofit.models.embedded
 from retrofit import OTabPFNRegressor
 from retrofit.errors import SettingsConflictError
-from retrofit.hosts.v3 import OTabPFNV3
+from retrofit.hosts.v3.v3 import OTabPFNV3
 from retrofit.models.loading import load_host, resolve_checkpoint
 from retrofit.models.saving import save_patched
 from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps

@@ -19,7 +19,7 @@ import retrofit
 import retrofit.estimator_base
 import retrofit.models.patched_host
 from retrofit import OTabPFNRegressor, is_patched, load_host, save_patched
-from retrofit.hosts.v3 import OTabPFNV3
+from retrofit.hosts.v3.v3 import OTabPFNV3
 from retrofit.models.loading import resolve_for_tabpfn
 from tests.helpers.tiny_models import tiny_v3_checkpoint
 
@@ -115,7 +115,7 @@ def test_two_different_checkpoints_ensemble_differently_from_one(checkpoints):
 
 
 def test_an_architecture_without_a_patch_table_is_refused_by_name(monkeypatch):
-    from retrofit.hosts import base as tables
+    from retrofit.hosts.common import base as tables
 
     # Every tabpfn 9.2 regressor class has a table; drop v3.5's to stand for an unknown one.
     monkeypatch.delitem(tables._HOST_PATCHERS, tabpfn_v3_5.TabPFNV3p5)

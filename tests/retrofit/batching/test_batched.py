@@ -48,9 +48,9 @@ from retrofit.batching.padding import (
 )
 from retrofit.batching.predict import predict_batched
 from retrofit.errors import BatchInputError, UnsupportedArchitectureError
-from retrofit.hosts.base import icl_stage_for
-from retrofit.hosts.v2_icl_stage import V2ICLStage
-from retrofit.hosts.v3_icl_stage import V3ICLStage
+from retrofit.hosts.common.base import icl_stage_for
+from retrofit.hosts.v2.icl_stage import V2ICLStage
+from retrofit.hosts.v3.icl_stage import V3ICLStage
 from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps
 from tests.helpers.padding import ragged_tables, reference_kernel, unpatched_padding_drifts
 from tests.helpers.predictions import assert_same_prediction, flat_prediction

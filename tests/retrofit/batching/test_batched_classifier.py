@@ -38,7 +38,7 @@ import torch
 from tabpfn import TabPFNClassifier
 
 import retrofit
-import retrofit.hosts.base
+import retrofit.hosts.common.base
 from retrofit import OTabPFNClassifier
 from retrofit.batching.bounds import (
     DEFAULT_MAX_PADDED_FRACTION,
@@ -46,8 +46,8 @@ from retrofit.batching.bounds import (
 )
 from retrofit.batching.classify import predict_batched_labels, predict_proba_batched
 from retrofit.errors import BatchInputError, UnsupportedArchitectureError
-from retrofit.hosts.base import icl_stage_for
-from retrofit.hosts.v2_icl_stage import V2ICLStage
+from retrofit.hosts.common.base import icl_stage_for
+from retrofit.hosts.v2.icl_stage import V2ICLStage
 from tests.helpers.exactness import (
     CLASSIFIER_AUTO_PROBA_BF16_ULPS,
     CLASSIFIER_PROBA_ULPS,
@@ -194,7 +194,7 @@ def test_the_same_padding_on_the_unpatched_classifier_moves_its_probabilities(mo
     sets = _datasets()
     alone = _alone(sets, mode="none")
     # Let the padded path take the unpatched host: only the patch makes padding exact.
-    monkeypatch.setattr(retrofit.hosts.base, "is_patched", lambda model: True)
+    monkeypatch.setattr(retrofit.hosts.common.base, "is_patched", lambda model: True)
     batched = predict_proba_batched(_plain(mode="none"), *_lists(sets), padded=True)
     drifts = [
         deviation_in_ulps(torch.from_numpy(b), torch.from_numpy(a), dtype=torch.float32)

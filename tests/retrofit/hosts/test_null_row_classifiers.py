@@ -37,7 +37,7 @@ from tabpfn.architectures.tabpfn_v3_5 import TabPFNV3p5
 import retrofit
 from eval.calibration import PUBLISHED_CONFIGS, build_random_host
 from patches import oattention_reference, presence
-from retrofit.hosts.many_class_decoder import OManyClassDecoder
+from retrofit.hosts.v3.many_class_decoder import OManyClassDecoder
 from tests.helpers.exactness import MODEL_ULPS, assert_exactly_zero, deviation_in_ulps
 from tests.helpers.null_row_hooks import FinalCarriers, LastBlockOutput, NullRowAtBlockEntry
 from tests.helpers.tiny_hosts import TINY, TINY_V2, build_host

@@ -32,7 +32,7 @@ from tabpfn.architectures.tabpfn_v3 import TabPFNV3
 
 import retrofit
 import retrofit.models.embedded
-from retrofit.hosts.icl_block import OICLBlock
+from retrofit.hosts.v3.icl_block import OICLBlock
 from tests.helpers.exactness import (
     MODEL_ULPS,
     assert_exactly_zero,

@@ -15,7 +15,7 @@ from tabpfn.architectures.tabpfn_v2 import TabPFNBlock, TabPFNV2
 
 import retrofit
 from retrofit.errors import MissingPresenceError
-from retrofit.hosts.v2_block import OTabPFNBlockForV2, OTabPFNBlockV2
+from retrofit.hosts.v2.block import OTabPFNBlockForV2, OTabPFNBlockV2
 from tests.helpers.tiny_hosts import TINY_V2, build_tiny_v2, save_tiny_v2_checkpoint
 
 MODES = ("oattention", "full-o")

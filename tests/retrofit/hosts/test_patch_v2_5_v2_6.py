@@ -19,7 +19,7 @@ import torch
 from tabpfn.architectures import tabpfn_v2_5, tabpfn_v2_6
 
 import retrofit
-from retrofit.hosts.v2_block import SUPPORTED_V2_BLOCKS
+from retrofit.hosts.v2.block import SUPPORTED_V2_BLOCKS
 from retrofit.settings import DEFAULT_TAU_BY_HOST
 from tests.helpers.exactness import MODEL_ULPS, assert_exactly_zero, deviation_in_ulps
 from tests.helpers.null_row_hooks import LastBlockOutput, NullRowAtBlockEntry

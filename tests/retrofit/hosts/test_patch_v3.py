@@ -13,13 +13,13 @@ from tabpfn.architectures.tabpfn_v3 import ICLTransformerBlock, TabPFNV3, TabPFN
 
 import retrofit
 from retrofit.errors import MissingPresenceError
-from retrofit.hosts.icl_block import OICLBlockForV3
-from retrofit.hosts.presence_cache import (
+from retrofit.hosts.common.presence_cache import (
     PresenceKVCacheEntry,
     PresenceQuantizedKVCacheEntry,
     PresenceTabPFNV3Cache,
 )
-from retrofit.hosts.v3 import OTabPFNV3
+from retrofit.hosts.v3.icl_block import OICLBlockForV3
+from retrofit.hosts.v3.v3 import OTabPFNV3
 from tests.helpers.tiny_models import build_tiny_v3, tiny_v3_config
 
 MODES = ("oattention", "full-o")

@@ -22,13 +22,13 @@ from tabpfn.architectures.kv_cache import FP8_KV_DTYPE
 from tabpfn.architectures.tabpfn_v3_5 import ICLTransformerBlock, TabPFNV3p5, TabPFNV3p5Cache
 
 import retrofit
-from retrofit.hosts.icl_block import OICLBlock, OICLBlockForV3p5
-from retrofit.hosts.presence_cache import (
+from retrofit.hosts.common.presence_cache import (
     PresenceKVCacheEntry,
     PresenceQuantizedKVCacheEntry,
     PresenceTabPFNV3p5Cache,
 )
-from retrofit.hosts.v3_5 import OTabPFNV3p5
+from retrofit.hosts.v3.icl_block import OICLBlock, OICLBlockForV3p5
+from retrofit.hosts.v3.v3_5 import OTabPFNV3p5
 from tests.helpers.null_row_hooks import FinalCarriers, NullRow
 from tests.helpers.tiny_hosts import build_host
 

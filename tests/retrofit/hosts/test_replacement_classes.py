@@ -22,11 +22,11 @@ from tabpfn.architectures import tabpfn_v3, tabpfn_v3_5
 
 import retrofit
 from retrofit import OTabPFNClassifier
-from retrofit.hosts.base import patch_config_of, registered_host_patchers
-from retrofit.hosts.icl_block import OICLBlock
-from retrofit.hosts.many_class_decoder import OManyClassDecoder
-from retrofit.hosts.replacement import replacement_name
-from retrofit.hosts.v2_block import OTabPFNBlockV2
+from retrofit.hosts.common.base import patch_config_of, registered_host_patchers
+from retrofit.hosts.common.replacement import replacement_name
+from retrofit.hosts.v2.block import OTabPFNBlockV2
+from retrofit.hosts.v3.icl_block import OICLBlock
+from retrofit.hosts.v3.many_class_decoder import OManyClassDecoder
 from tests.helpers.exactness import decoder_vote_bound
 from tests.helpers.tiny_hosts import tiny_classifier_specs
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from retrofit.hosts.row_attention import scale_queries
+from retrofit.hosts.common.row_attention import scale_queries
 from tests.helpers.exactness import MODULE_ULPS, assert_within_ulps
 from tests.helpers.tiny_models import build_tiny_v3
 

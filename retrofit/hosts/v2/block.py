@@ -61,13 +61,17 @@ from retrofit.errors import (
     InvalidPatchConfigError,
     MissingPresenceError,
 )
-from retrofit.hosts.presence_cache import PresenceKVCacheEntry
-from retrofit.hosts.replacement import (
+from retrofit.hosts.common.presence_cache import PresenceKVCacheEntry
+from retrofit.hosts.common.replacement import (
     adopt_host_modules,
     replacement_class_for,
     replaces_host_class,
 )
-from retrofit.hosts.row_attention import keeps_zero_rows, oattend_rows, oattend_train_then_test
+from retrofit.hosts.common.row_attention import (
+    keeps_zero_rows,
+    oattend_rows,
+    oattend_train_then_test,
+)
 
 __all__ = [
     "SUPPORTED_V2_BLOCKS",

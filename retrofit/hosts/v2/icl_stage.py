@@ -44,13 +44,13 @@ from tabpfn.architectures.tabpfn_v2 import TabPFNV2
 from tabpfn.architectures.tabpfn_v2_5 import TabPFNV2p5
 from tabpfn.architectures.tabpfn_v2_6 import TabPFNV2p6
 
-from retrofit.hosts.base import register_icl_stage
+from retrofit.hosts.common.base import register_icl_stage
 
 __all__ = ["V2ICLStage", "V2p5ICLStage"]
 
 
 class V2ICLStage:
-    """:class:`retrofit.hosts.base.ICLStage` of a patched ``TabPFNV2``."""
+    """:class:`retrofit.hosts.common.base.ICLStage` of a patched ``TabPFNV2``."""
 
     def embed(
         self,
@@ -104,7 +104,7 @@ class V2ICLStage:
 
 
 class V2p5ICLStage(V2ICLStage):
-    """:class:`retrofit.hosts.base.ICLStage` of a patched ``TabPFNV2p5`` or ``TabPFNV2p6``."""
+    """The :class:`~retrofit.hosts.common.base.ICLStage` of ``TabPFNV2p5`` and ``TabPFNV2p6``."""
 
     def embed(
         self,

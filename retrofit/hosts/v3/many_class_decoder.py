@@ -21,14 +21,14 @@ The host computes the keys in ``project_keys`` and consumes them in
 in the model's KV cache (``decoder_keys``) and read at predict. So
 ``project_keys`` keeps the train rows' presence on the decoder (outside its
 module tree) for the ``forward`` of the same model call, and the patched
-model (:class:`~retrofit.hosts.icl_host.OICLModelMixin`) stores it in the
+model (:class:`~retrofit.hosts.v3.icl_host.OICLModelMixin`) stores it in the
 presence cache (``decoder_presence``) and restores it from there.
 
 The host's ``q_projection``, ``k_projection`` and ``softmax_scaling_layer`` are
 reused by reference under their names, so ``state_dict`` keys are the host's.
 A replacement is an :class:`OManyClassDecoderForV3` or
 :class:`OManyClassDecoderForV3p5`: a subclass of the ``ManyClassDecoder`` it
-replaces, named ``ManyClassDecoder`` (:mod:`retrofit.hosts.replacement`), so
+replaces, named ``ManyClassDecoder`` (:mod:`retrofit.hosts.common.replacement`), so
 code that finds the decoder by type or by class name finds it.
 
 Readout. :meth:`OManyClassDecoder.attention_weights` are OAttention's weights,
@@ -58,12 +58,12 @@ from torch import nn
 
 from patches import oattention_direct, presence, support_size
 from retrofit.errors import MissingPresenceError
-from retrofit.hosts.replacement import (
+from retrofit.hosts.common.replacement import (
     adopt_host_modules,
     replacement_class_for,
     replaces_host_class,
 )
-from retrofit.hosts.row_attention import oattend_rows, scale_queries
+from retrofit.hosts.common.row_attention import oattend_rows, scale_queries
 
 __all__ = [
     "SUPPORTED_DECODERS",

@@ -44,11 +44,11 @@ from typing import Any
 import torch
 from tabpfn.architectures.interface import PerformanceOptions
 
-from retrofit.hosts.base import register_icl_stage
-from retrofit.hosts.icl_host import CARRIER_PRESENCE_ATTR
-from retrofit.hosts.many_class_decoder import TRAIN_PRESENCE_ATTR
-from retrofit.hosts.v3 import OTabPFNV3
-from retrofit.hosts.v3_5 import OTabPFNV3p5
+from retrofit.hosts.common.base import register_icl_stage
+from retrofit.hosts.v3.icl_host import CARRIER_PRESENCE_ATTR
+from retrofit.hosts.v3.many_class_decoder import TRAIN_PRESENCE_ATTR
+from retrofit.hosts.v3.v3 import OTabPFNV3
+from retrofit.hosts.v3.v3_5 import OTabPFNV3p5
 
 __all__ = ["V3ICLStage", "V3p5ICLStage"]
 
@@ -61,7 +61,7 @@ def _icl_precision(model: torch.nn.Module) -> contextlib.AbstractContextManager:
 
 
 class V3ICLStage:
-    """:class:`retrofit.hosts.base.ICLStage` of :class:`~retrofit.hosts.OTabPFNV3`."""
+    """:class:`retrofit.hosts.common.base.ICLStage` of :class:`~retrofit.hosts.OTabPFNV3`."""
 
     def stage_args(self, task_type: str) -> tuple[Any, ...]:
         """Extra positional arguments of ``_stages_0_to_2`` after ``(x, y)``."""
@@ -196,7 +196,7 @@ class V3ICLStage:
 
 
 class V3p5ICLStage(V3ICLStage):
-    """:class:`retrofit.hosts.base.ICLStage` of :class:`~retrofit.hosts.OTabPFNV3p5`."""
+    """:class:`retrofit.hosts.common.base.ICLStage` of :class:`~retrofit.hosts.OTabPFNV3p5`."""
 
     def stage_args(self, task_type: str) -> tuple[Any, ...]:
         """v3.5's ``_stages_0_to_2`` takes the task after ``(x, y)``."""

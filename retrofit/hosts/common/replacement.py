@@ -1,9 +1,9 @@
 """Replacements are instances of what they replace: the classes of swapped modules.
 
 Every module a patch table swaps into a host is built by a retrofit class (its
-*family*: :class:`~retrofit.hosts.icl_block.OICLBlock`,
-:class:`~retrofit.hosts.v2_block.OTabPFNBlockV2`,
-:class:`~retrofit.hosts.many_class_decoder.OManyClassDecoder`) and is an
+*family*: :class:`~retrofit.hosts.v3.icl_block.OICLBlock`,
+:class:`~retrofit.hosts.v2.block.OTabPFNBlockV2`,
+:class:`~retrofit.hosts.v3.many_class_decoder.OManyClassDecoder`) and is an
 instance of one subclass per tabpfn class it replaces, declared as
 ``class OFamilyForHost(OFamily, HostClass)`` under :func:`replaces_host_class`.
 So client code that finds tabpfn's modules by type (``isinstance(m,
@@ -13,7 +13,7 @@ tabpfn_v3.ManyClassDecoder)``) or by class name (``type(m).__name__ ==
 * ``isinstance(replacement, HostClass)`` holds, and ``type(replacement).__name__``
   is ``HostClass.__name__`` (what ``repr(model)`` prints too);
 * ``__qualname__`` and ``__module__`` are the retrofit's
-  (``retrofit.hosts.icl_block.OICLBlockForV3``), so pickling finds the class
+  (``retrofit.hosts.v3.icl_block.OICLBlockForV3``), so pickling finds the class
   and an error message can tell a replacement from the original;
 * ``isinstance(replacement, OFamily)`` tells a patched module apart, and
   :func:`replacement_name` is the family's name, which patch reports record.

@@ -3,7 +3,7 @@
 Both hosts end in ICL transformer blocks (train rows are the keys) and add the
 ICL target embedding to the train rows inline in ``forward``, between
 ``_stages_0_to_2`` and the first block. The retrofit swaps every block for an
-:class:`~retrofit.hosts.icl_block.OICLBlock` and the model's class for a
+:class:`~retrofit.hosts.v3.icl_block.OICLBlock` and the model's class for a
 subclass that mixes in :class:`OICLModelMixin`, whose overrides call into
 tabpfn for the two model-level parts of the retrofit:
 
@@ -15,13 +15,13 @@ tabpfn for the two model-level parts of the retrofit:
   otherwise revive a null train row).
 * Presence-carrying KV caches: a cache built by ``forward(...,
   return_kv_cache=True)`` is returned as the host's presence cache class
-  (:mod:`retrofit.hosts.presence_cache`), with the classifier decoder's train
+  (:mod:`retrofit.hosts.common.presence_cache`), with the classifier decoder's train
   presence (``decoder_presence``) beside its cached keys; a forward from such a
   cache hands that presence back to the decoder.
 
 A classifier (v3 with ``task_type="multiclass"``; every v3.5, whose heads serve
 both tasks) also gets its ``ManyClassDecoder`` swapped for an
-:class:`~retrofit.hosts.many_class_decoder.OManyClassDecoder` (OAttention over
+:class:`~retrofit.hosts.v3.many_class_decoder.OManyClassDecoder` (OAttention over
 the train rows, ``n_eff`` in its length scaling), in both modes.
 
 These are the only overrides of tabpfn methods for these hosts, and the only
@@ -45,16 +45,16 @@ from torch import nn
 
 from patches import presence
 from retrofit.errors import MissingPresenceError
-from retrofit.hosts.base import (
+from retrofit.hosts.common.base import (
     HostPatcher,
     ReplacedModule,
     Swap,
     patch_config_of,
     swap_each,
 )
-from retrofit.hosts.icl_block import OICLBlock
-from retrofit.hosts.many_class_decoder import TRAIN_PRESENCE_ATTR, OManyClassDecoder
-from retrofit.hosts.presence_cache import PresenceCacheMixin
+from retrofit.hosts.common.presence_cache import PresenceCacheMixin
+from retrofit.hosts.v3.icl_block import OICLBlock
+from retrofit.hosts.v3.many_class_decoder import TRAIN_PRESENCE_ATTR, OManyClassDecoder
 from retrofit.settings import PatchConfig
 
 __all__ = ["CARRIER_PRESENCE_ATTR", "OVERRIDDEN_METHODS", "ICLHostPatcher", "OICLModelMixin"]
@@ -74,7 +74,7 @@ class OICLModelMixin:
     """Overrides mixed into a patched ICL host; only ever installed by :func:`retrofit.patch`.
 
     A subclass names ``presence_cache_class``, the host cache class with
-    :class:`~retrofit.hosts.presence_cache.PresenceCacheMixin`.
+    :class:`~retrofit.hosts.common.presence_cache.PresenceCacheMixin`.
     """
 
     presence_cache_class: ClassVar[type[PresenceCacheMixin]]
@@ -168,9 +168,9 @@ class ICLHostPatcher(HostPatcher):
 
         Raises:
             UnsupportedArchitectureError: If an ICL block is not exactly one of the
-                classes of :data:`~retrofit.hosts.icl_block.SUPPORTED_ICL_BLOCKS` (a
+                classes of :data:`~retrofit.hosts.v3.icl_block.SUPPORTED_ICL_BLOCKS` (a
                 changed host, or a replacement already), or the decoder is not exactly
-                one of :data:`~retrofit.hosts.many_class_decoder.SUPPORTED_DECODERS`.
+                one of :data:`~retrofit.hosts.v3.many_class_decoder.SUPPORTED_DECODERS`.
         """
 
         def build(block: nn.Module, path: str) -> nn.Module:

@@ -1,19 +1,19 @@
 """Patch table of TabPFN v3 (``tabpfn.architectures.tabpfn_v3.TabPFNV3``, tabpfn 9.2).
 
 Swaps every ``ICLTransformerBlock`` in ``icl_blocks`` for an
-:class:`~retrofit.hosts.icl_block.OICLBlock` and the model's class for
-:class:`OTabPFNV3`, whose overrides (:class:`~retrofit.hosts.icl_host.OICLModelMixin`,
+:class:`~retrofit.hosts.v3.icl_block.OICLBlock` and the model's class for
+:class:`OTabPFNV3`, whose overrides (:class:`~retrofit.hosts.v3.icl_host.OICLModelMixin`,
 shared with v3.5) gate the ICL target embedding ``icl_y_encoder`` in Full-O and
-return KV caches as :class:`~retrofit.hosts.presence_cache.PresenceTabPFNV3Cache`.
+return KV caches as :class:`~retrofit.hosts.common.presence_cache.PresenceTabPFNV3Cache`.
 """
 
 from __future__ import annotations
 
 from tabpfn.architectures.tabpfn_v3 import TabPFNV3
 
-from retrofit.hosts.base import register_host_patcher
-from retrofit.hosts.icl_host import ICLHostPatcher, OICLModelMixin
-from retrofit.hosts.presence_cache import PresenceTabPFNV3Cache
+from retrofit.hosts.common.base import register_host_patcher
+from retrofit.hosts.common.presence_cache import PresenceTabPFNV3Cache
+from retrofit.hosts.v3.icl_host import ICLHostPatcher, OICLModelMixin
 
 __all__ = ["OTabPFNV3", "V3Patcher"]
 

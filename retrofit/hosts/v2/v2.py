@@ -1,6 +1,6 @@
 """The patch tables of TabPFN v2, v2.5 and v2.6: every ``TabPFNBlock`` -> :class:`OTabPFNBlockV2`.
 
-The block and what it changes: :mod:`retrofit.hosts.v2_block`. v2.5 and v2.6
+The block and what it changes: :mod:`retrofit.hosts.v2.block`. v2.5 and v2.6
 prepend learned thinking rows, which the block treats as present (presence 1);
 v2.6's default tau follows its norms' learned weights.
 """
@@ -12,8 +12,8 @@ from tabpfn.architectures.tabpfn_v2_5 import TabPFNV2p5
 from tabpfn.architectures.tabpfn_v2_6 import TabPFNV2p6
 from torch import nn
 
-from retrofit.hosts.base import HostPatcher, Swap, register_host_patcher, swap_each
-from retrofit.hosts.v2_block import OTabPFNBlockV2
+from retrofit.hosts.common.base import HostPatcher, Swap, register_host_patcher, swap_each
+from retrofit.hosts.v2.block import OTabPFNBlockV2
 from retrofit.settings import PatchConfig
 
 __all__ = ["V2Patcher", "V2p5Patcher", "V2p6Patcher"]

@@ -16,7 +16,7 @@ parameters are the host's.
 One block serves both hosts: :class:`OICLBlock` is the implementation, and a
 replacement is an :class:`OICLBlockForV3` or :class:`OICLBlockForV3p5`, each
 also a subclass of the ``ICLTransformerBlock`` it replaces (so an instance of
-it, under its name: :mod:`retrofit.hosts.replacement`), chosen by the exact
+it, under its name: :mod:`retrofit.hosts.common.replacement`), chosen by the exact
 class of the block (:data:`SUPPORTED_ICL_BLOCKS`). v3.5's ``ICLAttention``
 applies per-head q/k RMSNorms after the projections (and stores the normed
 keys in its cache); the block applies them at the same points, so an
@@ -43,13 +43,13 @@ from retrofit.errors import (
     MissingPresenceError,
     UnsupportedArchitectureError,
 )
-from retrofit.hosts.presence_cache import PresenceKVCacheEntry
-from retrofit.hosts.replacement import (
+from retrofit.hosts.common.presence_cache import PresenceKVCacheEntry
+from retrofit.hosts.common.replacement import (
     adopt_host_modules,
     replacement_class_for,
     replaces_host_class,
 )
-from retrofit.hosts.row_attention import (
+from retrofit.hosts.common.row_attention import (
     keeps_zero_rows,
     oattend_rows,
     oattend_train_then_test,
