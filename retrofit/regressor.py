@@ -29,12 +29,8 @@ import numpy as np
 import torch
 from tabpfn import TabPFNRegressor
 
-from retrofit.batching.predict import (
-    check_batch_lists,
-    needs_padding,
-    predict_batched,
-    tabpfn_batched,
-)
+from retrofit.batching.dispatch import check_batch_lists, needs_padding, tabpfn_batched
+from retrofit.batching.regression import predict_batched
 from retrofit.estimator_base import ModelPath, RetrofitEstimatorMixin
 from retrofit.validation import check_numeric_target
 
@@ -190,11 +186,11 @@ class OTabPFNRegressor(RetrofitEstimatorMixin, TabPFNRegressor):
         Same-shape input is tabpfn's own ``predict_batched``, in every mode. Ragged
         input on a patched host runs each dataset's stages before ICL as
         ``predict`` does and its ICL stage in zero-padded, length-bucketed forwards,
-        which the retrofit makes exact (:func:`retrofit.batching.predict.predict_batched`,
+        which the retrofit makes exact (:func:`retrofit.batching.regression.predict_batched`,
         which also reports the padding); with ``mode="none"`` it keeps tabpfn's
         error. Same-shape input in ``inference_precision=torch.float64``, which
         tabpfn's fused forward refuses, takes the padded path too on a patched
-        host (:func:`retrofit.batching.predict.needs_padding` is the rule). Like
+        host (:func:`retrofit.batching.dispatch.needs_padding` is the rule). Like
         tabpfn's, every call loads the model from the current parameters
         (``set_params`` after ``fit`` counts), and ``self`` is left unchanged.
 

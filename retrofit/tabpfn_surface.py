@@ -140,7 +140,7 @@ PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
         "_uses_majority_downsample",  # ragged predict_proba_batched refuses it
         # Public, but ragged predict_proba_batched relies on its inside: it hands
         # the fitted worker an executor_ whose iter_outputs replays the padded
-        # outputs, and forward post-processes them (retrofit/batching/classify.py).
+        # outputs, and forward post-processes them (retrofit/batching/classification.py).
         "forward",
     ),
     "tabpfn.architectures.tabpfn_v2.TabPFNV2": (

@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 #: Bound on each length bucket's padded share of rows and of attention cells
-#: in a ragged batched prediction (``retrofit.batching.predict``) on an accelerator,
+#: in a ragged batched prediction (``retrofit.batching.engine``) on an accelerator,
 #: where a wider batch should cost little more than a narrow one (not yet
 #: measured on one: ``eval/gpu_check.py``'s ``batched`` part does).
 DEFAULT_MAX_PADDED_FRACTION: float = 0.25

@@ -5,8 +5,8 @@ A manifest lists the datasets, as JSON (a list of objects, or
 has ``train`` and ``test`` (CSV files; relative paths are read from the
 manifest's folder), and optionally ``name`` (default: its position) and
 ``target`` (default: ``--target``). Every dataset is predicted by
-:func:`retrofit.batching.predict.predict_batched` (regression) or
-:func:`retrofit.batching.classify.predict_proba_batched` (classification);
+:func:`retrofit.batching.regression.predict_batched` (regression) or
+:func:`retrofit.batching.classification.predict_proba_batched` (classification);
 ragged datasets share null-padded ICL forwards on a patched host. The task is
 ``--task``, or with ``--task auto`` (the default) the model's and the
 targets' (:mod:`retrofit.cli.tasks`): classification for a classifier
@@ -44,8 +44,9 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from retrofit.batching.bounds import check_max_padded_fraction
-from retrofit.batching.classify import predict_proba_batched
-from retrofit.batching.predict import check_batch_lists, predict_batched
+from retrofit.batching.classification import predict_proba_batched
+from retrofit.batching.dispatch import check_batch_lists
+from retrofit.batching.regression import predict_batched
 from retrofit.classifier import OTabPFNClassifier
 from retrofit.cli.console import parse_precision, run_command
 from retrofit.cli.csv_tables import (

@@ -33,7 +33,7 @@ from retrofit.batching.bounds import (
     DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE,
 )
 from retrofit.batching.padding import key_rows, run_padded_icl
-from retrofit.batching.predict import predict_batched
+from retrofit.batching.regression import predict_batched
 from retrofit.errors import UnsupportedArchitectureError
 from retrofit.hosts.common.base import icl_stage_for
 from retrofit.hosts.v2.icl_stage import V2p5ICLStage

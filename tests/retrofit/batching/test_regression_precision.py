@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from retrofit import OTabPFNRegressor
-from retrofit.batching.predict import predict_batched
+from retrofit.batching.regression import predict_batched
 from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps
 from tests.helpers.padding import ragged_tables
 

@@ -19,7 +19,7 @@ from retrofit.batching.bounds import (
     default_max_padded_fraction,
 )
 from retrofit.batching.padding import icl_working_set_bytes, plan_buckets
-from retrofit.batching.predict import predict_batched
+from retrofit.batching.regression import predict_batched
 from retrofit.errors import BatchInputError
 from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps
 from tests.helpers.padding import ragged_tables

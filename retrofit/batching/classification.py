@@ -5,7 +5,7 @@ for every train array, one for every test array, and one class set for all
 datasets, because it stacks the datasets on the model's batch dimension and
 scores them with one ``n_classes_``. On a patched host
 :func:`predict_proba_batched` lifts both rules, sharing the regressor's
-mechanism (:func:`retrofit.batching.predict.run_padded`):
+mechanism (:func:`retrofit.batching.engine.run_padded`):
 
 1. every dataset is fitted by its own plain ``TabPFNClassifier`` over the
    shared patched model (``fit_mode="fit_preprocessors"``, as tabpfn's own
@@ -32,7 +32,7 @@ v3.5's many-class decoders score the classes present in the dataset's own
 train rows, padded to ``max_num_classes`` columns. A dataset with more classes
 is refused, named by its index, by tabpfn's own ``fit`` check, applied with
 the model's limit too (an ``inference_config`` whose ``MAX_NUMBER_OF_CLASSES``
-is above it: :func:`retrofit.batching.predict.check_class_limit`).
+is above it: :func:`retrofit.batching.engine.check_class_limit`).
 
 Hosts. Every patched classifier host with a registered ICL stage: v2, v2.5
 and v2.6, whose decoder reads each test row alone, and v3 and v3.5, whose
@@ -45,14 +45,14 @@ v3.5's many-class decoders score any class count up to ``max_num_classes``,
 as in ``predict_proba``.
 
 Which path answers is decided in one place,
-:func:`retrofit.batching.predict.takes_padded_path`: on a patched host the
+:func:`retrofit.batching.dispatch.takes_padded_path`: on a patched host the
 padded path takes ragged input, same-shape input whose class sets differ
 (other classes, or integer labels beside text ones) and same-shape input in
 ``inference_precision=torch.float64``, which tabpfn's fused forward refuses.
 Other same-shape input, and any input on a model without a null-padded stage
 (``mode="none"``), is handed to tabpfn's ``predict_proba_batched``: it behaves
 as tabpfn does, and a refusal names the dataset (class sets that differ
-there: :func:`retrofit.batching.predict.refuse_other_class_sets`; ragged
+there: :func:`retrofit.batching.dispatch.refuse_other_class_sets`; ragged
 input keeps tabpfn's ``ValueError``, which lists the shapes).
 
 Refused as tabpfn's own method refuses them (their state is fitted per
@@ -70,17 +70,14 @@ import torch
 from tabpfn import TabPFNClassifier
 
 from retrofit.batching.bounds import check_bucket_bounds
-from retrofit.batching.padding import DEFAULT_MAX_ROWS_PER_FORWARD, PaddingStats
-from retrofit.batching.predict import (
-    BatchedPrediction,
-    Progress,
+from retrofit.batching.dispatch import (
     check_batch_lists,
-    models_of,
     refuse_other_class_sets,
-    run_padded,
     tabpfn_batched,
     takes_padded_path,
 )
+from retrofit.batching.engine import BatchedPrediction, Progress, models_of, run_padded
+from retrofit.batching.padding import DEFAULT_MAX_ROWS_PER_FORWARD, PaddingStats
 from retrofit.errors import UnsupportedArchitectureError
 from retrofit.hosts.common.base import decodes_classes, icl_stage_for
 
@@ -211,19 +208,19 @@ def predict_proba_batched(
             differ on the padded path (module docstring).
         X_test_list: Test features, one array per dataset.
         max_padded_fraction: Bound in ``[0, 1)`` on each bucket's padded share;
-            None: the device's default (as :func:`retrofit.batching.predict.predict_batched`).
+            None: the device's default (as :func:`retrofit.batching.regression.predict_batched`).
         max_rows: Bound on the padded rows of one ICL forward.
         max_bucket_bytes: Bound on the estimated working set of one ICL
-            forward (as :func:`retrofit.batching.predict.predict_batched`).
+            forward (as :func:`retrofit.batching.regression.predict_batched`).
         progress: Called as ``progress(phase, done, total)``.
         padded: None (default): the padded path for ragged input, differing
             class sets or float64 on a patched host, tabpfn's
             ``predict_proba_batched`` otherwise
-            (:func:`~retrofit.batching.predict.takes_padded_path`). True: the
+            (:func:`~retrofit.batching.dispatch.takes_padded_path`). True: the
             padded path for any input; False: always tabpfn's.
 
     Returns:
-        The :class:`~retrofit.batching.predict.BatchedPrediction`; its
+        The :class:`~retrofit.batching.engine.BatchedPrediction`; its
         ``results`` hold, per dataset, what ``predict_proba`` returns for it:
         ``(n_test, n_classes)`` with the dataset's own classes as columns.
 

@@ -1,4 +1,4 @@
-"""Ragged ``predict_proba_batched`` for classifiers (retrofit.batching.classify).
+"""Ragged ``predict_proba_batched`` for classifiers (retrofit.batching.classification).
 
 The claims, each a test here:
 
@@ -44,7 +44,7 @@ from retrofit.batching.bounds import (
     DEFAULT_MAX_PADDED_FRACTION,
     DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE,
 )
-from retrofit.batching.classify import predict_batched_labels, predict_proba_batched
+from retrofit.batching.classification import predict_batched_labels, predict_proba_batched
 from retrofit.errors import BatchInputError, UnsupportedArchitectureError
 from retrofit.hosts.common.base import icl_stage_for
 from retrofit.hosts.v2.icl_stage import V2ICLStage
