@@ -36,7 +36,7 @@ _EXPORTS: dict[str, str] = {
     "is_patched": "retrofit.hosts.common.base",
     "patch": "retrofit.patcher",
     "unpatch": "retrofit.patcher",
-    "save_patched": "retrofit.models.saving",
+    "save_patched": "retrofit.models.saved.save",
     "embedded_model_path": "retrofit.models.embedded",
 }
 

@@ -546,8 +546,8 @@ def _check_patch_out(args: argparse.Namespace) -> Path:
 
 
 def _patch(args: argparse.Namespace) -> int:
-    from retrofit.models import saving  # lazy: keeps --help light
     from retrofit.models.kinds import ESTIMATOR_NAMES  # lazy: imports tabpfn
+    from retrofit.models.saved import save as saving  # lazy: keeps --help light
 
     requested = _requested_settings(args)
     out = _check_patch_out(args)

@@ -21,7 +21,7 @@ from retrofit import OTabPFNRegressor
 from retrofit.errors import SettingsConflictError
 from retrofit.hosts.v3.v3 import OTabPFNV3
 from retrofit.models.loading import load_host, resolve_checkpoint
-from retrofit.models.saving import save_patched
+from retrofit.models.saved.save import save_patched
 from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps
 from tests.helpers.tiny_models import build_tiny_v3, save_tiny_checkpoint, tiny_v3_config
 

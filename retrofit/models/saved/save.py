@@ -1,7 +1,9 @@
 """Save a retrofitted host: patch it as a check, then write a saved directory.
 
-:func:`save_patched` sits above loading, patching and the saved format (which
-stays a leaf that only reads and writes directories).
+:func:`save_patched` sits above loading, patching and the saved format
+(:mod:`retrofit.models.saved`, which stays a leaf that only reads and writes
+directories: loading reads them, so the format cannot import loading, and this
+module, which needs both, lives beside it and is not imported by it).
 """
 
 from __future__ import annotations
