@@ -194,7 +194,7 @@ def test_a_null_train_row_at_the_icl_entry_changes_no_logit(monkeypatch, name, m
 
 # Not bfloat16: one more train row moves the tiny unpatched classifier's logits by
 # about 1.5 bf16 ulps, inside bf16's bound, so the control could not fail there
-# (the bf16 proof on the ICL carriers is tests/retrofit/hosts/test_null_row_v3.py's).
+# (the bf16 proof on the ICL carriers is tests/retrofit/hosts/v3/test_null_row.py's).
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", V3_FAMILY)
