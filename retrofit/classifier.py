@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from tabpfn import TabPFNClassifier
 
-from retrofit.batching.classify import predict_batched_labels, predict_proba_batched
-from retrofit.batching.predict import (
+from retrofit.batching.classification import predict_batched_labels, predict_proba_batched
+from retrofit.batching.dispatch import (
     check_batch_lists,
     first_other_class_set,
     needs_padding,
@@ -186,12 +186,12 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
         of any class run each dataset's stages before ICL as ``predict_proba``
         does and its ICL stage in zero-padded, length-bucketed forwards, exact
         by the retrofit; each dataset is scored over its own classes
-        (:mod:`retrofit.batching.classify` says which limit still binds). With
+        (:mod:`retrofit.batching.classification` says which limit still binds). With
         ``mode="none"`` ragged input keeps tabpfn's error, and differing class
         sets are refused naming the dataset. Same-shape input in
         ``inference_precision=torch.float64``, which tabpfn's fused forward
         refuses, takes the padded path too on a patched host
-        (:func:`retrofit.batching.predict.needs_padding` is the rule). ``self``
+        (:func:`retrofit.batching.dispatch.needs_padding` is the rule). ``self``
         is left unchanged.
 
         Returns:
@@ -238,7 +238,7 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
         one class set, the null-padded one for ragged input or differing class
         sets on a patched host) and returns, per
         dataset, the labels of its most probable classes
-        (:func:`retrofit.batching.classify.predict_batched_labels`).
+        (:func:`retrofit.batching.classification.predict_batched_labels`).
 
         Raises:
             BatchInputError: Malformed lists or datasets (the message names the index).

@@ -25,7 +25,7 @@ from retrofit.errors import (
     NotPatchedError,
     UnsupportedArchitectureError,
 )
-from retrofit.hosts.base import (
+from retrofit.hosts.common.base import (
     STATE_ATTR,
     PatchState,
     ReplacedModule,
@@ -34,7 +34,7 @@ from retrofit.hosts.base import (
     is_patched,
     registered_host_patchers,
 )
-from retrofit.hosts.replacement import replacement_name
+from retrofit.hosts.common.replacement import replacement_name
 from retrofit.settings import (
     PATCH_MODES,
     Mode,

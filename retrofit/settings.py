@@ -28,13 +28,9 @@ from typing import Any, ClassVar, Literal
 import torch
 
 from patches.presence import check_tau
-from retrofit.errors import BatchInputError, InvalidPatchConfigError, SettingsConflictError
+from retrofit.errors import InvalidPatchConfigError, SettingsConflictError
 
 __all__ = [
-    "DEFAULT_CHUNK_CELLS_BY_DEVICE",
-    "DEFAULT_MAX_BUCKET_BYTES_BY_DEVICE",
-    "DEFAULT_MAX_PADDED_FRACTION",
-    "DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE",
     "DEFAULT_QUANTILES",
     "DEFAULT_SETTINGS",
     "DEFAULT_TAU_BY_HOST",
@@ -47,11 +43,6 @@ __all__ = [
     "PatchConfig",
     "RetrofitSettings",
     "check_given",
-    "check_max_bucket_bytes",
-    "check_max_padded_fraction",
-    "default_chunk_cells",
-    "default_max_bucket_bytes",
-    "default_max_padded_fraction",
     "default_tau",
     "resolve_settings",
     "resolved_mode",
@@ -72,42 +63,6 @@ MODES: tuple[str, ...] = ("none", *PATCH_MODES)
 SUPPORTS: tuple[str, ...] = ("count", "mass")
 #: The settings, in :func:`retrofit.patch`'s names.
 SETTING_NAMES: tuple[str, ...] = ("mode", "tau", "support", "eps_den")
-#: Bound on each length bucket's padded share of rows and of attention cells
-#: in a ragged batched prediction (``retrofit.batching.predict``) on an accelerator,
-#: where a wider batch should cost little more than a narrow one (not yet
-#: measured on one: ``eval/gpu_check.py``'s ``batched`` part does).
-DEFAULT_MAX_PADDED_FRACTION: float = 0.25
-#: The bound by device type where it differs. On a CPU a padded cell costs what a
-#: real one does and a fused forward saves only per-call overhead, so a CPU pads
-#: little: ``results/bench_batched`` (``tabpfn-retrofit bench --batched``, 2 cores,
-#: embedded host) has ragged batches at 0.98-1.01x a loop of fit/predict at this
-#: bound and 1.14-1.19x at 25 %.
-DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE: Mapping[str, float] = {"cpu": 0.05}
-#: Bound on the estimated working set of one fused ICL forward of a ragged batch
-#: (:func:`retrofit.batching.padding.icl_working_set_bytes`), by device type; a
-#: device not named here has none (an accelerator's memory is bounded by the
-#: padded rows alone). A CPU is compute-bound and its caches are small: a fused
-#: forward whose working set outgrows them costs more per cell than the
-#: per-dataset forwards it replaces (issue 25: 1.11x at 67 MB fused against 2 MB
-#: per dataset), so its buckets stay cache-sized. Measured after the grouped
-#: length scaling (2 shared cores, one thread, CPU time, 7 rounds): the fused ICL
-#: stage of 64 datasets of 30-200 rows took 0.85-0.94x the per-dataset forwards
-#: at every budget from 1 MiB to none, and of 8 datasets of 1,000-3,000 rows
-#: 0.85-0.97x; the budgets did not differ beyond that noise, so the value is the
-#: cache argument's (a few MiB of L2/L3 per core), not a measured optimum.
-DEFAULT_MAX_BUCKET_BYTES_BY_DEVICE: Mapping[str, int] = {"cpu": 8 * 2**20}
-#: Cells per row chunk of the stages before ICL (tabpfn v3's and v3.5's
-#: ``inference_chunk_cells``, summed over the batch) that the ragged path and
-#: the evaluation use, by device type (:mod:`retrofit.batching.chunks`); tabpfn's
-#: default, 2048 x 768, is kept where a device is not named. On a CPU a
-#: cache-sized chunk is faster and equal up to rounding (a BLAS may block a
-#: shorter matrix otherwise; ``tests/retrofit/batching/test_chunks.py``).
-#: ``bench``'s ``chunks`` part (3 datasets of 1,500-2,700 train rows, quiet
-#: 2-core machine) measured 0.78-0.86x the CPU time at one and two torch
-#: threads over two runs (wall time alike; ``results/bench`` holds the latest).
-#: An earlier 1.17x at two threads was measured on a machine with load 15,
-#: where each smaller parallel region waited for a descheduled thread.
-DEFAULT_CHUNK_CELLS_BY_DEVICE: Mapping[str, int] = {"cpu": 65_536}
 #: What an unset setting means, unless a saved directory says otherwise; an unset
 #: ``tau`` means the host class's default (:func:`default_tau`), and this ``tau`` is
 #: that default only for a class without a calibrated one (and the paper's, for v3).
@@ -141,50 +96,6 @@ DEFAULT_TAU_BY_HOST: Mapping[str, float] = {
 #: times the carrier-scale ratio ``min over blocks ||gamma||^2 / E`` the host's
 #: patch table reads off the weights (1 at tabpfn's initialisation).
 NORM_WEIGHTED_TAU_HOSTS: tuple[str, ...] = ("TabPFNV2p6",)
-
-
-def default_max_padded_fraction(device: torch.device | str) -> float:
-    """The default padded-share bound of ragged batches on ``device`` (see the constants)."""
-    kind = torch.device(device).type
-    return DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE.get(kind, DEFAULT_MAX_PADDED_FRACTION)
-
-
-def check_max_padded_fraction(value: Any) -> float:
-    """``value`` as a padded-share bound, a float in ``[0, 1)``.
-
-    Raises:
-        BatchInputError: If it is not a number in ``[0, 1)``.
-    """
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not 0.0 <= float(value) < 1.0
-    ):
-        raise BatchInputError(f"max_padded_fraction must be in [0, 1), got {value!r}")
-    return float(value)
-
-
-def default_chunk_cells(device: torch.device | str) -> int | None:
-    """The stage 0-2 chunk size (cells) used on ``device``; None: tabpfn's own."""
-    return DEFAULT_CHUNK_CELLS_BY_DEVICE.get(torch.device(device).type)
-
-
-def default_max_bucket_bytes(device: torch.device | str) -> int | None:
-    """The default working-set bound of a fused ICL forward on ``device``; None: no bound."""
-    return DEFAULT_MAX_BUCKET_BYTES_BY_DEVICE.get(torch.device(device).type)
-
-
-def check_max_bucket_bytes(value: Any) -> int | None:
-    """``value`` as a working-set bound in bytes: a positive integer, or None (no bound).
-
-    Raises:
-        BatchInputError: If it is neither None nor an integer >= 1.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise BatchInputError(f"max_bucket_bytes must be an integer >= 1 or None, got {value!r}")
-    return int(value)
 
 
 def default_tau(host: str, carrier_scale_ratio: float = 1.0) -> float:

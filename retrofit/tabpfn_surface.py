@@ -16,8 +16,8 @@ Four kinds of names:
   available here under the name without its leading underscore;
 * :data:`PRIVATE_METHODS`: private methods and attributes of tabpfn's classes
   that the retrofit calls, overrides (``retrofit/estimator_base.py`` for both
-  estimators, ``retrofit/estimator.py``, ``retrofit/classifier.py``,
-  ``retrofit/hosts/icl_host.py``) or reads (the hosts' ICL stages); the
+  estimators, ``retrofit/regressor.py``, ``retrofit/classifier.py``,
+  ``retrofit/hosts/v3/icl_host.py``) or reads (the hosts' ICL stages); the
   regressor's are called through the functions at the end of this module;
 * :data:`PRIVATE_ATTRIBUTES`: private attributes of tabpfn's objects that
   the retrofit reads (an ensemble member's model index, v3's NaN guard);
@@ -140,7 +140,7 @@ PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
         "_uses_majority_downsample",  # ragged predict_proba_batched refuses it
         # Public, but ragged predict_proba_batched relies on its inside: it hands
         # the fitted worker an executor_ whose iter_outputs replays the padded
-        # outputs, and forward post-processes them (retrofit/batching/classify.py).
+        # outputs, and forward post-processes them (retrofit/batching/classification.py).
         "forward",
     ),
     "tabpfn.architectures.tabpfn_v2.TabPFNV2": (

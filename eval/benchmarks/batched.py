@@ -5,7 +5,7 @@ shapes (train rows log-uniform in ``[min_rows, max_rows]``, a quarter as many
 test rows, 2 to 10 features) and times, interleaved in a fresh random order
 each round (so load drift on a shared machine hits every peer alike):
 
-* ``batched``: :func:`retrofit.batching.predict.predict_batched` on the patched host
+* ``batched``: :func:`retrofit.batching.regression.predict_batched` on the patched host
   (per-dataset stages before ICL, null-padded ICL forwards per length bucket)
   at the device's default padded-share bound;
 * ``batched_wide``: the same at the accelerator's bound (25 %), where the
@@ -53,10 +53,10 @@ from eval.benchmarks.timing import paired_ratio
 from eval.locations import DEFAULT_OUTPUT_ROOT, default_output
 from eval.provenance import provenance_dict
 from retrofit import OTabPFNRegressor
-from retrofit.batching.predict import predict_batched
+from retrofit.batching.bounds import DEFAULT_MAX_PADDED_FRACTION, default_max_padded_fraction
+from retrofit.batching.regression import predict_batched
 from retrofit.files import write_json_atomic, write_text_atomic
 from retrofit.models.embedded import embedded_model_path
-from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, default_max_padded_fraction
 
 __all__ = [
     "DEFAULT_SIZES",

@@ -31,8 +31,8 @@ import torch
 from eval.benchmarks.batched import ragged_datasets
 from eval.benchmarks.timing import paired_ratio
 from retrofit import OTabPFNRegressor
+from retrofit.batching.bounds import default_chunk_cells
 from retrofit.batching.chunks import cache_sized_chunks
-from retrofit.settings import default_chunk_cells
 
 __all__ = ["bench_chunks"]
 

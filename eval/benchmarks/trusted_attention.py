@@ -3,7 +3,7 @@
 A patched block calls :func:`patches.oattention` with ``validate=False``;
 where its maps keep a null row exactly zero it also passes
 ``nulls_are_zero=True``, which skips the null-source check
-(:mod:`retrofit.hosts.row_attention`). Three peers per shape, timed
+(:mod:`retrofit.hosts.common.row_attention`). Three peers per shape, timed
 interleaved (:mod:`eval.benchmarks.timing`) on the same inputs, whose null
 sources' keys and values are zero as a block's are: ``checked`` (the
 validating public call), ``trusted`` (the call a block makes) and, on CPU,

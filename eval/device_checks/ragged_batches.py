@@ -16,7 +16,7 @@ from tabpfn import TabPFNRegressor
 
 from eval.benchmarks.batched import bench_case, ragged_datasets
 from retrofit import OTabPFNRegressor
-from retrofit.batching.predict import predict_batched
+from retrofit.batching.regression import predict_batched
 
 __all__ = ["EXACTNESS_PADDING", "ragged_batches"]
 

@@ -16,8 +16,8 @@ from sklearn.metrics import log_loss, roc_auc_score
 
 from eval.paper.protocol import SUITE_TASK
 from retrofit.classifier import OTabPFNClassifier
-from retrofit.estimator import OTabPFNRegressor
 from retrofit.models.loading import load_host
+from retrofit.regressor import OTabPFNRegressor
 
 __all__ = [
     "ESTIMATORS",

@@ -1,7 +1,10 @@
-"""Ragged batched prediction by null padding.
+"""Ragged batched prediction by null padding: one engine, two front ends, dispatch and bounds.
 
-:mod:`.padding` (zero padding and length buckets, host-agnostic),
-:mod:`.predict` (the shared padded path, :func:`.predict.run_padded`, and the
-regressor's ``predict_batched``) and :mod:`.classify` (the classifier's
-``predict_proba_batched`` and labels over the same path).
+:mod:`.engine` (fit each dataset, run its stages before ICL alone and its ICL
+stage padded: :func:`.engine.run_padded`), :mod:`.regression` (the regressor's
+``predict_batched``) and :mod:`.classification` (the classifier's
+``predict_proba_batched`` and labels) over it; :mod:`.dispatch` (which path
+answers, and the checks of the lists), :mod:`.bounds` (the device bounds),
+:mod:`.padding` (zero padding and length buckets, host-agnostic) and
+:mod:`.chunks` (cache-sized row chunks before ICL).
 """

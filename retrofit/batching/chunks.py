@@ -18,7 +18,7 @@ stated for a whole forward over a taller or shorter matrix.
 columns; :func:`cache_sized_chunks` applies it to every forward of the given
 models for the duration of a block and then restores tabpfn's setting, so a
 caller's model keeps its own. The ragged ``predict_batched`` and the paper's
-evaluation use it on a CPU (:data:`retrofit.settings.DEFAULT_CHUNK_CELLS_BY_DEVICE`);
+evaluation use it on a CPU (:data:`retrofit.batching.bounds.DEFAULT_CHUNK_CELLS_BY_DEVICE`);
 users get the same through the model's own setting (README: "Faster
 predictions on a CPU"). Hosts without the setting (the v2 family) are left as
 they are.
@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from retrofit.settings import default_chunk_cells
+from retrofit.batching.bounds import default_chunk_cells
 
 __all__ = [
     "CHUNK_CELLS_ATTR",
@@ -53,7 +53,7 @@ def chunk_cells_for(device: torch.device | str, batch: int, columns: int) -> int
     """Cells per stage 0-2 chunk for a forward of ``batch`` members and ``columns`` features.
 
     Returns:
-        The device's default (:func:`retrofit.settings.default_chunk_cells`),
+        The device's default (:func:`retrofit.batching.bounds.default_chunk_cells`),
         raised so that a chunk keeps :data:`MIN_CHUNK_ROWS` rows; None where
         the device keeps tabpfn's own.
     """

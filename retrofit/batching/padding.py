@@ -8,8 +8,8 @@ padded with zero rows to one length and run through the ICL blocks in one
 forward, with no mask, and every real row's output is the one it gets alone.
 
 This module is host-agnostic. A host opts in by registering an
-:class:`~retrofit.hosts.base.ICLStage` for its class
-(:func:`retrofit.hosts.base.register_icl_stage`); only a *patched* model of
+:class:`~retrofit.hosts.common.base.ICLStage` for its class
+(:func:`retrofit.hosts.common.base.register_icl_stage`); only a *patched* model of
 that class gets it (padding is not exact on an unpatched host).
 :func:`run_padded_icl` pads, runs and unpads; :func:`plan_buckets` groups
 datasets by length so that the padding stays a bounded fraction of the work.
@@ -36,8 +36,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from retrofit.hosts.base import icl_stage_for
-from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, check_max_padded_fraction
+from retrofit.batching.bounds import DEFAULT_MAX_PADDED_FRACTION, check_max_padded_fraction
+from retrofit.hosts.common.base import icl_stage_for
 
 __all__ = [
     "DEFAULT_MAX_ROWS_PER_FORWARD",
@@ -168,7 +168,7 @@ def plan_buckets(
             (:func:`icl_working_set_bytes`); 0 counts nothing.
         max_bytes: Bound on a bucket's working set; None: no bound. A CPU
             keeps its fused forwards cache-sized
-            (:data:`retrofit.settings.DEFAULT_MAX_BUCKET_BYTES_BY_DEVICE`).
+            (:data:`retrofit.batching.bounds.DEFAULT_MAX_BUCKET_BYTES_BY_DEVICE`).
 
     Returns:
         Buckets of dataset indices; every index appears once.

@@ -26,6 +26,10 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from retrofit.batching.bounds import (
+    DEFAULT_MAX_PADDED_FRACTION,
+    DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE,
+)
 from retrofit.cli.console import PRECISIONS, PROG, parse_precision, run_command, status
 from retrofit.cli.csv_tables import (
     class_labels,
@@ -38,15 +42,7 @@ from retrofit.cli.csv_tables import (
 from retrofit.cli.outputs import check_output_dir, check_output_file, same_file
 from retrofit.errors import CommandError
 from retrofit.models.aliases import alias_list, default_tau_text
-from retrofit.settings import (
-    DEFAULT_MAX_PADDED_FRACTION,
-    DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE,
-    DEFAULT_QUANTILES,
-    MODES,
-    SETTING_NAMES,
-    SUPPORTS,
-    check_given,
-)
+from retrofit.settings import DEFAULT_QUANTILES, MODES, SETTING_NAMES, SUPPORTS, check_given
 
 if TYPE_CHECKING:
     from retrofit.models.loading import ResolvedModel
@@ -550,8 +546,8 @@ def _check_patch_out(args: argparse.Namespace) -> Path:
 
 
 def _patch(args: argparse.Namespace) -> int:
-    from retrofit.models import saving  # lazy: keeps --help light
     from retrofit.models.kinds import ESTIMATOR_NAMES  # lazy: imports tabpfn
+    from retrofit.models.saved import save as saving  # lazy: keeps --help light
 
     requested = _requested_settings(args)
     out = _check_patch_out(args)

@@ -5,8 +5,8 @@ A manifest lists the datasets, as JSON (a list of objects, or
 has ``train`` and ``test`` (CSV files; relative paths are read from the
 manifest's folder), and optionally ``name`` (default: its position) and
 ``target`` (default: ``--target``). Every dataset is predicted by
-:func:`retrofit.batching.predict.predict_batched` (regression) or
-:func:`retrofit.batching.classify.predict_proba_batched` (classification);
+:func:`retrofit.batching.regression.predict_batched` (regression) or
+:func:`retrofit.batching.classification.predict_proba_batched` (classification);
 ragged datasets share null-padded ICL forwards on a patched host. The task is
 ``--task``, or with ``--task auto`` (the default) the model's and the
 targets' (:mod:`retrofit.cli.tasks`): classification for a classifier
@@ -43,8 +43,10 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from retrofit.batching.classify import predict_proba_batched
-from retrofit.batching.predict import check_batch_lists, predict_batched
+from retrofit.batching.bounds import check_max_padded_fraction
+from retrofit.batching.classification import predict_proba_batched
+from retrofit.batching.dispatch import check_batch_lists
+from retrofit.batching.regression import predict_batched
 from retrofit.classifier import OTabPFNClassifier
 from retrofit.cli.console import parse_precision, run_command
 from retrofit.cli.csv_tables import (
@@ -58,9 +60,8 @@ from retrofit.cli.csv_tables import (
 from retrofit.cli.outputs import check_output_dir, same_file
 from retrofit.cli.tasks import TextTarget, choose_task
 from retrofit.errors import BatchInputError, CommandError, ManifestError
-from retrofit.estimator import OTabPFNRegressor
 from retrofit.files import missing_dirs, remove_empty_dirs
-from retrofit.settings import check_max_padded_fraction
+from retrofit.regressor import OTabPFNRegressor
 
 __all__ = ["read_manifest", "run"]
 

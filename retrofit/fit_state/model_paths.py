@@ -26,7 +26,7 @@ from tabpfn import ModelSpecs, model_loading
 from tabpfn.checkpoint import save_as_safetensors
 
 from retrofit.errors import FitStateError
-from retrofit.hosts.base import is_patched, patch_config_of
+from retrofit.hosts.common.base import is_patched, patch_config_of
 from retrofit.models.loading import ResolvedModel, resolve_model
 from retrofit.patcher import patch
 from retrofit.tabpfn_surface import models_may_be_shared, resolve_architecture_name

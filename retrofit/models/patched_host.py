@@ -41,7 +41,7 @@ from tabpfn.base import initialize_tabpfn_model
 from torch import nn
 
 from retrofit.files import file_identity
-from retrofit.hosts.base import STATE_ATTR
+from retrofit.hosts.common.base import STATE_ATTR
 from retrofit.models.loading import TabPFNModelPath
 from retrofit.patcher import PatchReport, patch, resolve_for_model
 from retrofit.settings import SETTING_NAMES, RetrofitSettings, resolved_mode

@@ -40,8 +40,8 @@ from eval.paper.store import (
 )
 from retrofit.cli.console import run_command
 from retrofit.errors import RetrofitWarning
-from retrofit.estimator import OTabPFNRegressor
 from retrofit.models import saved, weights
+from retrofit.regressor import OTabPFNRegressor
 
 FAST = ["--n-estimators", "1", "--precision", "float32", "--device", "cpu", "--quiet"]
 EVAL_FAST = ["--n-estimators", "1", "--max-train-rows", "40", "--max-test-rows", "12"]
@@ -504,7 +504,7 @@ def test_library_warnings_logs_and_ansi_escapes_stay_off_a_commands_stderr(capsy
 _NOISY_PREDICT = """
 import logging, sys, warnings
 from eval import cli
-from retrofit.estimator import OTabPFNRegressor
+from retrofit.regressor import OTabPFNRegressor
 fit = OTabPFNRegressor.fit
 def noisy_fit(self, X, y):
     warnings.warn("\\x1b[31mtorch.cuda: no GPU\\x1b[0m", UserWarning)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-import retrofit.hosts.row_attention as row_attention
+import retrofit.hosts.common.row_attention as row_attention
 from patches import oattention_reference
 from retrofit.batching.padding import key_rows, pad_carriers
 

@@ -95,7 +95,7 @@ RETROFIT_FLOORS: tuple[tuple[str, ...], ...] = (
     ("models",),
     ("fit_state",),
     ("estimator_base",),
-    ("estimator", "classifier"),
+    ("regressor", "classifier"),
     ("cli",),
 )
 
@@ -128,6 +128,63 @@ def test_every_room_of_retrofit_imports_only_rooms_on_lower_floors():
     assert rooms == set(floor), "place every room of retrofit/ on a floor"
     upward = sorted(f"{a} -> {b}" for a, b in _retrofit_room_arrows() if floor[b] >= floor[a])
     assert not upward, upward
+
+
+# The rooms inside two rooms of retrofit/, floor by floor from the bottom, as above.
+# hosts/: one folder per host family over what they share (tabpfn's architectures/,
+# PEFT's tuner folders); a family never imports another. batching/: the device
+# bounds, the padding and chunks, the engine, the one dispatch, then the two front
+# ends, neither of which imports the other.
+INNER_FLOORS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "retrofit.hosts": (("common",), ("v2", "v3")),
+    "retrofit.batching": (
+        ("bounds",),
+        ("chunks", "padding"),
+        ("engine",),
+        ("dispatch",),
+        ("regression", "classification"),
+    ),
+}
+
+
+def _inner_rooms_and_upward_imports(package: str) -> tuple[set[str], list[str]]:
+    """The rooms of ``package`` (its modules and subpackages) and its imports that go up."""
+    floors = INNER_FLOORS[package]
+    floor = {room: i for i, rooms in enumerate(floors) for room in rooms}
+    depth = package.count(".") + 1
+    graph = _import_graph()
+    inside = {m for m in graph if m.startswith(package + ".")}
+    rooms = {m.split(".")[depth] for m in inside}
+    upward = sorted(
+        f"{m} -> {t}"
+        for m in inside
+        for t in graph[m]
+        if t.startswith(package + ".")
+        and m.split(".")[depth] != t.split(".")[depth]
+        and m.split(".")[depth] in floor
+        and t.split(".")[depth] in floor
+        and floor[t.split(".")[depth]] >= floor[m.split(".")[depth]]
+    )
+    return rooms, upward
+
+
+@pytest.mark.parametrize("package", sorted(INNER_FLOORS))
+def test_the_rooms_of_hosts_and_batching_are_the_named_ones_and_import_downward(package):
+    rooms, upward = _inner_rooms_and_upward_imports(package)
+    named = {room for floor in INNER_FLOORS[package] for room in floor}
+    assert rooms == named, f"place every room of {package} on a floor of INNER_FLOORS"
+    assert not upward, upward
+
+
+def test_no_host_module_sits_beside_the_family_folders():
+    """A host's table, block or stage lives in its family's folder, not flat in hosts/."""
+    hosts = ROOT / "retrofit" / "hosts"
+    flat = sorted(p.name for p in hosts.glob("*.py") if p.name != "__init__.py")
+    assert not flat, (
+        f"retrofit/hosts/ holds {flat}: move each into common/, v2/, v3/ or a new family"
+    )
+    for family in INNER_FLOORS["retrofit.hosts"][1]:
+        assert (hosts / family / "__init__.py").is_file(), f"retrofit/hosts/{family}/ is no package"
 
 
 def _private_tabpfn_imports(tree: ast.AST) -> list[str]:

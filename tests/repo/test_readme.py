@@ -108,18 +108,18 @@ def test_readme_set_up_installs_the_package_alone_and_tests_as_ci_run_does():
 
 
 def test_the_gpu_section_states_the_bounds_the_settings_hold():
-    """docs/gpu.md's device bounds are retrofit/settings.py's; none was measured on a GPU."""
-    from retrofit import settings
+    """docs/gpu.md's device bounds are retrofit/batching/bounds.py's; none was measured on a GPU."""
+    from retrofit.batching import bounds
 
     section = " ".join(_section("On a GPU", DOCS / "gpu.md").split())
     assert 'if torch.cuda.is_available() else "cpu"' in section  # its block runs on a CPU
     assert "fp16 autocast on CUDA" in section and "inference_precision=torch.float32" in section
     assert "No GPU has been lent to this project yet" in section
-    accelerator = settings.default_max_padded_fraction("cuda")
-    cpu = settings.default_max_padded_fraction("cpu")
+    accelerator = bounds.default_max_padded_fraction("cuda")
+    cpu = bounds.default_max_padded_fraction("cpu")
     assert f"pad up to {accelerator:.0%} of its rows".replace("%", " %") in section
     assert f"a CPU: {cpu:.0%}".replace("%", " %") in section
-    assert settings.default_max_bucket_bytes("cuda") is None and "unbounded" in section
-    assert f"a CPU: {settings.default_max_bucket_bytes('cpu') // 2**20} MiB" in section
-    assert f"a CPU: {settings.default_chunk_cells('cpu'):,}" in section
-    assert settings.default_chunk_cells("cuda") is None and "keep tabpfn's chunk size" in section
+    assert bounds.default_max_bucket_bytes("cuda") is None and "unbounded" in section
+    assert f"a CPU: {bounds.default_max_bucket_bytes('cpu') // 2**20} MiB" in section
+    assert f"a CPU: {bounds.default_chunk_cells('cpu'):,}" in section
+    assert bounds.default_chunk_cells("cuda") is None and "keep tabpfn's chunk size" in section

@@ -17,8 +17,8 @@ from retrofit.errors import (
     NotPatchedError,
     UnsupportedArchitectureError,
 )
-from retrofit.estimator import OTabPFNRegressor
 from retrofit.models import loading
+from retrofit.regressor import OTabPFNRegressor
 from retrofit.settings import RetrofitSettings
 from retrofit.validation import check_numeric_target
 from tests.helpers.tiny_models import build_tiny_v3, tiny_v3_checkpoint

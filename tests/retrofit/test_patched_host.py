@@ -25,7 +25,7 @@ import retrofit.files
 import retrofit.models.patched_host as patched_host
 from retrofit import OTabPFNRegressor
 from retrofit.errors import SettingsConflictError
-from retrofit.models.saving import save_patched
+from retrofit.models.saved.save import save_patched
 from retrofit.settings import resolve_settings, resolved_mode
 from tests.helpers.tiny_models import tiny_v3_checkpoint
 

@@ -18,7 +18,7 @@ import torch
 import retrofit
 from eval import cli
 from retrofit.errors import InvalidPatchConfigError, SettingsConflictError
-from retrofit.estimator import OTabPFNRegressor
+from retrofit.regressor import OTabPFNRegressor
 from retrofit.settings import DEFAULT_TAU_BY_HOST, resolve_settings
 from tests.helpers.tiny_hosts import build_tiny_v2, save_tiny_v2_checkpoint
 

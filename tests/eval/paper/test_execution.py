@@ -428,7 +428,7 @@ def test_code_digest_follows_every_module_of_patches_and_retrofit(tmp_path, monk
         monkeypatch.setattr(package, "__file__", str(copy / "__init__.py"))
     root = tmp_path / "retrofit"
     before = spec_module.code_sha256()
-    for name in ("hosts/icl_block.py", "models/embedded/__init__.py", "settings.py"):
+    for name in ("hosts/v3/icl_block.py", "models/embedded/__init__.py", "settings.py"):
         with (root / name).open("a") as fh:
             fh.write("\n# edited\n")
         changed = spec_module.code_sha256()

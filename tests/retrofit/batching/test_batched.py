@@ -1,4 +1,4 @@
-"""Ragged batched prediction by null padding (retrofit.batching.padding, retrofit.batching.predict).
+"""Ragged batched prediction by null padding (retrofit.batching.padding, .regression).
 
 The claims, each a test here:
 
@@ -36,18 +36,21 @@ import torch
 import retrofit
 import retrofit.models.embedded
 from retrofit import OTabPFNRegressor
+from retrofit.batching.bounds import (
+    DEFAULT_MAX_PADDED_FRACTION,
+    DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE,
+)
 from retrofit.batching.padding import (
     PaddingStats,
     pad_carriers,
     plan_buckets,
     run_padded_icl,
 )
-from retrofit.batching.predict import predict_batched
+from retrofit.batching.regression import predict_batched
 from retrofit.errors import BatchInputError, UnsupportedArchitectureError
-from retrofit.hosts.base import icl_stage_for
-from retrofit.hosts.v2_icl_stage import V2ICLStage
-from retrofit.hosts.v3_icl_stage import V3ICLStage
-from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE
+from retrofit.hosts.common.base import icl_stage_for
+from retrofit.hosts.v2.icl_stage import V2ICLStage
+from retrofit.hosts.v3.icl_stage import V3ICLStage
 from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps
 from tests.helpers.padding import ragged_tables, reference_kernel, unpatched_padding_drifts
 from tests.helpers.predictions import assert_same_prediction, flat_prediction
@@ -82,7 +85,7 @@ def _tiny_checkpoint(tmp_path_factory):
 def _pad_as_on_an_accelerator(monkeypatch):
     """Buckets pad up to 25 % here, as on an accelerator: these tests are about
     exactness under padding, which the CPU default (5 %) would mostly avoid.
-    The default itself: ``test_batched_bounds.py``."""
+    The default itself: ``test_bounds.py``."""
     monkeypatch.setitem(DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE, "cpu", DEFAULT_MAX_PADDED_FRACTION)
 
 

@@ -28,13 +28,16 @@ import torch
 
 import retrofit
 from retrofit import OTabPFNRegressor
+from retrofit.batching.bounds import (
+    DEFAULT_MAX_PADDED_FRACTION,
+    DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE,
+)
 from retrofit.batching.padding import key_rows, run_padded_icl
-from retrofit.batching.predict import predict_batched
+from retrofit.batching.regression import predict_batched
 from retrofit.errors import UnsupportedArchitectureError
-from retrofit.hosts.base import icl_stage_for
-from retrofit.hosts.v2_icl_stage import V2p5ICLStage
-from retrofit.hosts.v3_icl_stage import V3p5ICLStage
-from retrofit.settings import DEFAULT_MAX_PADDED_FRACTION, DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE
+from retrofit.hosts.common.base import icl_stage_for
+from retrofit.hosts.v2.icl_stage import V2p5ICLStage
+from retrofit.hosts.v3.icl_stage import V3p5ICLStage
 from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps
 from tests.helpers.padding import ragged_tables, reference_kernel, unpatched_padding_drifts
 from tests.helpers.predictions import assert_same_prediction

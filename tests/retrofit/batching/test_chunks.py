@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from retrofit.batching.bounds import default_chunk_cells
 from retrofit.batching.chunks import (
     CHUNK_CELLS_ATTR,
     MIN_CHUNK_ROWS,
@@ -22,7 +23,6 @@ from retrofit.batching.chunks import (
     chunk_cells_for,
     lowered_chunk_cells,
 )
-from retrofit.settings import default_chunk_cells
 from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps
 from tests.helpers.tiny_models import build_tiny_v3
 

@@ -23,9 +23,9 @@ from tabpfn import model_loading
 
 import retrofit
 from eval import cli
-from retrofit.estimator import OTabPFNRegressor
 from retrofit.files import sha256_file
 from retrofit.models import saved
+from retrofit.regressor import OTabPFNRegressor
 
 EMBEDDED = (
     Path(__file__).parents[3] / "retrofit/models/embedded/tabpfn_v3_embedded_regressor.safetensors"
@@ -401,7 +401,7 @@ def test_unsupported_architecture_is_refused_before_writing(capsys, tmp_path, mo
     from tabpfn.checkpoint import save_as_safetensors
 
     import retrofit.hosts  # noqa: F401 -- registers the tables
-    from retrofit.hosts import base as tables
+    from retrofit.hosts.common import base as tables
 
     # Every tabpfn 9.2 regressor class has a table: drop v2.6's to stand for an unknown one.
     monkeypatch.delitem(tables._HOST_PATCHERS, TabPFNV2p6)

@@ -1,10 +1,10 @@
 """The tabpfn code the retrofit overrides or re-implements is the code it was written against.
 
 The v3 and v3.5 tables override three tabpfn methods (one place:
-``retrofit.hosts.icl_host.OICLModelMixin``, see ``OVERRIDDEN_METHODS``), and
+``retrofit.hosts.v3.icl_host.OICLModelMixin``, see ``OVERRIDDEN_METHODS``), and
 the O-blocks re-implement the forward of tabpfn's blocks around OAttention
-(``retrofit.hosts.icl_block``, ``retrofit.hosts.v2``), as the O-decoder does
-the classifiers' ``ManyClassDecoder`` (``retrofit.hosts.many_class_decoder``),
+(``retrofit.hosts.v3.icl_block``, ``retrofit.hosts.v2.v2``), as the O-decoder does
+the classifiers' ``ManyClassDecoder`` (``retrofit.hosts.v3.many_class_decoder``),
 so a tabpfn release that changes any of them can silently break the retrofit.
 A replacement subclasses the block or decoder class it replaces, so every host
 method it does not override runs on it as the host's: those are named here too.
@@ -21,7 +21,7 @@ import inspect
 
 import pytest
 
-from retrofit.hosts.icl_host import OVERRIDDEN_METHODS, OICLModelMixin
+from retrofit.hosts.v3.icl_host import OVERRIDDEN_METHODS, OICLModelMixin
 
 PINNED: dict[tuple[str, str], str] = {
     # tabpfn passes task_type only to a forward whose signature names it.
@@ -52,7 +52,8 @@ PINNED: dict[tuple[str, str], str] = {
     ("tabpfn_v2_6", "TabPFNBlock.forward"): "4a1c01ab1650bc67",
     ("tabpfn_v2_6", "AlongColumnAttention.forward"): "ef483c68c1fbda9a",
     ("tabpfn_v2_6", "AddThinkingRows.forward"): "6f187836cf41327e",
-    # The classifier readout OManyClassDecoder re-implements (retrofit/hosts/many_class_decoder.py).
+    # The classifier readout OManyClassDecoder re-implements
+    # (retrofit/hosts/v3/many_class_decoder.py).
     ("tabpfn_v3", "ManyClassDecoder.forward"): "5ac6ed7560a807e0",
     ("tabpfn_v3", "ManyClassDecoder.project_keys"): "fcda9610d7feeedf",
     ("tabpfn_v3", "ManyClassDecoder.attention_weights"): "1c35f7b225bfb852",
@@ -60,7 +61,7 @@ PINNED: dict[tuple[str, str], str] = {
     ("tabpfn_v3_5", "ManyClassDecoder.project_keys"): "83d535d244994f51",
     ("tabpfn_v3_5", "ManyClassDecoder.attention_weights"): "082aae2db3ebbe8c",
     ("tabpfn_v3_5", "MultiTaskHeads.project_decoder_keys"): "af027ead81cd0262",
-    # Host methods a replacement inherits unchanged (retrofit/hosts/replacement.py):
+    # Host methods a replacement inherits unchanged (retrofit/hosts/common/replacement.py):
     # the decoders' query projections and dtype guard, which read no presence.
     ("tabpfn_v3", "ManyClassDecoder._project_q"): "e5167dc0ec058582",
     ("tabpfn_v3_5", "ManyClassDecoder._project_queries"): "720e1b62ea16bcfa",
@@ -97,8 +98,8 @@ def test_every_override_of_the_icl_hosts_lives_in_the_mixin_and_is_pinned():
 
 
 def test_the_patched_classes_override_nothing_themselves():
-    from retrofit.hosts.v3 import OTabPFNV3
-    from retrofit.hosts.v3_5 import OTabPFNV3p5
+    from retrofit.hosts.v3.v3 import OTabPFNV3
+    from retrofit.hosts.v3.v3_5 import OTabPFNV3p5
 
     for cls in (OTabPFNV3, OTabPFNV3p5):
         methods = {n for n, v in vars(cls).items() if inspect.isfunction(v) and n[:2] != "__"}
@@ -113,9 +114,9 @@ INHERITED_HOST_METHODS = {
 
 
 def test_every_host_method_a_replacement_inherits_is_named_and_pinned():
-    from retrofit.hosts.icl_block import SUPPORTED_ICL_BLOCKS
-    from retrofit.hosts.many_class_decoder import SUPPORTED_DECODERS
-    from retrofit.hosts.v2_block import SUPPORTED_V2_BLOCKS
+    from retrofit.hosts.v2.block import SUPPORTED_V2_BLOCKS
+    from retrofit.hosts.v3.icl_block import SUPPORTED_ICL_BLOCKS
+    from retrofit.hosts.v3.many_class_decoder import SUPPORTED_DECODERS
 
     inherited = set()
     for table in (SUPPORTED_ICL_BLOCKS, SUPPORTED_V2_BLOCKS, SUPPORTED_DECODERS):
@@ -131,8 +132,8 @@ def test_every_host_method_a_replacement_inherits_is_named_and_pinned():
 
 
 def test_tabpfn_still_sees_task_type_in_the_patched_forward():
-    from retrofit.hosts.v3 import OTabPFNV3
-    from retrofit.hosts.v3_5 import OTabPFNV3p5
+    from retrofit.hosts.v3.v3 import OTabPFNV3
+    from retrofit.hosts.v3.v3_5 import OTabPFNV3p5
 
     for cls in (OTabPFNV3, OTabPFNV3p5):
         assert "task_type" in inspect.signature(cls.forward).parameters
@@ -142,9 +143,9 @@ def test_each_registry_holds_one_entry_per_host_class_and_refuses_a_second():
     from tabpfn.architectures.tabpfn_v2 import TabPFNV2
 
     from retrofit.errors import DuplicateHostError
-    from retrofit.hosts import base
-    from retrofit.hosts.v2 import V2Patcher
-    from retrofit.hosts.v2_icl_stage import V2ICLStage
+    from retrofit.hosts.common import base
+    from retrofit.hosts.v2.icl_stage import V2ICLStage
+    from retrofit.hosts.v2.v2 import V2Patcher
 
     before = (base.registered_host_patchers(), dict(base._ICL_STAGES))
     with pytest.raises(DuplicateHostError, match="TabPFNV2 has a patch table already"):

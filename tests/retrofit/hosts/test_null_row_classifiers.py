@@ -37,7 +37,7 @@ from tabpfn.architectures.tabpfn_v3_5 import TabPFNV3p5
 import retrofit
 from eval.calibration import PUBLISHED_CONFIGS, build_random_host
 from patches import oattention_reference, presence
-from retrofit.hosts.many_class_decoder import OManyClassDecoder
+from retrofit.hosts.v3.many_class_decoder import OManyClassDecoder
 from tests.helpers.exactness import MODEL_ULPS, assert_exactly_zero, deviation_in_ulps
 from tests.helpers.null_row_hooks import FinalCarriers, LastBlockOutput, NullRowAtBlockEntry
 from tests.helpers.tiny_hosts import TINY, TINY_V2, build_host
@@ -194,7 +194,7 @@ def test_a_null_train_row_at_the_icl_entry_changes_no_logit(monkeypatch, name, m
 
 # Not bfloat16: one more train row moves the tiny unpatched classifier's logits by
 # about 1.5 bf16 ulps, inside bf16's bound, so the control could not fail there
-# (the bf16 proof on the ICL carriers is tests/retrofit/hosts/test_null_row_v3.py's).
+# (the bf16 proof on the ICL carriers is tests/retrofit/hosts/v3/test_null_row.py's).
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", V3_FAMILY)

@@ -17,12 +17,12 @@ import pytest
 import torch
 from torch import nn
 
-import retrofit.hosts.icl_block as icl_block
-import retrofit.hosts.row_attention as row_attention
-import retrofit.hosts.v2_block as v2_block
+import retrofit.hosts.common.row_attention as row_attention
+import retrofit.hosts.v2.block as v2_block
+import retrofit.hosts.v3.icl_block as icl_block
 from retrofit import patch
-from retrofit.hosts.icl_block import OICLBlock
-from retrofit.hosts.v2_block import OTabPFNBlockV2
+from retrofit.hosts.v2.block import OTabPFNBlockV2
+from retrofit.hosts.v3.icl_block import OICLBlock
 from tests.helpers.tiny_hosts import build_host, build_tiny_v2
 from tests.helpers.tiny_models import build_tiny_v3
 

@@ -18,10 +18,10 @@ import torch
 from tabpfn.checkpoint import Checkpoint
 
 from retrofit.errors import CorruptCheckpointError, SavedModelError, UnsafeCheckpointError
-from retrofit.estimator import OTabPFNRegressor
 from retrofit.files import sha256_file
 from retrofit.models import loading, saved
 from retrofit.models.checkpoints import check_checkpoint, load_checkpoint
+from retrofit.regressor import OTabPFNRegressor
 from tests.helpers.tiny_models import tiny_v3_checkpoint
 
 # tabpfn's loader warns that the variable forces full unpickling: that is the point here.

@@ -17,10 +17,10 @@ from tabpfn import model_loading
 from tabpfn.checkpoint import Checkpoint
 
 from retrofit.errors import SavedModelError, SettingsConflictError, WeightsUnavailableError
-from retrofit.estimator import OTabPFNRegressor
 from retrofit.files import sha256_file
 from retrofit.models import loading, saved, weights
-from retrofit.models.saving import save_patched
+from retrofit.models.saved.save import save_patched
+from retrofit.regressor import OTabPFNRegressor
 from retrofit.settings import resolve_settings
 from tests.helpers.tiny_hosts import build_tiny_v2, save_tiny_v2_checkpoint
 from tests.helpers.tiny_models import tiny_v3_checkpoint

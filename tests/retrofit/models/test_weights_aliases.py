@@ -18,8 +18,8 @@ from tabpfn import model_loading
 from tabpfn.constants import ModelVersion
 
 from retrofit.errors import EmbeddedCheckpointError, WeightsUnavailableError
-from retrofit.estimator import OTabPFNRegressor
 from retrofit.models import loading, weights
+from retrofit.regressor import OTabPFNRegressor
 from retrofit.settings import DEFAULT_TAU_BY_HOST
 from tests.helpers.tiny_hosts import save_tiny_host_checkpoint
 
@@ -124,7 +124,7 @@ def test_estimator_fit_modes_agree_on_every_new_host(tmp_path, name):
 def test_a_saved_directory_keeps_the_version_tabpfn_reads_from_its_file_name(
     tmp_path, name, version
 ):
-    from retrofit.models.saving import save_patched
+    from retrofit.models.saved.save import save_patched
 
     saved_dir = save_patched(_checkpoint(name, tmp_path), tmp_path / "saved", mode="full-o")
     assert model_loading.resolve_model_version(saved_dir.checkpoint) == version

@@ -1,0 +1,241 @@
+"""What the hosts with an ICL stage (TabPFN v3 and v3.5) share: the overrides and the table.
+
+Both hosts end in ICL transformer blocks (train rows are the keys) and add the
+ICL target embedding to the train rows inline in ``forward``, between
+``_stages_0_to_2`` and the first block. The retrofit swaps every block for an
+:class:`~retrofit.hosts.v3.icl_block.OICLBlock` and the model's class for a
+subclass that mixes in :class:`OICLModelMixin`, whose overrides call into
+tabpfn for the two model-level parts of the retrofit:
+
+* OInject of the ICL target embedding (``mode="full-o"``): the override of
+  ``_stages_0_to_2`` reads the presence of the carriers it returns, and the
+  override of ``_embed_icl_y`` gates the embedding by it, so the host adds
+  ``h + p(h) * g(y)``. ``g`` is everything ``_embed_icl_y`` computes (for v3.5
+  the affine ``icl_y_layernorm`` of the encoded target too, whose bias would
+  otherwise revive a null train row).
+* Presence-carrying KV caches: a cache built by ``forward(...,
+  return_kv_cache=True)`` is returned as the host's presence cache class
+  (:mod:`retrofit.hosts.common.presence_cache`), with the classifier decoder's train
+  presence (``decoder_presence``) beside its cached keys; a forward from such a
+  cache hands that presence back to the decoder.
+
+A classifier (v3 with ``task_type="multiclass"``; every v3.5, whose heads serve
+both tasks) also gets its ``ManyClassDecoder`` swapped for an
+:class:`~retrofit.hosts.v3.many_class_decoder.OManyClassDecoder` (OAttention over
+the train rows, ``n_eff`` in its length scaling), in both modes.
+
+These are the only overrides of tabpfn methods for these hosts, and the only
+place they live; ``tests/retrofit/hosts/test_host_overrides.py`` pins the source of every
+tabpfn method they override or rely on, so a tabpfn release that changes one
+fails that test. The overrides pass every argument through (v3.5's ``forward``,
+``_stages_0_to_2`` and ``_embed_icl_y`` take a ``task_type`` that v3's do not).
+
+A class swap (rather than instance attributes) keeps ``deepcopy``, pickling
+and ``.to()`` working; :func:`retrofit.unpatch` swaps the class back.
+
+Shape letters: B batch, R rows, N train rows, D ICL width.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from patches import presence
+from retrofit.errors import MissingPresenceError
+from retrofit.hosts.common.base import (
+    HostPatcher,
+    ReplacedModule,
+    Swap,
+    patch_config_of,
+    swap_each,
+)
+from retrofit.hosts.common.presence_cache import PresenceCacheMixin
+from retrofit.hosts.v3.icl_block import OICLBlock
+from retrofit.hosts.v3.many_class_decoder import TRAIN_PRESENCE_ATTR, OManyClassDecoder
+from retrofit.settings import PatchConfig
+
+__all__ = ["CARRIER_PRESENCE_ATTR", "OVERRIDDEN_METHODS", "ICLHostPatcher", "OICLModelMixin"]
+
+#: The tabpfn methods :class:`OICLModelMixin` overrides (each calls the host's own).
+OVERRIDDEN_METHODS: tuple[str, ...] = ("forward", "_stages_0_to_2", "_embed_icl_y")
+
+# Presence of the rows leaving stage 2, read by _embed_icl_y in the same
+# forward and dropped when it returns (one forward per model at a time:
+# tabpfn gives every device its own model object).
+CARRIER_PRESENCE_ATTR = "_retrofit_stage2_presence_BR"
+# ``task_type`` not given to forward (distinct from None, which v3 accepts).
+_NOT_GIVEN: Any = object()
+
+
+class OICLModelMixin:
+    """Overrides mixed into a patched ICL host; only ever installed by :func:`retrofit.patch`.
+
+    A subclass names ``presence_cache_class``, the host cache class with
+    :class:`~retrofit.hosts.common.presence_cache.PresenceCacheMixin`.
+    """
+
+    presence_cache_class: ClassVar[type[PresenceCacheMixin]]
+    #: Where the classifier decoder sits (absent from a v3 regressor).
+    decoder_path: ClassVar[str]
+
+    def forward(
+        self, x: Any, y: Any, *args: Any, task_type: Any = _NOT_GIVEN, **kwargs: Any
+    ) -> Any:
+        """The host's ``forward``, returning a presence-carrying KV cache when one is built.
+
+        ``task_type`` is named in the signature because tabpfn's inference engine
+        passes it only to a ``forward`` whose signature names it; it is passed on
+        only when given (v3 defaults it, v3.5 requires it).
+        """
+        if task_type is not _NOT_GIVEN:
+            kwargs["task_type"] = task_type
+        decoder = _patched_decoder(self)
+        cache_in = kwargs.get("kv_cache")
+        if decoder is not None and cache_in is not None and not cache_in.is_empty():
+            # The decoder reads the cached keys: their presence comes from the cache.
+            decoder_presence = getattr(cache_in, "decoder_presence", None)
+            if decoder_presence is not None:
+                decoder.__dict__[TRAIN_PRESENCE_ATTR] = decoder_presence
+        try:
+            result = super().forward(x, y, *args, **kwargs)
+            decoder_presence = None if decoder is None else decoder.train_presence_or_none()
+        finally:
+            self.__dict__.pop(CARRIER_PRESENCE_ATTR, None)
+            if decoder is not None:
+                decoder.__dict__.pop(TRAIN_PRESENCE_ATTR, None)
+        if kwargs.get("return_kv_cache"):
+            output, cache = result
+            if cache is not None and not isinstance(cache, self.presence_cache_class):
+                cache = self.presence_cache_class.from_cache(cache)
+            if cache is not None and cache.decoder_keys is not None:
+                cache.decoder_presence = decoder_presence
+            return output, cache
+        return result
+
+    def _stages_0_to_2(self, x_RiBC: torch.Tensor, y: torch.Tensor, *args: Any, **kwargs: Any):
+        out = super()._stages_0_to_2(x_RiBC, y, *args, **kwargs)
+        config = patch_config_of(self)
+        if config.mode == "full-o":
+            h_BRiD = out[0].flatten(-2)
+            if torch.is_grad_enabled() and h_BRiD.requires_grad:
+                # forward() then adds the target embedding into these carriers in
+                # place, which autograd refuses for a tensor presence saved.
+                h_BRiD = h_BRiD.clone()
+            self.__dict__[CARRIER_PRESENCE_ATTR] = presence(h_BRiD, config.tau)
+        return out
+
+    def _embed_icl_y(self, y_BN: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        emb_BND = super()._embed_icl_y(y_BN, *args, **kwargs)
+        if patch_config_of(self).mode != "full-o":
+            return emb_BND
+        p_BR = self.__dict__.get(CARRIER_PRESENCE_ATTR)
+        if p_BR is None:
+            raise MissingPresenceError(
+                "icl_y_encoder: OInject needs the train carriers' presence, but "
+                f"_embed_icl_y was called outside {type(self).__name__}.forward"
+            )
+        p_BN = p_BR[:, : y_BN.shape[1]]
+        # OInject: the host adds h + g(y); gating g by p(h) makes it h + p(h) g(y).
+        return emb_BND * p_BN.unsqueeze(-1).to(emb_BND.dtype)
+
+
+def _patched_decoder(model: nn.Module) -> OManyClassDecoder | None:
+    """``model``'s patched classifier decoder, None where the host has none."""
+    try:
+        decoder = model.get_submodule(model.decoder_path)
+    except AttributeError:
+        return None
+    return decoder if isinstance(decoder, OManyClassDecoder) else None
+
+
+class ICLHostPatcher(HostPatcher):
+    """The patch table of an ICL host: ``icl_blocks.i`` -> :class:`OICLBlock`, plus the class swap.
+
+    A subclass names ``host_class``, ``patched_class`` (the host class with
+    :class:`OICLModelMixin` mixed in), ``injection_modules``, the submodules
+    ``_embed_icl_y`` runs (gated by OInject in Full-O); the classifier
+    ``ManyClassDecoder`` at ``patched_class.decoder_path`` is swapped when present.
+    """
+
+    patched_class: ClassVar[type[nn.Module]]
+    injection_modules: ClassVar[tuple[str, ...]]
+
+    def plan(self, model: nn.Module, config: PatchConfig) -> list[Swap]:
+        """One :class:`OICLBlock` per ICL block; nothing is modified.
+
+        Raises:
+            UnsupportedArchitectureError: If an ICL block is not exactly one of the
+                classes of :data:`~retrofit.hosts.v3.icl_block.SUPPORTED_ICL_BLOCKS` (a
+                changed host, or a replacement already), or the decoder is not exactly
+                one of :data:`~retrofit.hosts.v3.many_class_decoder.SUPPORTED_DECODERS`.
+        """
+
+        def build(block: nn.Module, path: str) -> nn.Module:
+            return OICLBlock.from_module(
+                block,
+                mode=config.mode,
+                tau=config.tau,
+                support=config.support,
+                eps_den=config.eps_den,
+                path=path,
+            )
+
+        swaps = swap_each(getattr(model, "icl_blocks", []), "icl_blocks", build)
+        path = self.patched_class.decoder_path
+        try:
+            decoder = model.get_submodule(path)
+        except AttributeError:  # a v3 regressor has no classifier decoder
+            return swaps
+        replacement = OManyClassDecoder.from_module(
+            decoder,
+            tau=config.tau,
+            support=config.support,
+            eps_den=config.eps_den,
+            path=path,
+        )
+        return [*swaps, Swap(path=path, original=decoder, replacement=replacement)]
+
+    def overrides(self, model: nn.Module, config: PatchConfig) -> list[ReplacedModule]:
+        """The class swap, and in Full-O the gated target injection."""
+        entries = [
+            ReplacedModule(
+                path="",
+                old_class=type(model).__name__,
+                new_class=self.patched_class.__name__,
+                shared_parameters=0,
+                kind="class",
+            )
+        ]
+        if config.mode == "full-o":
+            for name in self.injection_modules:
+                module = model.get_submodule(name)
+                entries.append(
+                    ReplacedModule(
+                        path=name,
+                        old_class=type(module).__name__,
+                        new_class="OInject",
+                        shared_parameters=sum(p.numel() for p in module.parameters()),
+                        kind="override",
+                    )
+                )
+        return entries
+
+    def frozen_parameters(self, model: nn.Module, config: PatchConfig) -> list[nn.Parameter]:
+        """The target embedding's parameters in Full-O."""
+        if config.mode != "full-o":
+            return []
+        return [
+            p for name in self.injection_modules for p in model.get_submodule(name).parameters()
+        ]
+
+    def attach(self, model: nn.Module, config: PatchConfig) -> None:
+        """Swaps in the patched class."""
+        model.__class__ = self.patched_class
+
+    def detach(self, model: nn.Module) -> None:
+        """Swaps the host class back and drops any transient state."""
+        model.__class__ = self.host_class
+        model.__dict__.pop(CARRIER_PRESENCE_ATTR, None)

@@ -1,0 +1,1 @@
+"""Tests of ``retrofit.hosts.v2``."""
