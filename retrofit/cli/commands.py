@@ -322,7 +322,7 @@ def _read_predict_tables(args: argparse.Namespace):
     """The train table, the test table (None with ``--holdout``) and the feature names."""
     if (args.test is None) == (args.holdout is None):
         raise CommandError("give exactly one of --test TEST.csv or --holdout F")
-    train = read_csv_table(args.train, "train")
+    train = read_csv_table(args.train, "train", min_rows=2)
     if args.target not in train.columns:
         raise CommandError(
             f"target column {args.target!r} not in {args.train} "

@@ -153,7 +153,7 @@ def _read_tables(entry: dict[str, Any], i: int) -> tuple[Any, Any, list[str]]:
     """
     target = entry["target"]
     try:
-        train = read_csv_table(entry["train"], "train")
+        train = read_csv_table(entry["train"], "train", min_rows=2)
         if target not in train.columns:
             raise CommandError(f"target column {target!r} not in {entry['train']}")
         features = [c for c in train.columns if c != target]

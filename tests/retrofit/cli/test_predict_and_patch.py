@@ -274,6 +274,14 @@ PREDICT_ERRORS = {
         "cannot read train file",
     ),
     "header only": (lambda d: {"--train": _write(d, "h.csv", "a,b,y\n")}, "no data rows"),
+    "one train row": (  # was tabpfn's "Found array with 1 sample(s)", naming no file
+        lambda d: {"--train": _write(d, "one.csv", "a,b,y\n1,2,3\n")},
+        "one.csv has 1 data row; fitting needs at least 2",
+    ),
+    "train is a directory": (  # was "train file not found" for a folder that exists
+        lambda d: {"--train": d},
+        "is a directory; give the CSV file itself",
+    ),
     "missing target column": (lambda d: {"--target": "price"}, "target column 'price' not in"),
     "non-numeric target": (
         lambda d: {"--train": _write(d, "t.csv", "a,b,c,y\n1,2,3,4\n2,3,4,five\n3,4,5,6\n")},
