@@ -157,3 +157,11 @@ def test_exactness_contracts_hold_on_the_avx2_code_path_too(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True,
                           text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0 and "all pass" in done.stdout, done.stderr[-2000:]
+
+
+def test_exactness_refuses_a_length_below_one_in_one_line(tmp_path, capsys):
+    """``exactness --lengths 0`` ended in torch's bare IndexError on an empty reduction."""
+    assert cli.main(["exactness", "--lengths", "32", "0", "--out", str(tmp_path / "ex")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "tabpfn-retrofit exactness: error: --lengths must be >= 1, got 0"
+    assert not (tmp_path / "ex").exists()
