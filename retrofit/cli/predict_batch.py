@@ -80,6 +80,8 @@ def read_manifest(path: str | Path, default_target: str | None = None) -> list[d
             one name.
     """
     path = Path(path).expanduser()
+    if path.is_dir():
+        raise ManifestError(f"manifest {path} is a directory; give the .json or .csv file itself")
     if not path.is_file():
         raise ManifestError(f"manifest not found: {path}")
     try:
