@@ -27,6 +27,7 @@ from eval.paper.protocol import (
 )
 from retrofit.cli import commands as retrofit_cli
 from retrofit.cli.console import PROG, OneLineArgumentParser, run_command
+from retrofit.errors import CommandError
 from retrofit.models.aliases import alias_list
 from retrofit.settings import MODES
 
@@ -67,6 +68,9 @@ def _add_exactness(sub: argparse._SubParsersAction) -> None:
 def _run_exactness(args: argparse.Namespace) -> int:
     from eval.operators import exactness
 
+    bad = [n for n in args.lengths or () if n < 1]
+    if bad:  # else torch's bare IndexError on an empty reduction
+        raise CommandError(f"--lengths must be >= 1, got {' '.join(map(str, bad))}")
     args.out = args.out or str(default_output("exactness", quick=args.quick))
     report = exactness.run(
         out_dir=args.out,

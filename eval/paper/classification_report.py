@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from eval.errors import ReportError
 from eval.locations import default_output
 from eval.markdown import markdown_table
 from eval.paper.completeness import (
@@ -35,6 +36,7 @@ from eval.paper.completeness import (
     require_complete,
 )
 from eval.paper.datasets import SUITE_DATASETS
+from eval.paper.reference import committed_store
 from eval.paper.report import main_tau, one_run_per_case, planned_cases, select_context
 from eval.paper.store import load_rows
 from retrofit.files import atomic_file_set, write_text_atomic
@@ -328,11 +330,84 @@ def build_classification_report(
     return {name: out / name for name in CLASSIFICATION_REPORT_FILES}
 
 
+def _main_records(
+    store: Path, suite: str, tau: float | None, checkpoint: str | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rows a classification report of ``store`` uses, and its records at the table's tau."""
+    tau = main_tau(store, suite, checkpoint, tau)
+    rows, _ = select_context(load_rows(store), suite, checkpoint, tau=tau)
+    one_run_per_case(rows)
+    records = classification_aggregate(classification_case_table(rows), planned_cases(suite))
+    return rows, [a for a in records if a["tau"] == tau]
+
+
+def classification_comparison_lines(
+    store: Path, committed: Path | None, suite: str, tau: float, checkpoint: str | None = None
+) -> list[str]:
+    """This store's headline numbers beside the committed store's, as the regression report's.
+
+    Args:
+        store: The store just reported.
+        committed: The committed store (``None``: outside a checkout, or ``--committed none``).
+        suite: A classification suite.
+        tau: The table's tau.
+        checkpoint: The SHA-256 prefix reported: a chosen checkpoint is not compared.
+
+    Returns:
+        Lines to print: a table with a column per number for each store (both
+        to the same digits) and whether the run contexts agree; else why not.
+    """
+    if checkpoint:
+        return [f"(checkpoint {checkpoint} chosen: not compared with a committed table)"]
+    if committed is None:
+        return ["(no committed table to compare with: outside a checkout, or --committed none)"]
+    rows, mine = _main_records(store, suite, tau, None)
+    try:
+        theirs_rows, theirs = _main_records(
+            committed, suite, tau, str(rows[0].get("checkpoint_sha256"))
+        )
+    except ReportError as exc:
+        return [f"(the committed store {committed} has no table to compare with: {exc})"]
+    by_variant = {(a["mode"], a["support"], a["eps_den"]): a for a in theirs}
+    table = []
+    for a in mine:
+        b = by_variant.get((a["mode"], a["support"], a["eps_den"]), {})
+        table.append(
+            [
+                _MODE_LABEL.get(a["mode"], a["mode"]),
+                f"{a['n']} / {b.get('n', '-')}",
+                _fmt(a["mean_log_loss_delta_pct"], "+.3f") + " %",
+                _fmt(b.get("mean_log_loss_delta_pct"), "+.3f") + " %",
+                _fmt(a["mean_accuracy_delta_pp"], "+.3f") + " pp",
+                _fmt(b.get("mean_accuracy_delta_pp"), "+.3f") + " pp",
+                f"{a['worse']} / {b.get('worse', '-')}",
+            ]
+        )
+    header = ("variant", "cases (yours / committed)", "log loss mean (yours)",
+              "log loss mean (committed)", "accuracy mean (yours)", "accuracy mean (committed)",
+              "#worse (yours / committed)")  # fmt: skip
+    lines = [f"tau = {tau:g}: this store ({store}) beside the committed table ({committed})", ""]
+    lines += [*markdown_table(header, table), ""]
+    differ = sorted(k for k in _COMPARED if rows[0].get(k) != theirs_rows[0].get(k))
+    lines.append(
+        "Same run context as the committed table."
+        if not differ
+        else "Run context differs from the committed table in " + ", ".join(differ) + "."
+    )
+    return lines
+
+
+_COMPARED = ("checkpoint_sha256", "code_sha256", "n_estimators", "dtype", "device", "cpu",
+             "tabpfn_version", "torch_version", "max_train_rows", "max_test_rows")  # fmt: skip
+"""Run-context fields the comparison names when they differ."""
+
+
 def classification_report_command(args: Any) -> int:
     """``tabpfn-retrofit report`` for a classification suite; returns the exit status.
 
-    Nothing of a classification suite is committed yet, so unlike the
-    regression report there is no committed table to print beside this one.
+    Prints the headline table and, as the regression report does, the table
+    beside the committed store's (``--committed``: a folder, ``none``, or the
+    checkout's ``results/SUITE`` by default; never the store itself).
     """
     store = Path(args.store) if args.store else default_output(args.suite)
     written = build_classification_report(
@@ -350,4 +425,7 @@ def classification_report_command(args: Any) -> int:
     print(completeness(args.suite, rows, tau, planned_taus(rows, tau, store)).line())
     summary = written["summary.md"].read_text(encoding="utf-8")
     print(summary.split("## Per case")[0].rstrip())  # the headline table; the rest is in the file
+    committed = committed_store(getattr(args, "committed", None), args.suite, store)
+    print("\n".join(["", *classification_comparison_lines(store, committed, args.suite, tau,
+                                                           args.checkpoint)]))  # fmt: skip
     return 0

@@ -41,7 +41,7 @@ from eval.paper.completeness import (
     require_complete,
 )
 from eval.paper.datasets import OFFLINE18_DATASETS, suite_cases
-from eval.paper.protocol import PAPER_MEAN_DELTA_PCT
+from eval.paper.protocol import PAPER_MEAN_DELTA_PCT, SWEEP_TAUS
 from eval.paper.reference import committed_store
 from eval.paper.spec import RunSpec, canonical_json
 from eval.paper.store import iter_sessions, load_carriers, load_rows
@@ -170,9 +170,14 @@ def main_tau(
     record (``host_default_tau``, resolved as the library resolves an unset
     ``tau``), so the report's default is the library's default on every host.
 
+    A store no eval session finished in (its eval was killed, or still runs)
+    has the tau its runs hold (:func:`_stored_tau`); whether its planned runs
+    are all there is the report's check (``--partial``), not this one's.
+
     Raises:
         ReportError: If no tau is given and the store's sessions of ``suite``
-            (and ``checkpoint``) record none, or more than one.
+            (and ``checkpoint``) record more than one, or none while its runs
+            hold no single tau (or there are no runs).
     """
     if tau is not None:
         return float(tau)
@@ -183,7 +188,7 @@ def main_tau(
         and str(s.get("checkpoint_sha256", "")).startswith(checkpoint or "")
     ]
     if not sessions:
-        raise ReportError(f"no stored runs of {suite} in {store} (no eval session there)")
+        return _stored_tau(store, suite, checkpoint)
     recorded = {float(s["host_default_tau"]) for s in sessions if "host_default_tau" in s}
     if len(recorded) != 1:
         found = ", ".join(f"{t:g}" for t in sorted(recorded)) or "none"
@@ -192,6 +197,38 @@ def main_tau(
             "tau; pass --tau (and --checkpoint when the store holds several checkpoints)"
         )
     return recorded.pop()
+
+
+def _stored_tau(store: str | Path, suite: str, checkpoint: str | None) -> float:
+    """The table's tau of a store no eval session finished in (a killed or running eval).
+
+    Its runs say it when they hold one retrofit tau, or one beside the sweep's
+    (``--sweep`` adds ``SWEEP_TAUS`` to the main tau); anything else needs ``--tau``.
+
+    Raises:
+        ReportError: If the store holds no run of ``suite``, or no single tau.
+    """
+    rows = [
+        r
+        for r in load_rows(store)
+        if r.get("suite") == suite
+        and str(r.get("checkpoint_sha256", "")).startswith(checkpoint or "")
+    ]
+    if not rows:
+        raise ReportError(
+            f"no stored runs of {suite} in {store}; run `eval --suite {suite}` first "
+            "(or pass --store with the store it wrote)"
+        )
+    taus = {float(r["tau"]) for r in rows if r.get("mode") != "none" and r.get("tau") is not None}
+    beside_sweep = taus - set(SWEEP_TAUS)
+    if len(taus) == 1 or len(beside_sweep) == 1:
+        return (taus if len(taus) == 1 else beside_sweep).pop()
+    found = ", ".join(f"{t:g}" for t in sorted(taus)) or "none (unpatched runs only)"
+    raise ReportError(
+        f"{store}: no eval of {suite} finished there (no session record: it was stopped or is "
+        f"running) and its runs hold retrofit tau {found}; pass --tau, or run the same `eval` "
+        "again to finish it"
+    )
 
 
 def select_context(

@@ -219,10 +219,18 @@ def _add_patch(subparsers: Any) -> argparse.ArgumentParser:
             "and of the source checkpoint, package versions). No pickle. Load it with "
             "'tabpfn-retrofit predict --model DIR', or by its kind with "
             "OTabPFNRegressor(model_path=DIR) or OTabPFNClassifier(model_path=DIR); the "
-            "command prints which. A version alias patches its regressor."
+            "command prints which. A name (embedded, auto, a version alias) patches its "
+            "regressor, or its classifier with --task classification."
         ),
     )
     parser.add_argument("--model", default="embedded", metavar="SRC", help=MODEL_HELP)
+    parser.add_argument(
+        "--task",
+        choices=("auto", "regression", "classification"),
+        default="auto",
+        help="which kind a name patches (default auto: a name patches its regressor, a file "
+        "or directory what it is); a file of the other kind is refused, naming its kind",
+    )
     _add_settings(parser, mode_default_note="default full-o")
     parser.add_argument("--out", required=True, metavar="DIR", help="directory to create")
     parser.add_argument("--force", action="store_true", help="replace DIR if it exists")
@@ -310,7 +318,7 @@ def _read_predict_tables(args: argparse.Namespace):
     """The train table, the test table (None with ``--holdout``) and the feature names."""
     if (args.test is None) == (args.holdout is None):
         raise CommandError("give exactly one of --test TEST.csv or --holdout F")
-    train = read_csv_table(args.train, "train")
+    train = read_csv_table(args.train, "train", min_rows=2)
     if args.target not in train.columns:
         raise CommandError(
             f"target column {args.target!r} not in {args.train} "
@@ -546,12 +554,17 @@ def _check_patch_out(args: argparse.Namespace) -> Path:
 
 
 def _patch(args: argparse.Namespace) -> int:
+    from retrofit.cli.tasks import choose_task  # lazy: loads tabpfn
     from retrofit.models.kinds import ESTIMATOR_NAMES  # lazy: imports tabpfn
     from retrofit.models.saved import save as saving  # lazy: keeps --help light
 
     requested = _requested_settings(args)
     out = _check_patch_out(args)
-    model = _check_model_argument(args.model)  # once: a saved directory is hashed here only
+    task = "regression"
+    if args.task != "auto":  # as predict: a task the model cannot run is one line, its kind named
+        task, _ = choose_task(args.task, args.model, "", None)
+    which = "classifier" if task == "classification" else "regressor"
+    model = _check_model_argument(args.model, which)  # once: a saved directory is hashed here
     status(args, f"patching {args.model}")
     # Re-patching a saved directory starts from its settings; any given here replace them.
     result = saving.save_patched(model, out, **requested, overwrite=args.force)

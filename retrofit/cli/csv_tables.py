@@ -52,20 +52,23 @@ def _refuse_repeated_columns(path: Path, role: str) -> None:
         raise CommandError(f"{role} file {path} repeats column(s) {names} in its header")
 
 
-def read_csv_table(path_text: str | Path, role: str) -> pd.DataFrame:
-    """The table in ``path_text``, with a header and at least one data row.
+def read_csv_table(path_text: str | Path, role: str, *, min_rows: int = 1) -> pd.DataFrame:
+    """The table in ``path_text``, with a header and at least ``min_rows`` data rows.
 
     Args:
         path_text: The CSV file (``~`` is expanded).
         role: What the file is (``"train"``, ``"test"``), for the messages.
+        min_rows: The fewest data rows the command can use (a fit needs 2).
 
     Raises:
-        CommandError: If the file is missing, empty, unreadable as CSV, has no
-            data rows, or names a column twice.
+        CommandError: If the file is missing or a directory, empty, unreadable
+            as CSV, has fewer data rows, or names a column twice.
     """
     import pandas as pd  # lazy: keeps --help light
 
     path = Path(path_text).expanduser()
+    if path.is_dir():
+        raise CommandError(f"{role} file {path} is a directory; give the CSV file itself")
     if not path.is_file():
         raise CommandError(f"{role} file not found: {path}")
     _refuse_repeated_columns(path, role)
@@ -77,6 +80,10 @@ def read_csv_table(path_text: str | Path, role: str) -> pd.DataFrame:
         raise CommandError(f"cannot read {role} file {path} as CSV: {one_line(exc)}") from exc
     if frame.shape[0] == 0:
         raise CommandError(f"{role} file {path} has a header but no data rows")
+    if frame.shape[0] < min_rows:
+        raise CommandError(
+            f"{role} file {path} has {frame.shape[0]} data row; fitting needs at least {min_rows}"
+        )
     if frame.columns.duplicated().any():
         dupes = sorted(set(frame.columns[frame.columns.duplicated()]))
         raise CommandError(f"{role} file {path} repeats column(s) {', '.join(map(str, dupes))}")

@@ -81,6 +81,8 @@ def read_manifest(path: str | Path, default_target: str | None = None) -> list[d
             one name.
     """
     path = Path(path).expanduser()
+    if path.is_dir():
+        raise ManifestError(f"manifest {path} is a directory; give the .json or .csv file itself")
     if not path.is_file():
         raise ManifestError(f"manifest not found: {path}")
     try:
@@ -154,7 +156,7 @@ def _read_tables(entry: dict[str, Any], i: int) -> tuple[Any, Any, list[str]]:
     """
     target = entry["target"]
     try:
-        train = read_csv_table(entry["train"], "train")
+        train = read_csv_table(entry["train"], "train", min_rows=2)
         if target not in train.columns:
             raise CommandError(f"target column {target!r} not in {entry['train']}")
         features = [c for c in train.columns if c != target]

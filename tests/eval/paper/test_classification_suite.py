@@ -169,3 +169,39 @@ def test_the_report_pairs_each_retrofit_with_its_unpatched_case(tmp_path: Path) 
     assert lines[0].split(",") == list(CLASSIFICATION_CASE_COLUMNS)
     summary = written["summary.md"].read_text(encoding="utf-8")
     assert "| Full-O | 1 | +2.000 % | +2.000 % | -2.000 pp | +0.0000 pp | 1 | 0 |" in summary
+
+
+def _classification_store(path: Path, log_loss_full_o: float) -> Path:
+    """One offline_cls6 case: unpatched log loss 0.5, Full-O ``log_loss_full_o``."""
+    base = {"suite": "offline_cls6", "dataset": "wine", "seed": 0, "status": "ok", "tau": 1.0,
+            "checkpoint_sha256": "c" * 64, "code_sha256": "e" * 64, "n_estimators": 1,
+            "support": "count", "eps_den": 1e-6, "accuracy": 0.8, "roc_auc": 0.9,
+            "baseline_key": "k0"}  # fmt: skip
+    rows = [
+        {**base, "key": "k0", "mode": "none", "tau": None, "support": None, "eps_den": None,
+         "log_loss": 0.5},
+        {**base, "key": "k1", "mode": "full-o", "log_loss": log_loss_full_o},
+    ]  # fmt: skip
+    (path / "runs").mkdir(parents=True)
+    for row in rows:
+        (path / "runs" / f"{row['key']}.json").write_text(json.dumps(row))
+    return path
+
+
+def test_the_classification_report_prints_its_table_beside_the_committed_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``report --committed`` was ignored for a classification suite (not for a regression one)."""
+    from eval.cli import main
+
+    mine = _classification_store(tmp_path / "mine", 0.51)
+    committed = _classification_store(tmp_path / "committed", 0.505)
+    argv = ["report", "--suite", "offline_cls6", "--store", str(mine), "--tau", "1", "--partial"]
+    assert main([*argv, "--committed", str(committed)]) == 0
+    out = capsys.readouterr().out
+    assert f"this store ({mine}) beside the committed table ({committed})" in out
+    (row,) = [line for line in out.splitlines() if line.startswith("| Full-O | 1 / 1 |")]
+    assert row.split(" | ")[2:4] == ["+2.000 %", "+1.000 %"]  # log loss mean, yours / committed
+    assert "Same run context as the committed table." in out
+    assert main([*argv, "--committed", "none"]) == 0
+    assert "(no committed table to compare with" in capsys.readouterr().out

@@ -354,3 +354,37 @@ def test_report_plans_every_tau_of_the_sweep_it_reads_not_only_the_main_one(
     out = capsys.readouterr().out
     assert "planned runs of offline18 at tau 1 and tau 0.001, 0.01, 0.1, 10, 100, 1000: 270" in out
     assert "missing (never stored): 145" in (store / "summary.md").read_text()
+
+
+def test_a_store_of_a_killed_eval_is_reported_with_partial_and_counted_without(
+    stored: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No session (a killed eval): "no stored runs ... (no eval session there)", even --partial."""
+    from eval.cli import main
+
+    store = _copy_store(stored, tmp_path)
+    assert not (store / "sessions").exists()  # run_suite alone, as a killed eval leaves it
+    argv = ["report", "--store", str(store), "--committed", "none"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--partial" in err
+    assert "48 of 54 planned runs of offline18 at tau 1 missing (never stored)" in err
+    assert main([*argv, "--partial"]) == 0
+    out = capsys.readouterr().out
+    assert "planned runs of offline18 at tau 1: 54; stored 6 (0 of them failed" in out
+    assert "| OAttention (support=count" in (store / "summary.md").read_text()
+
+
+def test_a_killed_sweep_whose_runs_name_no_single_tau_asks_for_tau_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Runs at tau 1 and 10 only, no session: either could be the table's, so --tau is asked."""
+    from eval.cli import main
+
+    store = _complete_store(tmp_path / "store", (10.0,))
+    argv = ["report", "--store", str(store), "--committed", "none", "--partial"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "no eval of offline18 finished there" in err
+    assert "retrofit tau 1, 10; pass --tau" in err
+    assert main([*argv, "--tau", "1"]) == 0

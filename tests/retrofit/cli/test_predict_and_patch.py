@@ -274,6 +274,14 @@ PREDICT_ERRORS = {
         "cannot read train file",
     ),
     "header only": (lambda d: {"--train": _write(d, "h.csv", "a,b,y\n")}, "no data rows"),
+    "one train row": (  # was tabpfn's "Found array with 1 sample(s)", naming no file
+        lambda d: {"--train": _write(d, "one.csv", "a,b,y\n1,2,3\n")},
+        "one.csv has 1 data row; fitting needs at least 2",
+    ),
+    "train is a directory": (  # was "train file not found" for a folder that exists
+        lambda d: {"--train": d},
+        "is a directory; give the CSV file itself",
+    ),
     "missing target column": (lambda d: {"--target": "price"}, "target column 'price' not in"),
     "non-numeric target": (
         lambda d: {"--train": _write(d, "t.csv", "a,b,c,y\n1,2,3,4\n2,3,4,five\n3,4,5,6\n")},
@@ -611,3 +619,29 @@ def test_more_than_5000_cpu_rows_need_ignore_pretraining_limits(model_arg, capsy
     assert not out.exists()
     assert _run(_predict_argv(data, model_arg, out, "--ignore-pretraining-limits"), capsys)[0] == 0
     assert np.isfinite(pd.read_csv(out)["prediction"]).all()
+
+
+def test_patch_reaches_the_embedded_classifier_with_task_classification(capsys, tmp_path):
+    """``patch --model embedded`` could patch only the embedded regressor."""
+    out = tmp_path / "cls"
+    argv = ["patch", "--model", "embedded", "--task", "classification", "--out", str(out)]
+    assert cli.main([*argv, "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "saved retrofitted classifier to " in printed
+    assert f"OTabPFNClassifier(model_path={str(out)!r})" in printed
+    assert "OTabPFNRegressor" not in printed
+    meta = json.loads((out / "retrofit.json").read_text())
+    assert meta["weights"]["file"].endswith("_classifier_retrofit.safetensors")
+    assert meta["source"]["sha256"] == sha256_file(retrofit.embedded_model_path(which="classifier"))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 3))
+    y = (x[:, 0] > 0).astype(int)
+    clf = retrofit.OTabPFNClassifier(model_path=str(out), n_estimators=1,
+                            inference_precision=torch.float32).fit(x, y)  # fmt: skip
+    assert clf.predict_proba(x).shape == (40, 2)
+    # A task the model cannot run is one line naming its kind, as predict's --task.
+    classifier_file = next(out.glob("*.safetensors"))
+    assert cli.main(["patch", "--model", str(classifier_file), "--task", "regression",
+                     "--out", str(tmp_path / "r"), "--quiet"]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "which is a classifier only; give --task classification" in err

@@ -190,3 +190,10 @@ def test_bench_batched_reports_every_peer_and_the_padding(tmp_path, checkpoint):
             assert row["median_s_per_dataset"] > 0
     assert (tmp_path / "bench_batched.json").is_file()
     assert "padded rows" in (tmp_path / "bench_batched.md").read_text()
+
+
+def test_a_directory_given_as_the_manifest_says_so_in_one_line(tmp_path, checkpoint, capsys):
+    """A folder given as the manifest was called "manifest not found" though it exists."""
+    assert _run(tmp_path, tmp_path / "out", checkpoint) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"manifest {tmp_path} is a directory; give the .json" in err
