@@ -45,11 +45,10 @@ def test_every_python_block_in_readme_runs_in_order(tmp_path, monkeypatch):
 def test_readme_set_up_installs_the_package_alone_and_tests_as_ci_run_does():
     section = _section("Set-up on a fresh machine")
     install, tests = _blocks("bash", section)[:2]
-    # The main job: torch first, the package with the runner's extra (not the test
-    # extra), eval, report; the
+    # The main job: torch first, the package without the test extra, eval, report; the
     # commands install from the configured registries only (CI reaches no other index),
     # and the text tells a user elsewhere how to get the CPU build.
-    assert install.index("pip install torch==") < install.index('pip install ".[eval]" ')
+    assert install.index("pip install torch==") < install.index("pip install . ")
     assert "[test]" not in install and CPU_INDEX not in install and CPU_INDEX in section
     assert "tabpfn-retrofit eval " in install and "tabpfn-retrofit report " in install
     # The tests: exactly .ci/run's first command.
