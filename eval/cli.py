@@ -1,20 +1,28 @@
-"""The console script ``tabpfn-retrofit`` (also ``python -m eval``).
+"""The evaluation runner's commands on the console script ``tabpfn-retrofit``.
 
-It composes the library's own commands (``predict``, ``patch`` from
-:mod:`retrofit.cli.commands`) with the evaluation's. Each subcommand is one small
-``_add_<name>(subparsers)`` function that registers its parser and sets
-``handler``; the handler imports its heavy module when it runs, so ``--help``
-imports neither tabpfn nor pandas. Every handler runs under
-:func:`retrofit.cli.console.run_command` (one line on stderr and exit 2 on an error).
-To add a subcommand, write its ``_add_`` function and append it to ``SUBCOMMANDS``.
+:func:`add_subcommands` registers ``exactness``, ``ablation``, ``eval``,
+``report`` and ``bench``; ``pyproject.toml`` declares it in the
+``tabpfn_retrofit.commands`` entry-point group, through which the library's
+console (:mod:`retrofit.cli.program`) finds it without importing eval.
+:func:`main` (``python -m eval``) runs the same parser from the library's and
+eval's groups directly, so it works from a checkout that is not installed.
+Each subcommand is one small ``_add_<name>(subparsers)`` function that
+registers its parser and sets ``handler``; the handler imports its heavy
+module when it runs, so ``--help`` imports neither tabpfn nor pandas; ``eval``
+and ``report`` first check that the runner's dependencies (the ``eval``
+extra: :mod:`eval.extras`) are installed. Every handler runs under
+:func:`retrofit.cli.console.run_command` (one line on stderr and exit 2 on an
+error). To add a subcommand, write its ``_add_`` function and append it to
+``SUBCOMMANDS``.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from eval.benchmarks import BENCH_PARTS, DEFAULT_BATCHED_SIZES
+from eval.extras import require_extra
 from eval.locations import DEFAULT_OUTPUT_ROOT, default_output
 from eval.paper.executors import DEFAULT_CONNECT_TIMEOUT_S, EXECUTORS
 from eval.paper.protocol import (
@@ -26,12 +34,12 @@ from eval.paper.protocol import (
     SWEEP_TAUS,
 )
 from retrofit.cli import commands as retrofit_cli
-from retrofit.cli.console import PROG, OneLineArgumentParser, run_command
+from retrofit.cli import program
 from retrofit.errors import CommandError
 from retrofit.models.aliases import alias_list
 from retrofit.settings import MODES
 
-__all__ = ["SUBCOMMANDS", "build_parser", "main"]
+__all__ = ["SUBCOMMANDS", "add_subcommands", "build_parser", "main"]
 
 
 # A user's command never writes the committed results/ (``.ci/regenerate-results``
@@ -162,6 +170,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
+    require_extra("eval", needed_by="this command")
     from eval.paper.command import eval_command
 
     return eval_command(args)
@@ -190,6 +199,7 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> int:
+    require_extra("eval", needed_by="this command")
     if SUITE_TASK[args.suite] == "classification":
         from eval.paper.classification_report import classification_report_command
 
@@ -273,8 +283,7 @@ def _run_bench(args: argparse.Namespace) -> int:
     return bench_command(args)
 
 
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    retrofit_cli.add_subcommands,  # predict, patch (the library's commands)
+SUBCOMMANDS: list[program.CommandGroup] = [
     _add_exactness,
     _add_ablation,
     _add_eval,
@@ -283,33 +292,21 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every registered subcommand."""
-    parser = OneLineArgumentParser(
-        prog=PROG,
-        description="tabpfn-retrofit: O-closed TabPFN, its reports and evaluations.",
-    )
-    sub = parser.add_subparsers(
-        dest="command", metavar="COMMAND", parser_class=OneLineArgumentParser
-    )
-    sub.required = True
+def add_subcommands(sub: argparse._SubParsersAction) -> None:
+    """Registers the runner's subcommands (the ``tabpfn_retrofit.commands`` entry point)."""
     for add in SUBCOMMANDS:
         add(sub)
-    return parser
+
+
+#: The library's commands (predict, predict-batch, patch), then the runner's.
+_GROUPS: tuple[program.CommandGroup, ...] = (retrofit_cli.add_subcommands, add_subcommands)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with the library's and the runner's subcommands."""
+    return program.build_parser(_GROUPS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command line; returns the process exit status."""
-    # --help exits 0 and a usage error exits 2 (one line) through SystemExit.
-    parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:  # argparse would blame the top-level parser; name the subcommand
-        _subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
-    return run_command(f"{PROG} {args.command}", lambda: args.handler(args))
-
-
-def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-    for action in parser._actions:  # argparse keeps the subcommands only here
-        if isinstance(action, argparse._SubParsersAction):
-            return action.choices[name]
-    return parser
+    """Runs the command line (``python -m eval``); returns the process exit status."""
+    return program.main(argv, _GROUPS)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from retrofit.errors import RetrofitError, RetrofitWarning
+from retrofit.errors import CommandError, RetrofitError, RetrofitWarning
 
 __all__ = [
     "CheckpointChangedError",
@@ -10,7 +10,7 @@ __all__ = [
     "DatasetIntegrityError",
     "DatasetUnavailableError",
     "DatasetWarning",
-    "ExecutorUnavailableError",
+    "MissingExtraError",
     "ReportError",
     "StoreError",
     "StoreWarning",
@@ -29,8 +29,8 @@ class DatasetIntegrityError(RetrofitError, ValueError):
     """Loaded data does not match its suite file (shape, SHA-256 or columns)."""
 
 
-class ExecutorUnavailableError(RetrofitError, RuntimeError):
-    """The chosen executor needs a package that is not installed, or is unreachable."""
+class MissingExtraError(CommandError, ModuleNotFoundError):
+    """A module of one of the runner's extras is not installed; the message names the install."""
 
 
 class ClusterUnreachableError(RetrofitError, ConnectionError):

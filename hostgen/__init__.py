@@ -7,5 +7,6 @@ plan and the resume command.
 
 None of this runs at prediction time: the runtime package ``retrofit.models.embedded``
 holds only the shipped checkpoint, its SHA-256, card, loss curve and loader.
-Install with the ``hostgen`` extra (``pip install -e ".[hostgen]"``).
+It is not in the wheel: run it from a checkout with the ``train`` extra
+(``pip install -e ".[train]"``).
 """

@@ -5,10 +5,11 @@ them here, so a damaged file gives the same one line everywhere, naming the
 file and the way out, instead of a bare ``JSONDecodeError`` or torch's
 many-kilobyte ``load_state_dict`` report:
 
-* a log's last line without its line end that does not parse was cut by a
-  crash mid-write; the log is append-only and the resumed run writes those
-  steps again, so the line is dropped with a :class:`RunFileWarning` and the
-  run goes on; any other unreadable line is refused;
+* a log's last line without its line end that does not parse (or ends inside
+  a UTF-8 character) was cut by a crash mid-write; the log is append-only and
+  the resumed run writes those steps again, so the line is dropped with a
+  :class:`RunFileWarning` and the run goes on; any other unreadable line (not
+  JSON, or not UTF-8) is refused;
 * a state file that torch cannot read (truncated, empty, not a torch file),
   one that lacks what the trainer stores, and one whose model differs from
   this run's in tensor names or shapes are refused (:class:`RunFileError`).
@@ -41,14 +42,16 @@ def _way_out(first: str, restart: str | None) -> str:
 
 def _parse_log(path: Path, restart: str | None) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
     """Each complete line with its record, and whether a cut last line was dropped."""
-    text = path.read_text(encoding="utf-8")
+    # A crash can cut the last record inside a multi-byte character: bytes that are not
+    # UTF-8 are kept as surrogates here and judged per line, like any unreadable line.
+    text = path.read_text(encoding="utf-8", errors="surrogateescape")
     lines = text.splitlines()
     kept: list[tuple[str, dict[str, Any]]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(line) if _is_utf8(line) else None
         except json.JSONDecodeError:
             record = None
         if isinstance(record, dict):
@@ -62,10 +65,20 @@ def _parse_log(path: Path, restart: str | None) -> tuple[list[tuple[str, dict[st
                 stacklevel=3,
             )
             return kept, True
+        what = "a JSON record" if _is_utf8(line) else "UTF-8 text"
         raise RunFileError(
-            f"{path} line {number} is not a JSON record: " + _way_out("remove that line", restart)
+            f"{path} line {number} is not {what}: " + _way_out("remove that line", restart)
         )
     return kept, False
+
+
+def _is_utf8(line: str) -> bool:
+    """Whether a line read with ``surrogateescape`` held only UTF-8 bytes."""
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def read_log(path: str | Path, *, restart: str | None = None) -> list[dict[str, Any]]:

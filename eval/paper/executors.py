@@ -33,9 +33,10 @@ too, and the run ends instead of waiting forever.
 An address that does not answer within the connect timeout raises
 :class:`~retrofit.errors.ClusterUnreachableError` before any task is submitted.
 
-Dask and Ray are optional: they are imported only when chosen, and a missing
-package raises :class:`~retrofit.errors.ExecutorUnavailableError` with the
-install line.
+Dask and Ray are optional (the ``cluster`` extra): they are imported only
+when chosen, and a missing package raises
+:class:`~eval.errors.MissingExtraError` with the install line
+(:func:`eval.extras.require_extra`).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from eval.errors import ClusterUnreachableError, ExecutorUnavailableError
+from eval.errors import ClusterUnreachableError, MissingExtraError
+from eval.extras import require_extra
 from retrofit.cli.console import one_line
 
 __all__ = [
@@ -61,9 +63,9 @@ __all__ = [
     "ClusterUnreachableError",
     "DaskExecutor",
     "Executor",
-    "ExecutorUnavailableError",
     "JoblibExecutor",
     "LostTask",
+    "MissingExtraError",
     "RayExecutor",
     "SerialExecutor",
     "make_executor",
@@ -260,13 +262,7 @@ class DaskExecutor(Executor):
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         no_worker_timeout_s: float = DEFAULT_NO_WORKER_TIMEOUT_S,
     ) -> None:
-        try:
-            import distributed  # noqa: F401
-        except ImportError as exc:
-            raise ExecutorUnavailableError(
-                "executor 'dask' needs dask.distributed: "
-                "pip install 'tabpfn-retrofit[dask]' (or 'dask[distributed]')"
-            ) from exc
+        require_extra("cluster", ("distributed",), needed_by="executor 'dask'")
         if address is None and n_jobs < 1:
             raise ValueError(f"n_jobs must be >= 1 for a local dask cluster, got {n_jobs}")
         self.n_jobs = n_jobs
@@ -393,12 +389,7 @@ class RayExecutor(Executor):
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         max_retries: int = 3,
     ) -> None:
-        try:
-            import ray  # noqa: F401
-        except ImportError as exc:
-            raise ExecutorUnavailableError(
-                "executor 'ray' needs ray: pip install 'tabpfn-retrofit[ray]' (or 'ray')"
-            ) from exc
+        require_extra("cluster", ("ray",), needed_by="executor 'ray'")
         if address is None and n_jobs < 1:
             raise ValueError(f"n_jobs must be >= 1 for a local ray instance, got {n_jobs}")
         self.n_jobs = n_jobs
@@ -490,7 +481,7 @@ def make_executor(
 
     Raises:
         ValueError: If ``name`` is unknown.
-        ExecutorUnavailableError: If its package is missing.
+        MissingExtraError: If its package is missing.
     """
     if name == "serial":
         return SerialExecutor()

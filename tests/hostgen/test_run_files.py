@@ -86,6 +86,28 @@ def test_an_unreadable_log_line_before_the_last_is_refused_naming_file_and_line(
         cut_log_after(log, 5, restart=restart)
 
 
+def test_a_last_log_line_cut_inside_a_utf8_character_is_dropped_like_any_cut_line(tmp_path):
+    log = tmp_path / "run.log.jsonl"
+    # The crash came after the first of the two bytes of "é" (0xC3 0xA9).
+    log.write_bytes(b'{"step": 1}\n{"step": 2}\n{"step": 3, "note": "caf' + "é".encode()[:1])
+    with pytest.warns(RunFileWarning, match="line 3 is cut"):
+        assert read_log(log) == [{"step": 1}, {"step": 2}]
+    with pytest.warns(RunFileWarning, match="line 3 is cut"):
+        cut_log_after(log, 5)
+    assert log.read_bytes() == b'{"step": 1}\n{"step": 2}\n'
+
+
+def test_a_log_line_that_is_not_utf8_before_the_last_is_refused_naming_file_and_line(tmp_path):
+    log = tmp_path / "run.log.jsonl"
+    log.write_bytes(b'{"step": 1}\n{"step": 2, "note": "\xff"}\n{"step": 3}\n')
+    message = f"{log} line 2 is not UTF-8 text: remove that line or rerun with --no-resume"
+    with pytest.raises(RunFileError) as caught:
+        cut_log_after(log, 5, restart="rerun with --no-resume")
+    assert str(caught.value) == message
+    with pytest.raises(RunFileError, match=r"line 2 is not UTF-8 text: remove that line$"):
+        read_log(log)
+
+
 def test_a_card_reads_a_log_whose_last_line_is_cut(tmp_path):
     log = tmp_path / "run.log.jsonl"
     log.write_text('{"step": 1, "loss_ema": 2.0}\n{"step": 2, "loss')

@@ -1,26 +1,38 @@
-"""A wheel (``pip install .``, not ``-e``) runs the main job.
+"""A wheel (``pip install ".[eval]"``) holds the library and the runner and runs the main job.
 
 The wheel is built from the working tree with ``pip wheel --no-deps`` (no
 build isolation: the test runs offline, with the setuptools of its own
 environment), unpacked into a temporary folder, and run from a working
 directory outside the checkout with ``PYTHONPATH`` set to that folder, so a
-file that only the checkout holds cannot be found.
+file that only the checkout holds cannot be found; the console script is
+started as pip's launcher starts it, from the wheel's own entry points. What
+the wheel requires is compared with what its code imports (found in the
+sources' syntax trees), so the library installs only what it imports.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
 import subprocess
 import sys
 import zipfile
+from importlib.metadata import packages_distributions, requires
 from pathlib import Path
 
 import pytest
 
+from eval.extras import EXTRA_MODULES
+from eval.paper.datasets.catalog import ALL_SPECS
+
 ROOT = Path(__file__).resolve().parents[2]
+# The wheel is built from every package of the checkout and must hold only these.
 PACKAGES = ("patches", "retrofit", "eval", "hostgen")
+SHIPPED = ("patches", "retrofit", "eval")
+LIBRARY = ("patches", "retrofit")
+DISTRIBUTION = "tabpfn-retrofit"
 # The smallest main job the CLI allows: one dataset, one seed, one estimator, few rows.
 ONE_CASE = ["--suite", "offline18", "--model", "embedded", "--datasets", "qsar_fish",
             "--seeds", "0", "--n-estimators", "1", "--max-train-rows", "40",
@@ -56,7 +68,69 @@ def wheel(tmp_path_factory) -> dict:
     with zipfile.ZipFile(path) as zf:
         names = set(zf.namelist())
         zf.extractall(site)
-    return {"names": names, "site": site}
+    (metadata,) = site.glob("tabpfn_retrofit-*.dist-info/METADATA")
+    return {"names": names, "site": site, "requires": _requires_dist(metadata.read_text())}
+
+
+# A Requires-Dist line: the distribution, its extras, then an optional `extra == "x"` marker.
+_REQUIREMENT = re.compile(r"^([A-Za-z0-9._-]+)\s*(?:\[([^\]]*)\])?[^;]*(?:;.*extra == \"(\w+)\")?")
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requires_dist(metadata: str) -> dict[str | None, set[tuple[str, tuple[str, ...]]]]:
+    """{extra (None: no extra): {(distribution, its extras)}} of a METADATA text."""
+    found: dict[str | None, set[tuple[str, tuple[str, ...]]]] = {}
+    for line in metadata.splitlines():
+        if line.startswith("Requires-Dist: "):
+            name, extras, extra = _REQUIREMENT.match(line.removeprefix("Requires-Dist: ")).groups()
+            wanted = tuple(sorted(e.strip() for e in extras.split(","))) if extras else ()
+            found.setdefault(extra, set()).add((_canonical(name), wanted))
+    return found
+
+
+def _installed_by(requires_dist: dict, extra: str | None) -> set[str]:
+    """The distributions an extra (None: the plain install) names, with the extras of each.
+
+    ``tabpfn-retrofit[eval]`` adds the eval extra's; ``dask[distributed]`` adds what dask's
+    own ``distributed`` extra requires.
+    """
+    names: set[str] = set()
+    for name, extras in requires_dist.get(extra, ()):
+        if name == DISTRIBUTION:
+            names |= set().union(*(_installed_by(requires_dist, e) for e in extras))
+            continue
+        names.add(name)
+        for line in requires(name) or ():
+            dist, _, marker = _REQUIREMENT.match(line).groups()
+            if marker in extras:
+                names.add(_canonical(dist))
+    return names
+
+
+def _third_party_imports(*folders: str) -> set[str]:
+    """Top-level modules imported anywhere in the folders' files, but the stdlib and the project."""
+    # tests/tabpfn_suite/'s scripts import their neighbours by file name.
+    local = {*PACKAGES, "tests", *(p.stem for p in (ROOT / "tests" / "tabpfn_suite").glob("*.py"))}
+    found = set()
+    for folder in folders:
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    found |= {a.name.split(".")[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    found.add(node.module.split(".")[0])
+    return {m for m in found if m not in local and m not in sys.stdlib_module_names}
+
+
+def _distributions(modules: set[str]) -> dict[str, str]:
+    """{module: the installed distribution that provides it}."""
+    providers = packages_distributions()
+    unknown = sorted(m for m in modules if m not in providers)
+    assert not unknown, f"imported but not installed here: {unknown}"
+    return {m: _canonical(providers[m][0]) for m in modules}
 
 
 def _run_from_wheel(site: Path, cwd: Path, *argv: str) -> subprocess.CompletedProcess:
@@ -66,8 +140,35 @@ def _run_from_wheel(site: Path, cwd: Path, *argv: str) -> subprocess.CompletedPr
     )
 
 
-def test_every_non_python_file_in_the_packages_is_in_the_wheel(wheel):
-    data_files = [f for f in _package_files() if not f.endswith(".py")]
+# What pip's `tabpfn-retrofit` launcher does, with the entry point of the wheel's own
+# metadata (PYTHONPATH comes first on sys.path, so its dist-info is the one found).
+_CONSOLE_SCRIPT = """
+import sys
+from importlib.metadata import entry_points
+
+(script,) = entry_points(group="console_scripts", name="tabpfn-retrofit")
+assert str(script.dist.locate_file("")) == sys.path[1], (script.dist.locate_file(""), sys.path)
+sys.argv[0] = "tabpfn-retrofit"
+sys.exit(script.load()())
+"""
+
+
+def _console_from_wheel(site: Path, cwd: Path, *argv: str) -> subprocess.CompletedProcess:
+    return _run_from_wheel(site, cwd, "-c", _CONSOLE_SCRIPT, *argv)
+
+
+def test_the_wheel_holds_the_library_and_the_runner_but_not_the_training_tooling(wheel):
+    assert any(f.startswith("hostgen/") for f in _package_files())  # it was there to leave out
+    tops = {name.split("/")[0] for name in wheel["names"]}
+    assert tops == {*SHIPPED, "tabpfn_retrofit-0.1.0.dist-info"}, sorted(tops)
+    shipped = [f for f in _package_files() if f.split("/")[0] in SHIPPED and f.endswith(".py")]
+    assert not [f for f in shipped if f not in wheel["names"]]
+
+
+def test_every_non_python_file_in_the_shipped_packages_is_in_the_wheel(wheel):
+    data_files = [
+        f for f in _package_files() if not f.endswith(".py") and f.split("/")[0] in SHIPPED
+    ]
     # The files the code reads today must be among them, or this check compares nothing.
     for needed in (
         "eval/paper/suites/offline18.json",
@@ -86,6 +187,48 @@ def test_every_non_python_file_in_the_packages_is_in_the_wheel(wheel):
     assert not missing, f"in the packages but not in the wheel (pyproject package-data): {missing}"
 
 
+def test_the_plain_install_requires_exactly_what_the_library_imports(wheel):
+    imported = _distributions(_third_party_imports(*LIBRARY))
+    assert {"torch", "tabpfn"} <= set(imported.values())  # the scan found the imports
+    plain = {name for name, _ in wheel["requires"][None]}
+    assert plain == set(imported.values()), (plain, imported)
+
+
+def test_each_runner_extra_holds_the_modules_it_names_and_nothing_else(wheel):
+    # What eval imports beyond the library: its syntax tree's imports and the packages
+    # that hold the suites' offline files (found by name, not imported).
+    library = {name for name, _ in wheel["requires"][None]}
+    spec_modules = {spec.module for spec in ALL_SPECS.values()}
+    beyond = {
+        m: d
+        for m, d in _distributions(_third_party_imports("eval") | spec_modules).items()
+        if d not in library
+    }
+    named = {m for modules in EXTRA_MODULES.values() for m in modules}
+    assert set(beyond) <= named, f"eval imports these, but no extra names them: {beyond}"
+    for extra, modules in EXTRA_MODULES.items():
+        installed = _installed_by(wheel["requires"], extra)
+        provided = _distributions(set(modules))
+        assert set(provided.values()) <= installed, (extra, provided, installed)
+        # Every distribution the extra names brings one of its modules (dask[distributed]:
+        # distributed).
+        for requirement in wheel["requires"][extra]:
+            brings = _installed_by({extra: {requirement}}, extra)
+            assert brings & set(provided.values()), f"[{extra}]: {requirement} is unused"
+
+
+def test_the_train_and_test_extras_install_what_their_code_imports(wheel):
+    requires_dist = wheel["requires"]
+    for extra, folders in (("train", ("hostgen",)), ("test", ("tests", *PACKAGES))):
+        installed = _installed_by(requires_dist, None) | _installed_by(requires_dist, extra)
+        imported = _distributions(_third_party_imports(*folders))
+        missing = {m: d for m, d in imported.items() if d not in installed}
+        assert not missing, f"[{extra}] lacks what its code imports: {missing}"
+    # The test extra holds every other extra, so CI runs every test.
+    everything = set().union(*(_installed_by(requires_dist, e) for e in requires_dist))
+    assert _installed_by(requires_dist, "test") | _installed_by(requires_dist, None) == everything
+
+
 def test_the_installed_wheel_runs_eval_on_one_case_and_report_outside_the_checkout(wheel, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -99,16 +242,14 @@ def test_the_installed_wheel_runs_eval_on_one_case_and_report_outside_the_checko
     assert where.returncode == 0, where.stderr
     assert all(Path(f).is_relative_to(wheel["site"]) for f in where.stdout.split())
 
-    ran = _run_from_wheel(
-        wheel["site"], elsewhere, "-m", "eval", "eval", *ONE_CASE, "--store", str(store)
-    )
+    ran = _console_from_wheel(wheel["site"], elsewhere, "eval", *ONE_CASE, "--store", str(store))
     assert ran.returncode == 0, ran.stderr[-3000:]
     runs = list((store / "runs").glob("*.json"))
     assert len(runs) == 3  # the unpatched host and both retrofits on the one case
 
     out = tmp_path / "report"
-    reported = _run_from_wheel(
-        wheel["site"], elsewhere, "-m", "eval", "report", "--suite", "offline18",
+    reported = _console_from_wheel(
+        wheel["site"], elsewhere, "report", "--suite", "offline18",
         "--store", str(store), "--out", str(out), "--partial",
     )  # fmt: skip
     assert reported.returncode == 0, reported.stderr[-3000:]
@@ -133,9 +274,19 @@ def test_no_help_text_names_a_file_that_the_wheel_lacks(wheel, tmp_path):
 
 _PRINT_EVERY_HELP = """
 import argparse
-from eval.cli import build_parser
+from retrofit.cli.program import build_parser
 
-parser = build_parser()
+parser = build_parser()  # the console script's: the library's and every installed group's
 (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
 print("\\f".join([parser.format_help(), *(p.format_help() for p in sub.choices.values())]))
 """
+
+
+def test_the_console_script_enters_through_the_library_and_lists_the_runners_commands(wheel):
+    entry_points = next(wheel["site"].glob("tabpfn_retrofit-*.dist-info/entry_points.txt"))
+    assert "tabpfn-retrofit = retrofit.cli.program:main" in entry_points.read_text()
+    shown = _console_from_wheel(wheel["site"], wheel["site"].parent, "--help")
+    assert shown.returncode == 0, shown.stderr
+    listed = re.findall(r"^    ([\w-]+)", shown.stdout, flags=re.MULTILINE)
+    assert listed == ["predict", "predict-batch", "patch", "exactness", "ablation", "eval",
+                      "report", "bench"]  # fmt: skip

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eval.errors import DatasetUnavailableError
+from eval.extras import require_extra
 from eval.paper.datasets.canonical import Dataset
 from eval.paper.datasets.catalog import spec_for
 from eval.paper.datasets.offline import load_offline
@@ -32,6 +32,8 @@ def load_dataset(name: str, source: str = "offline", *, suites_dir: Path | None 
         ValueError: If ``name`` or ``source`` is unknown.
         DatasetUnavailableError: If the data cannot be obtained (OpenML server
             unreachable and not cached, package file missing).
+        MissingExtraError: If the source's packages (the ``eval`` extra) are
+            not installed.
         DatasetIntegrityError: If shape, SHA-256 or columns differ from the
             suite file.
     """
@@ -45,10 +47,7 @@ def load_dataset(name: str, source: str = "offline", *, suites_dir: Path | None 
         raise ValueError(f"{name}: only the regression datasets have an OpenML suite here")
     # Imported here: openml takes about a second to import, and the offline
     # suite (every command's default) must not pay for it.
-    try:
-        from eval.paper.datasets.openml_source import load_openml
-    except ImportError as exc:  # pragma: no cover - openml is a dependency
-        raise DatasetUnavailableError(
-            f"{name}: the `openml` package is not installed; use --suite offline18"
-        ) from exc
+    require_extra("eval", ("openml", "requests"), needed_by=f"{name} from OpenML")
+    from eval.paper.datasets.openml_source import load_openml
+
     return load_openml(name, resolved)

