@@ -399,7 +399,8 @@ def test_cli_user_errors_are_one_line_with_exit_2(
     assert "tau" in capsys.readouterr().err and not runs_dir(tmp_path).exists()
     monkeypatch.setitem(sys.modules, "distributed", None)
     assert main([*base, "--executor", "dask"]) == 2
-    assert "needs dask.distributed" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "executor 'dask' needs" in err and 'pip install "tabpfn-retrofit[cluster]"' in err
     assert main(["report", "--store", str(tmp_path / "none")]) == 2
     assert "no stored runs" in capsys.readouterr().err
 
