@@ -12,12 +12,13 @@ from __future__ import annotations
 from tabpfn.architectures.tabpfn_v3 import TabPFNV3
 
 from retrofit.hosts.base import register_host_patcher
-from retrofit.hosts.icl_host import ICLHostPatcher, OICLModelMixin
+from retrofit.hosts.icl_host import ICLHostPatcher, OICLModelMixin, keeps_host_name
 from retrofit.hosts.presence_cache import PresenceTabPFNV3Cache
 
 __all__ = ["OTabPFNV3", "V3Patcher"]
 
 
+@keeps_host_name
 class OTabPFNV3(OICLModelMixin, TabPFNV3):
     """A patched ``TabPFNV3``; only ever created by :func:`retrofit.patch`."""
 

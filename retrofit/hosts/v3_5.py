@@ -25,12 +25,13 @@ from __future__ import annotations
 from tabpfn.architectures.tabpfn_v3_5 import TabPFNV3p5
 
 from retrofit.hosts.base import register_host_patcher
-from retrofit.hosts.icl_host import ICLHostPatcher, OICLModelMixin
+from retrofit.hosts.icl_host import ICLHostPatcher, OICLModelMixin, keeps_host_name
 from retrofit.hosts.presence_cache import PresenceTabPFNV3p5Cache
 
 __all__ = ["OTabPFNV3p5", "V3p5Patcher"]
 
 
+@keeps_host_name
 class OTabPFNV3p5(OICLModelMixin, TabPFNV3p5):
     """A patched ``TabPFNV3p5``; only ever created by :func:`retrofit.patch`."""
 
