@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from patches import presence
+from patches.presence import presence_unchecked
 from retrofit.errors import MissingPresenceError
 from retrofit.hosts.base import (
     HostPatcher,
@@ -145,7 +145,7 @@ class OICLModelMixin:
                 # forward() then adds the target embedding into these carriers in
                 # place, which autograd refuses for a tensor presence saved.
                 h_BRiD = h_BRiD.clone()
-            self.__dict__[CARRIER_PRESENCE_ATTR] = presence(h_BRiD, config.tau)
+            self.__dict__[CARRIER_PRESENCE_ATTR] = presence_unchecked(h_BRiD, config.tau)
         return out
 
     def _embed_icl_y(self, y_BN: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
