@@ -34,6 +34,7 @@ from retrofit.hosts.base import (
     Swap,
     host_patcher_for,
     is_patched,
+    patch_config_of,
     registered_host_patchers,
 )
 from retrofit.hosts.replacement import replacement_name
@@ -294,19 +295,35 @@ def patch_loaded_models(
             a caller's ``ModelSpecs``), so the patch goes to deep copies.
 
     Returns:
-        The models (copies where ``copy_first``; unpatched for ``mode="none"``),
-        one resolved settings object each, and the patch reports (none for
-        ``mode="none"``).
+        The models (copies where ``copy_first``; unpatched for ``mode="none"``;
+        a model patched already as it is, with its own report), one resolved
+        settings object each, and the patch reports (none for ``mode="none"``).
+
+    Raises:
+        SettingsConflictError: A given setting differs from a saved directory's
+            or from the patch of a model patched already (``mode="none"`` too).
     """
-    # One resolution per model: an unset tau is each host class's default.
+    # One resolution per model: an unset tau is each host class's default. A model
+    # the caller patched already keeps its patch; its settings are then the saved ones.
     settings = [
-        resolve_for_model(model, given, saved, where=where, given_checked=True) for model in models
+        resolve_settings(
+            given,
+            patch_config_of(model).to_dict(),
+            where=f"the {type(model).__name__} in model_path (patched already; unpatch it first)",
+            given_checked=True,
+        )
+        if is_patched(model)
+        else resolve_for_model(model, given, saved, where=where, given_checked=True)
+        for model in models
     ]
     if settings[0].mode == "none":
         return list(models), settings, []
     if copy_first:
-        models = [copy.deepcopy(model) for model in models]
-    reports = [patch_with_settings(m, s) for m, s in zip(models, settings, strict=True)]
+        models = [model if is_patched(model) else copy.deepcopy(model) for model in models]
+    reports = [
+        model.__dict__[STATE_ATTR].report if is_patched(model) else patch_with_settings(model, s)
+        for model, s in zip(models, settings, strict=True)
+    ]
     return list(models), settings, reports
 
 

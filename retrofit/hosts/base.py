@@ -160,7 +160,7 @@ def host_patcher_for(model: nn.Module) -> HostPatcher:
     if patcher is None:
         supported = ", ".join(sorted(c.__name__ for c in _HOST_PATCHERS)) or "none"
         raise UnsupportedArchitectureError(
-            f"no retrofit patch table for {type(model).__module__}.{type(model).__name__} "
+            f"no retrofit patch table for {type(model).__module__}.{type(model).__qualname__} "
             f"(supported: {supported})"
         )
     return patcher
