@@ -301,10 +301,12 @@ def patch_loaded_models(
 
     Raises:
         SettingsConflictError: A given setting differs from a saved directory's
-            or from the patch of a model patched already (``mode="none"`` too).
+            or from the patch of a model patched already.
     """
     # One resolution per model: an unset tau is each host class's default. A model
-    # the caller patched already keeps its patch; its settings are then the saved ones.
+    # the caller patched already keeps its patch, whose settings are then the saved
+    # ones; with mode="none" it runs as given, as tabpfn runs a ModelSpecs.
+    carried = [is_patched(model) and given.get("mode") != "none" for model in models]
     settings = [
         resolve_settings(
             given,
@@ -312,17 +314,17 @@ def patch_loaded_models(
             where=f"the {type(model).__name__} in model_path (patched already; unpatch it first)",
             given_checked=True,
         )
-        if is_patched(model)
+        if keeps_patch
         else resolve_for_model(model, given, saved, where=where, given_checked=True)
-        for model in models
+        for model, keeps_patch in zip(models, carried, strict=True)
     ]
     if settings[0].mode == "none":
         return list(models), settings, []
     if copy_first:
-        models = [model if is_patched(model) else copy.deepcopy(model) for model in models]
+        models = [m if keep else copy.deepcopy(m) for m, keep in zip(models, carried, strict=True)]
     reports = [
-        model.__dict__[STATE_ATTR].report if is_patched(model) else patch_with_settings(model, s)
-        for model, s in zip(models, settings, strict=True)
+        model.__dict__[STATE_ATTR].report if keep else patch_with_settings(model, s)
+        for model, s, keep in zip(models, settings, carried, strict=True)
     ]
     return list(models), settings, reports
 

@@ -5,7 +5,8 @@
 report, its settings) and predicts exactly what the estimator that patched a
 fresh copy of the same weights with the same settings predicts (the same
 models on the same code path, float32, CPU: bit-identical). A setting that
-contradicts the carried patch, ``mode="none"`` included, is a one-line conflict.
+contradicts the carried patch is a one-line conflict; ``mode="none"`` runs the
+model as given, as before.
 Every host class as a classifier, v2.5, v2.6 and v3.5 as regressors (the
 tiny ModelSpecs regressors there are), on tiny perturbed models.
 """
@@ -72,11 +73,15 @@ def test_a_model_the_caller_patched_fits_and_predicts_as_its_patch(name, classif
 
 
 @pytest.mark.parametrize("name", ["tabpfn_v2_6", "tabpfn_v3_5"])
-def test_a_setting_against_the_carried_patch_is_a_conflict(name):
+def test_a_setting_against_the_carried_patch_is_a_conflict_and_none_runs_it_as_given(name):
     patched = tiny_host_specs(name, n_estimators=1)
     retrofit.patch(patched.model, "full-o", tau=TAU)
-    for settings in ({"mode": "none"}, {"mode": "oattention"}, {"tau": 2.0}):
+    for settings in ({"mode": "oattention"}, {"tau": 2.0}):
         with pytest.raises(SettingsConflictError, match=r"patched already; unpatch it first"):
             _fit_predict(OTabPFNRegressor, patched, False, **settings)
-    est, _ = _fit_predict(OTabPFNRegressor, patched, False, mode="full-o", tau=TAU)
+    est, carried = _fit_predict(OTabPFNRegressor, patched, False, mode="full-o", tau=TAU)
     assert est.patch_report_.tau == TAU
+    # mode="none" runs the model as given (as tabpfn runs a ModelSpecs): its patch still acts.
+    plain, as_given = _fit_predict(OTabPFNRegressor, patched, False, mode="none")
+    assert plain.patch_reports_ == [] and retrofit.is_patched(plain.models_[0])
+    np.testing.assert_array_equal(as_given, carried)
