@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from patches.oattention import oattention, oattention_reference
-from patches.presence import check_tau, presence
+from patches.presence import check_tau, presence_unchecked
 
 __all__ = [
     "OFFN",
@@ -69,41 +69,63 @@ def _gate(p: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 class ONorm(nn.Module):
     """``ONorm(h) = p(h) * Norm(h)``: a norm whose affine bias cannot revive a null."""
 
-    def __init__(self, norm: nn.Module, tau: float = 1.0) -> None:
+    def __init__(self, norm: nn.Module, tau: float = 1.0, *, tau_checked: bool = False) -> None:
         super().__init__()
         self.norm = norm
-        self.tau = check_tau(tau)
+        # tau_checked: the caller's settings validated tau once already.
+        self.tau = float(tau) if tau_checked else check_tau(tau)
 
     @classmethod
-    def from_module(cls, norm: nn.Module, *, tau: float = 1.0) -> ONorm:
-        """Wraps an existing norm, sharing its parameters."""
-        return cls(norm, tau=tau)
+    def from_module(cls, norm: nn.Module, *, tau: float = 1.0, tau_checked: bool = False) -> ONorm:
+        """Wraps an existing norm, sharing its parameters.
+
+        ``tau`` is validated unless ``tau_checked`` says the caller did
+        (a retrofit's settings are validated once, when resolved).
+        """
+        return cls(norm, tau=tau, tau_checked=tau_checked)
 
     def forward(self, h: torch.Tensor, p: torch.Tensor | None = None) -> torch.Tensor:
         """Args: h: carriers ``(..., E)``; p: their presence, computed if None."""
-        p = presence(h, self.tau) if p is None else p
+        p = presence_unchecked(h, self.tau) if p is None else p
         return _gate(p, self.norm(h))
 
 
 class OFFN(nn.Module):
     """``OFFN(h) = h + p(h) * FFN(Norm(h))``: a residual feed-forward update."""
 
-    def __init__(self, ffn: nn.Module, norm: nn.Module | None = None, tau: float = 1.0) -> None:
+    def __init__(
+        self,
+        ffn: nn.Module,
+        norm: nn.Module | None = None,
+        tau: float = 1.0,
+        *,
+        tau_checked: bool = False,
+    ) -> None:
         super().__init__()
         self.ffn = ffn
         self.norm = norm if norm is not None else nn.Identity()
-        self.tau = check_tau(tau)
+        # tau_checked: the caller's settings validated tau once already.
+        self.tau = float(tau) if tau_checked else check_tau(tau)
 
     @classmethod
     def from_module(
-        cls, ffn: nn.Module, norm: nn.Module | None = None, *, tau: float = 1.0
+        cls,
+        ffn: nn.Module,
+        norm: nn.Module | None = None,
+        *,
+        tau: float = 1.0,
+        tau_checked: bool = False,
     ) -> OFFN:
-        """Wraps an existing feed-forward network and its pre-norm, sharing weights."""
-        return cls(ffn, norm, tau=tau)
+        """Wraps an existing feed-forward network and its pre-norm, sharing weights.
+
+        ``tau`` is validated unless ``tau_checked`` says the caller did
+        (a retrofit's settings are validated once, when resolved).
+        """
+        return cls(ffn, norm, tau=tau, tau_checked=tau_checked)
 
     def forward(self, h: torch.Tensor, p: torch.Tensor | None = None) -> torch.Tensor:
         """Args: h: carriers ``(..., E)``; p: their presence, computed if None."""
-        p = presence(h, self.tau) if p is None else p
+        p = presence_unchecked(h, self.tau) if p is None else p
         return h + _gate(p, self.ffn(self.norm(h)))
 
 
@@ -128,7 +150,7 @@ class OInject(nn.Module):
         self, h: torch.Tensor, context: torch.Tensor, p: torch.Tensor | None = None
     ) -> torch.Tensor:
         """Adds the gated embedding of ``context`` to carriers ``h`` (presence ``p``)."""
-        p = presence(h, self.tau) if p is None else p
+        p = presence_unchecked(h, self.tau) if p is None else p
         return h + _gate(p, self.embed(context))
 
 
@@ -240,7 +262,7 @@ class OAttention(nn.Module):
             ``(B, S, E)``.
         """
         if p_BS is None:
-            p_BS = presence(x_BSE if h_BSE is None else h_BSE, self.tau)
+            p_BS = presence_unchecked(x_BSE if h_BSE is None else h_BSE, self.tau)
         B, S, E = x_BSE.shape
         H = self.num_heads
         qkv = F.linear(x_BSE, self.in_proj.weight, self.in_proj.bias)
@@ -288,10 +310,10 @@ class OTransformerBlock(nn.Module):
         self.mode = mode
         self.tau = check_tau(tau)
         self.attn = attn
-        self.norm1 = ONorm(norm1, tau) if mode == "full-o" else norm1
+        self.norm1 = ONorm(norm1, self.tau, tau_checked=True) if mode == "full-o" else norm1
         # Both modes keep the residual: h + FFN(Norm(h)), gated by presence in full-o.
         if mode == "full-o":
-            self.ffn = OFFN(ffn, norm2, tau)
+            self.ffn = OFFN(ffn, norm2, self.tau, tau_checked=True)
         else:
             self.ffn = _Residual(nn.Sequential(norm2, ffn))
 
@@ -320,7 +342,7 @@ class OTransformerBlock(nn.Module):
 
     def forward(self, h_BSE: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Args: h_BSE: carriers ``(B, S, E)``; mask: optional boolean mask."""
-        p_BS = presence(h_BSE, self.tau)
+        p_BS = presence_unchecked(h_BSE, self.tau)
         x = self.norm1(h_BSE, p_BS) if self.mode == "full-o" else self.norm1(h_BSE)
         h_BSE = h_BSE + self.attn(x, p_BS=p_BS, mask=mask)
         return self.ffn(h_BSE)

@@ -19,7 +19,7 @@ import math
 
 import torch
 
-__all__ = ["check_tau", "presence", "presence_dtype"]
+__all__ = ["check_tau", "presence", "presence_dtype", "presence_unchecked"]
 
 # Per presence dtype: the integer type of its bits, its mantissa bits and its
 # exponent bias; a float's exponent is read from and a power of two written
@@ -129,7 +129,17 @@ def presence(h: torch.Tensor, tau: float = 1.0) -> torch.Tensor:
     Raises:
         ValueError: If ``tau`` is not finite and positive.
     """
-    tau = check_tau(tau)
+    return presence_unchecked(h, check_tau(tau))
+
+
+def presence_unchecked(h: torch.Tensor, tau: float) -> torch.Tensor:
+    """:func:`presence` for a ``tau`` already validated by :func:`check_tau`.
+
+    The hot path: an O-module validates its ``tau`` once, when it is built, and
+    a retrofit's blocks take theirs from settings validated once when resolved,
+    so no forward checks it again. A ``tau`` that is not a finite float > 0
+    gives wrong numbers here, not an error: call :func:`presence` otherwise.
+    """
     wide = presence_dtype(h.dtype)
     h_wide = h.to(wide)
     if h_wide.shape[-1] == 0:

@@ -40,8 +40,8 @@ from retrofit.fit_state.archive import FitRecord, read_fit_state, weights_digest
 from retrofit.models.loading import ResolvedModel, resolve_for_tabpfn
 from retrofit.models.patched_host import PatchedHostCache
 from retrofit.models.saved import check_patch_digest
-from retrofit.patcher import PatchReport, patch, resolve_for_model
-from retrofit.settings import SETTING_NAMES, RetrofitSettings, check_given
+from retrofit.patcher import PatchReport, patch_loaded_models
+from retrofit.settings import SETTING_NAMES, check_given
 from retrofit.tabpfn_surface import models_may_be_shared
 
 __all__ = ["ModelPath", "RetrofitEstimatorMixin"]
@@ -114,8 +114,8 @@ class RetrofitEstimatorMixin:
         ``mode="none"``, in-memory models and files tabpfn has yet to download
         load at every fit, as in tabpfn.
         """
-        requested = {name: getattr(self, name) for name in SETTING_NAMES}
-        check_given(requested)  # a bad setting fails before anything is loaded
+        # The one validation of the settings: a bad one fails before anything is loaded.
+        requested = check_given({name: getattr(self, name) for name in SETTING_NAMES})
         resolved = resolve_for_tabpfn(self.model_path, which=self.estimator_type)
         saved = self._saved_settings([dict(s.settings) for s in resolved.saved])
         label = self.model_path
@@ -139,33 +139,21 @@ class RetrofitEstimatorMixin:
             self.models_ = host.models_for_fit(self.devices_, self.forced_inference_dtype_)
             settings, reports, digests = list(host.settings), list(host.reports), host.digests
         else:
-            settings, reports = self._patch_loaded(requested, saved, where, resolved.by_reference)
+            self.models_, settings, reports = patch_loaded_models(
+                self.models_,
+                requested,
+                saved,
+                where=where,
+                # Built models are shared when tabpfn's model cache is on, and
+                # ModelSpecs models are the caller's: the patch goes to a copy then.
+                copy_first=resolved.by_reference or models_may_be_shared(),
+            )
             digests = tuple(report.digest() for report in reports)
         for found in resolved.saved:
             check_patch_digest(found, digests or (None,))
         self.settings_ = settings[0].to_dict()
         self.patch_reports_ = reports
         return byte_size
-
-    def _patch_loaded(
-        self, requested: dict, saved: dict | None, where: str, by_reference: bool
-    ) -> tuple[list[RetrofitSettings], list[PatchReport]]:
-        """Resolves the settings of the models tabpfn just loaded, and patches them."""
-        # One resolution per model: an unset tau is each host class's default.
-        settings = [
-            resolve_for_model(model, requested, saved, where=where) for model in self.models_
-        ]
-        if settings[0].mode == "none":
-            return settings, []
-        # Built models are shared when tabpfn's model cache is on, and ModelSpecs
-        # models are the caller's: the patch goes to a copy then.
-        if by_reference or models_may_be_shared():
-            self.models_ = [copy.deepcopy(model) for model in self.models_]
-        reports = [
-            patch(model, **config.to_dict())
-            for model, config in zip(self.models_, settings, strict=True)
-        ]
-        return settings, reports
 
     def fit(self, X: Any, y: Any) -> Self:
         """The tabpfn ``fit``, keeping copies of ``X``, ``y`` and the parameters for saving."""

@@ -10,6 +10,7 @@ keys do not change and :func:`unpatch` restores the very same objects.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -21,6 +22,7 @@ from torch import nn
 import retrofit.hosts  # noqa: F401 -- registers the shipped patch tables
 from retrofit.errors import (
     AlreadyPatchedError,
+    InvalidPatchConfigError,
     NothingMatchedError,
     NotPatchedError,
     UnsupportedArchitectureError,
@@ -32,13 +34,13 @@ from retrofit.hosts.common.base import (
     Swap,
     host_patcher_for,
     is_patched,
+    patch_config_of,
     registered_host_patchers,
 )
 from retrofit.hosts.common.replacement import replacement_name
 from retrofit.settings import (
     PATCH_MODES,
     Mode,
-    PatchConfig,
     RetrofitSettings,
     Support,
     check_given,
@@ -46,7 +48,14 @@ from retrofit.settings import (
 )
 from retrofit.tabpfn_surface import TABPFN_VERSION
 
-__all__ = ["PatchReport", "patch", "resolve_for_model", "unpatch"]
+__all__ = [
+    "PatchReport",
+    "patch",
+    "patch_loaded_models",
+    "patch_with_settings",
+    "resolve_for_model",
+    "unpatch",
+]
 
 _REPORT_ATTR = "retrofit_report"
 
@@ -101,6 +110,7 @@ def resolve_for_model(
     *,
     where: str = "the saved model",
     replace_saved: bool = False,
+    given_checked: bool = False,
 ) -> RetrofitSettings:
     """The complete settings for ``model``, with the host facts read off the model.
 
@@ -115,6 +125,8 @@ def resolve_for_model(
         saved: A saved directory's settings, or None.
         where: How to name the saved directory in an error message.
         replace_saved: Whether given settings may replace saved ones (``patch``).
+        given_checked: Whether ``requested`` is
+            :func:`~retrofit.settings.check_given`'s result (validated already).
 
     Raises:
         UnsupportedArchitectureError: ``model``'s class has no patch table.
@@ -129,6 +141,7 @@ def resolve_for_model(
         carrier_scale_ratio=patcher.carrier_scale_ratio(model),
         where=where,
         replace_saved=replace_saved,
+        given_checked=given_checked,
     )
 
 
@@ -164,8 +177,14 @@ def patch(
             has no patch table.
         NothingMatchedError: If the table found nothing to replace.
     """
-    given = {"mode": mode, "tau": tau, "support": support, "eps_den": eps_den}
-    check_given(given, modes=PATCH_MODES)  # before anything else
+    given = check_given(  # the one validation, before anything else
+        {"mode": mode, "tau": tau, "support": support, "eps_den": eps_den}, modes=PATCH_MODES
+    )
+    _check_patchable(model)
+    return patch_with_settings(model, resolve_for_model(model, given, given_checked=True))
+
+
+def _check_patchable(model: nn.Module) -> None:
     if not isinstance(model, nn.Module):
         raise UnsupportedArchitectureError(
             f"patch needs a torch.nn.Module (a TabPFN architecture), got {type(model).__name__}"
@@ -175,8 +194,31 @@ def patch(
         raise AlreadyPatchedError(
             f"{type(model).__name__} is already patched (report {digest}); call unpatch first"
         )
+
+
+def patch_with_settings(model: nn.Module, settings: RetrofitSettings) -> PatchReport:
+    """:func:`patch`'s work, trusting ``settings`` (resolved and validated once).
+
+    The internal step under every entry point: :func:`patch` and
+    :func:`patch_loaded_models` validate and resolve the settings, then the
+    blocks and O-modules built here take their values as checked.
+
+    Args:
+        model: A supported TabPFN architecture.
+        settings: Resolved settings whose mode is one of :data:`PATCH_MODES`.
+
+    Raises:
+        AlreadyPatchedError: If ``model`` is patched already.
+        UnsupportedArchitectureError: If ``model``'s class has no patch table.
+        NothingMatchedError: If the table found nothing to replace.
+    """
+    _check_patchable(model)
     patcher = host_patcher_for(model)
-    config = PatchConfig(**resolve_for_model(model, given).to_dict())
+    config = settings.patch_config()
+    if config is None:
+        raise InvalidPatchConfigError(
+            f"mode 'none' applies no patch; mode must be one of {', '.join(PATCH_MODES)}"
+        )
     swaps = patcher.plan(model, config)
     if not swaps:
         raise NothingMatchedError(f"the {type(model).__name__} patch table matched no module")
@@ -228,6 +270,63 @@ def patch(
         p.requires_grad_(False)
     model.__dict__[_REPORT_ATTR] = report
     return report
+
+
+def patch_loaded_models(
+    models: list[nn.Module],
+    given: Mapping[str, Any],
+    saved: Mapping[str, Any] | None,
+    *,
+    where: str,
+    copy_first: bool,
+) -> tuple[list[nn.Module], list[RetrofitSettings], list[PatchReport]]:
+    """Resolve, copy if shared, patch: the one sequence for models a loader just built.
+
+    Used by the estimators' fit, whether their patched host is kept between
+    fits (:mod:`retrofit.models.patched_host`) or loaded at every fit.
+
+    Args:
+        models: The models as loaded.
+        given: The caller's settings, validated by
+            :func:`~retrofit.settings.check_given`.
+        saved: A saved directory's settings, or None.
+        where: How to name the saved directory in a settings error.
+        copy_first: Whether the models are shared (tabpfn's built-model cache,
+            a caller's ``ModelSpecs``), so the patch goes to deep copies.
+
+    Returns:
+        The models (copies where ``copy_first``; unpatched for ``mode="none"``;
+        a model patched already as it is, with its own report), one resolved
+        settings object each, and the patch reports (none for ``mode="none"``).
+
+    Raises:
+        SettingsConflictError: A given setting differs from a saved directory's
+            or from the patch of a model patched already.
+    """
+    # One resolution per model: an unset tau is each host class's default. A model
+    # the caller patched already keeps its patch, whose settings are then the saved
+    # ones; with mode="none" it runs as given, as tabpfn runs a ModelSpecs.
+    carried = [is_patched(model) and given.get("mode") != "none" for model in models]
+    settings = [
+        resolve_settings(
+            given,
+            patch_config_of(model).to_dict(),
+            where=f"the {type(model).__name__} in model_path (patched already; unpatch it first)",
+            given_checked=True,
+        )
+        if keeps_patch
+        else resolve_for_model(model, given, saved, where=where, given_checked=True)
+        for model, keeps_patch in zip(models, carried, strict=True)
+    ]
+    if settings[0].mode == "none":
+        return list(models), settings, []
+    if copy_first:
+        models = [m if keep else copy.deepcopy(m) for m, keep in zip(models, carried, strict=True)]
+    reports = [
+        model.__dict__[STATE_ATTR].report if keep else patch_with_settings(model, s)
+        for model, s, keep in zip(models, settings, carried, strict=True)
+    ]
+    return list(models), settings, reports
 
 
 def unpatch(model: nn.Module) -> PatchReport:

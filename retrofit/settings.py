@@ -23,7 +23,7 @@ import dataclasses
 import math
 import numbers
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 import torch
 
@@ -163,25 +163,34 @@ def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
         )
 
 
-def check_given(requested: Mapping[str, Any], *, modes: tuple[str, ...] = MODES) -> None:
+def check_given(requested: Mapping[str, Any], *, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
     """Validates the settings a caller gave (``None`` means not given), before any work.
+
+    The one validation of given settings: each public entry point (``patch``,
+    the estimators' ``fit``, the commands) calls it once and hands the result
+    on as checked (:func:`resolve_settings`'s ``given_checked``).
 
     Args:
         requested: The settings by name.
         modes: The modes allowed (:data:`PATCH_MODES` where a patch is applied).
 
+    Returns:
+        The given settings in :data:`SETTING_NAMES` order, ``tau`` and
+        ``eps_den`` as floats (None: not given).
+
     Raises:
         InvalidPatchConfigError: A given setting is out of range.
     """
     checks = {
-        "mode": lambda v: _check_choice("mode", v, modes),
+        "mode": lambda v: _check_choice("mode", v, modes) or v,
         "tau": _checked_tau,
-        "support": lambda v: _check_choice("support", v, SUPPORTS),
+        "support": lambda v: _check_choice("support", v, SUPPORTS) or v,
         "eps_den": _checked_eps_den,
     }
-    for name, check in checks.items():
-        if requested.get(name) is not None:
-            check(requested[name])
+    return {
+        name: None if requested.get(name) is None else check(requested[name])
+        for name, check in checks.items()
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,6 +217,18 @@ class RetrofitSettings:
         _check_choice("support", self.support, SUPPORTS)
         object.__setattr__(self, "eps_den", _checked_eps_den(self.eps_den))
 
+    @classmethod
+    def _of_checked(cls, values: Mapping[str, Any]) -> Self:
+        """Settings from values validated already, built without checking them again.
+
+        The values come from :func:`check_given`, a saved directory's reader or
+        :func:`default_tau` (:func:`resolve_settings`).
+        """
+        settings = object.__new__(cls)
+        for name in SETTING_NAMES:
+            object.__setattr__(settings, name, values[name])
+        return settings
+
     def to_dict(self) -> dict[str, Any]:
         """The settings as a plain dict in :data:`SETTING_NAMES` order."""
         return {name: getattr(self, name) for name in SETTING_NAMES}
@@ -216,7 +237,7 @@ class RetrofitSettings:
         """The :class:`PatchConfig` these settings apply, None for ``mode="none"``."""
         if self.mode == "none":
             return None
-        return PatchConfig(self.mode, self.tau, self.support, self.eps_den)
+        return PatchConfig._of_checked(self.to_dict())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,6 +287,7 @@ def resolve_settings(
     carrier_scale_ratio: float = 1.0,
     where: str = "the saved model",
     replace_saved: bool = False,
+    given_checked: bool = False,
 ) -> RetrofitSettings:
     """The complete settings of one patch: the one resolution every entry point uses.
 
@@ -289,6 +311,8 @@ def resolve_settings(
         where: How to name the saved directory in an error message.
         replace_saved: Whether a given setting may differ from the saved one
             (``patch`` writes a new directory); otherwise that is an error.
+        given_checked: Whether ``requested`` is :func:`check_given`'s result
+            (an entry point validated it already); otherwise it is checked here.
 
     Returns:
         The settings to use, every one of them set and validated.
@@ -299,7 +323,8 @@ def resolve_settings(
         InvalidPatchConfigError: A setting is out of range.
         InvalidPatchConfigError: ``tau`` is set nowhere and no ``host`` is given.
     """
-    check_given(requested)
+    if not given_checked:
+        requested = check_given(requested)
     if saved is None:
         base: Mapping[str, Any] = {**DEFAULT_SETTINGS, "tau": None}
     else:
@@ -322,4 +347,8 @@ def resolve_settings(
         if host is None:
             raise InvalidPatchConfigError("tau is unset and no host class names its default")
         values["tau"] = default_tau(host, carrier_scale_ratio)
-    return RetrofitSettings(**values)
+    # Every value is checked: given ones above, saved ones when their directory
+    # was read (retrofit.models.saved), defaults by default_tau or as constants;
+    # a saved JSON number may be an int.
+    values["tau"], values["eps_den"] = float(values["tau"]), float(values["eps_den"])
+    return RetrofitSettings._of_checked(values)

@@ -7,8 +7,8 @@ where its maps keep a null row exactly zero it also passes
 interleaved (:mod:`eval.benchmarks.timing`) on the same inputs, whose null
 sources' keys and values are zero as a block's are: ``checked`` (the
 validating public call), ``trusted`` (the call a block makes) and, on CPU,
-``kernel_with_bias`` (the fused kernel OAttention calls, given the same log-presence bias and nothing
-else: the floor OAttention's own work sits on).
+``kernel_with_bias`` (the fused kernel OAttention calls, given the same log-presence bias
+and nothing else: the floor OAttention's own work sits on).
 
 Shapes: ``bench``'s fixed and ICL shapes, and the small many-batch shapes of
 ragged batching (:data:`RAGGED_SHAPES`). ``python -m eval.benchmarks.trusted_attention``

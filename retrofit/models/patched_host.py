@@ -43,7 +43,7 @@ from torch import nn
 from retrofit.files import file_identity
 from retrofit.hosts.common.base import STATE_ATTR
 from retrofit.models.loading import TabPFNModelPath
-from retrofit.patcher import PatchReport, patch, resolve_for_model
+from retrofit.patcher import PatchReport, patch_loaded_models
 from retrofit.settings import SETTING_NAMES, RetrofitSettings, resolved_mode
 from retrofit.tabpfn_surface import models_may_be_shared
 
@@ -192,12 +192,14 @@ def _load_patched_host(
     # One load per file, as a single path: tabpfn's checks across several models
     # (equal borders and configs, with the user's overrides) run at each fit instead.
     loaded = [initialize_tabpfn_model(model_path=p, which=estimator_type) for p in key[1]]
-    models = [model for models, *_ in loaded for model in models]
-    if models_may_be_shared():
+    models, settings, reports = patch_loaded_models(
+        [model for models, *_ in loaded for model in models],
+        requested,
+        saved,
+        where=where,
         # TABPFN_MODEL_CACHE_SIZE shares built models between loads; a patch must not be.
-        models = [copy.deepcopy(model) for model in models]
-    settings = [resolve_for_model(m, requested, saved, where=where) for m in models]
-    reports = [patch(m, **s.to_dict()) for m, s in zip(models, settings, strict=True)]
+        copy_first=models_may_be_shared(),
+    )
     return PatchedHost(
         key=key,
         models=tuple(models),

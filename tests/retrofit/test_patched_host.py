@@ -23,6 +23,7 @@ from tabpfn import ModelSpecs, TabPFNRegressor
 
 import retrofit.files
 import retrofit.models.patched_host as patched_host
+import retrofit.patcher
 from retrofit import OTabPFNRegressor
 from retrofit.errors import SettingsConflictError
 from retrofit.models.saved.save import save_patched
@@ -69,7 +70,11 @@ def calls(monkeypatch) -> Counter:
         "initialize_tabpfn_model",
         counting("load", patched_host.initialize_tabpfn_model),
     )
-    monkeypatch.setattr(patched_host, "patch", counting("patch", patched_host.patch))
+    monkeypatch.setattr(
+        retrofit.patcher,
+        "patch_with_settings",
+        counting("patch", retrofit.patcher.patch_with_settings),
+    )
     monkeypatch.setattr(retrofit.files, "sha256_file", counting("hash", retrofit.files.sha256_file))
     return counts
 

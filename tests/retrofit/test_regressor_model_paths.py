@@ -150,14 +150,14 @@ def test_an_architecture_without_a_patch_table_is_refused_by_name(monkeypatch):
 
 def test_tuning_regressors_are_patched_too(checkpoints, monkeypatch):
     patched = []
-    original = retrofit.estimator_base.patch
+    original = retrofit.patcher.patch_with_settings
 
-    def counting(model, **kwargs):
-        patched.append(kwargs["mode"])
-        return original(model, **kwargs)
+    def counting(model, settings):
+        patched.append(settings.mode)
+        return original(model, settings)
 
-    monkeypatch.setattr(retrofit.estimator_base, "patch", counting)  # in-memory models
-    monkeypatch.setattr(retrofit.models.patched_host, "patch", counting)  # checkpoint files
+    # The one patching step of kept hosts and of models loaded at every fit.
+    monkeypatch.setattr(retrofit.patcher, "patch_with_settings", counting)
     tuning = {"calibrate_temperature": True, "tuning_holdout_frac": 0.5, "tuning_n_folds": 1}
     X, y = _data(n=90)
     est = _est(checkpoints[0], mode="oattention", tuning_config=tuning)

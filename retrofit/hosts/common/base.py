@@ -151,16 +151,18 @@ def register_host_patcher(patcher: HostPatcher) -> HostPatcher:
 
 
 def host_patcher_for(model: nn.Module) -> HostPatcher:
-    """The patch table for ``model``'s exact class.
+    """The patch table for ``model``'s exact class (a patched model's: its host class's).
 
     Raises:
         UnsupportedArchitectureError: If the class (not a subclass) has no table.
     """
-    patcher = _HOST_PATCHERS.get(type(model))
+    state = model.__dict__.get(STATE_ATTR) if isinstance(model, nn.Module) else None
+    host_class = state.host_class if isinstance(state, PatchState) else type(model)
+    patcher = _HOST_PATCHERS.get(host_class)
     if patcher is None:
         supported = ", ".join(sorted(c.__name__ for c in _HOST_PATCHERS)) or "none"
         raise UnsupportedArchitectureError(
-            f"no retrofit patch table for {type(model).__module__}.{type(model).__name__} "
+            f"no retrofit patch table for {type(model).__module__}.{type(model).__qualname__} "
             f"(supported: {supported})"
         )
     return patcher

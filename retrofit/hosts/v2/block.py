@@ -56,7 +56,8 @@ from tabpfn.architectures.kv_cache import KVCacheEntry
 from tabpfn.architectures.shared.chunked_evaluate import chunked_evaluate_maybe_inplace
 from torch import nn
 
-from patches import OFFN, ONorm, presence
+from patches import OFFN, ONorm
+from patches.presence import presence_unchecked
 from retrofit.errors import (
     InvalidPatchConfigError,
     MissingPresenceError,
@@ -126,10 +127,10 @@ class OTabPFNBlockV2(nn.Module):
         self.learned_rows = int(learned_rows)
         # The O-wrappers hold the same norm/MLP objects; kept out of the module
         # tree (plain attributes) so state_dict keys stay the host's.
-        self.__dict__["_onorm1"] = ONorm.from_module(self.layernorm_mha1, tau=tau)
-        self.__dict__["_onorm2"] = ONorm.from_module(self.layernorm_mha2, tau=tau)
-        self.__dict__["_onorm3"] = ONorm.from_module(self.layernorm_mlp, tau=tau)
-        self.__dict__["_offn"] = OFFN.from_module(self.mlp, None, tau=tau)
+        self.__dict__["_onorm1"] = ONorm.from_module(self.layernorm_mha1, tau=tau, tau_checked=True)
+        self.__dict__["_onorm2"] = ONorm.from_module(self.layernorm_mha2, tau=tau, tau_checked=True)
+        self.__dict__["_onorm3"] = ONorm.from_module(self.layernorm_mlp, tau=tau, tau_checked=True)
+        self.__dict__["_offn"] = OFFN.from_module(self.mlp, None, tau=tau, tau_checked=True)
 
     @classmethod
     def from_module(
@@ -172,7 +173,7 @@ class OTabPFNBlockV2(nn.Module):
 
     def _presence(self, x_BR_E: torch.Tensor, learned_rows: int) -> torch.Tensor:
         """``rho_tau`` of every carrier of ``x`` (rows on axis 1), 1 on the learned rows."""
-        p = presence(x_BR_E, self.tau)
+        p = presence_unchecked(x_BR_E, self.tau)
         if learned_rows:
             p[:, :learned_rows] = 1.0
         return p

@@ -37,7 +37,8 @@ from tabpfn.architectures.kv_cache import KVCacheEntry, QuantizedKVCacheEntry
 from tabpfn.architectures.shared.chunked_evaluate import chunked_evaluate_maybe_inplace
 from torch import nn
 
-from patches import OFFN, ONorm, presence, support_size
+from patches import OFFN, ONorm, support_size
+from patches.presence import presence_unchecked
 from retrofit.errors import (
     InvalidPatchConfigError,
     MissingPresenceError,
@@ -114,8 +115,10 @@ class OICLBlock(nn.Module):
         self.path = path
         # The O-wrappers hold the same norm/MLP objects; kept out of the module
         # tree (plain attributes) so state_dict keys stay the host's.
-        self.__dict__["_onorm"] = ONorm.from_module(self.layernorm, tau=tau)
-        self.__dict__["_offn"] = OFFN.from_module(self.mlp, self.layernorm_mlp, tau=tau)
+        self.__dict__["_onorm"] = ONorm.from_module(self.layernorm, tau=tau, tau_checked=True)
+        self.__dict__["_offn"] = OFFN.from_module(
+            self.mlp, self.layernorm_mlp, tau=tau, tau_checked=True
+        )
 
     @classmethod
     def from_module(
@@ -227,7 +230,7 @@ class OICLBlock(nn.Module):
         att = self.icl_attention
         B, R, _ = x_BRE.shape
         H, D = att.num_heads, att.head_dim
-        p_BR = presence(x_BRE, self.tau)
+        p_BR = presence_unchecked(x_BRE, self.tau)
         xn_BRE = self._onorm(x_BRE, p_BR) if self.mode == "full-o" else self.layernorm(x_BRE)
         q_BRHD = att.q_projection(xn_BRE).view(B, R, H, D)
         if self.qk_norm:

@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from patches import presence
+from patches.presence import presence_unchecked
 from retrofit.errors import MissingPresenceError
 from retrofit.hosts.common.base import (
     HostPatcher,
@@ -57,7 +57,13 @@ from retrofit.hosts.v3.icl_block import OICLBlock
 from retrofit.hosts.v3.many_class_decoder import TRAIN_PRESENCE_ATTR, OManyClassDecoder
 from retrofit.settings import PatchConfig
 
-__all__ = ["CARRIER_PRESENCE_ATTR", "OVERRIDDEN_METHODS", "ICLHostPatcher", "OICLModelMixin"]
+__all__ = [
+    "CARRIER_PRESENCE_ATTR",
+    "OVERRIDDEN_METHODS",
+    "ICLHostPatcher",
+    "OICLModelMixin",
+    "keeps_host_name",
+]
 
 #: The tabpfn methods :class:`OICLModelMixin` overrides (each calls the host's own).
 OVERRIDDEN_METHODS: tuple[str, ...] = ("forward", "_stages_0_to_2", "_embed_icl_y")
@@ -68,6 +74,21 @@ OVERRIDDEN_METHODS: tuple[str, ...] = ("forward", "_stages_0_to_2", "_embed_icl_
 CARRIER_PRESENCE_ATTR = "_retrofit_stage2_presence_BR"
 # ``task_type`` not given to forward (distinct from None, which v3 accepts).
 _NOT_GIVEN: Any = object()
+
+
+def keeps_host_name(cls: type[nn.Module]) -> type[nn.Module]:
+    """Class decorator for ``class OTabPFNV3(OICLModelMixin, TabPFNV3)``: the host's name.
+
+    A patched model is found by class name where the host was (``repr`` and
+    client code dispatching on ``type(model).__name__`` see ``"TabPFNV3"``), as
+    every swapped module is (:mod:`retrofit.hosts.common.replacement`); ``__qualname__``
+    stays the retrofit's, so pickling finds the class, and ``retrofit_name``
+    (what patch reports record) is the retrofit class's own name.
+    """
+    host = cls.__bases__[-1]
+    cls.retrofit_name = cls.__name__
+    cls.__name__ = host.__name__
+    return cls
 
 
 class OICLModelMixin:
@@ -124,7 +145,7 @@ class OICLModelMixin:
                 # forward() then adds the target embedding into these carriers in
                 # place, which autograd refuses for a tensor presence saved.
                 h_BRiD = h_BRiD.clone()
-            self.__dict__[CARRIER_PRESENCE_ATTR] = presence(h_BRiD, config.tau)
+            self.__dict__[CARRIER_PRESENCE_ATTR] = presence_unchecked(h_BRiD, config.tau)
         return out
 
     def _embed_icl_y(self, y_BN: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -204,7 +225,7 @@ class ICLHostPatcher(HostPatcher):
             ReplacedModule(
                 path="",
                 old_class=type(model).__name__,
-                new_class=self.patched_class.__name__,
+                new_class=self.patched_class.retrofit_name,
                 shared_parameters=0,
                 kind="class",
             )

@@ -56,7 +56,8 @@ import torch.nn.functional as F
 from tabpfn.architectures import tabpfn_v3, tabpfn_v3_5
 from torch import nn
 
-from patches import oattention_direct, presence, support_size
+from patches import oattention_direct, support_size
+from patches.presence import presence_unchecked
 from retrofit.errors import MissingPresenceError
 from retrofit.hosts.common.replacement import (
     adopt_host_modules,
@@ -132,7 +133,7 @@ class OManyClassDecoder(nn.Module):
 
     def project_keys(self, train_embeddings_BNE: torch.Tensor) -> torch.Tensor:
         """The host's keys ``(B, N, H, D)``; keeps the train rows' presence for ``forward``."""
-        self.__dict__[TRAIN_PRESENCE_ATTR] = presence(train_embeddings_BNE, self.tau)
+        self.__dict__[TRAIN_PRESENCE_ATTR] = presence_unchecked(train_embeddings_BNE, self.tau)
         k_BNE = self.k_projection(train_embeddings_BNE)
         return k_BNE.view(*k_BNE.shape[:2], self.num_heads, self.head_dim).contiguous()
 
@@ -243,7 +244,7 @@ class OManyClassDecoder(nn.Module):
             return empty + (q_BMHD.sum() + k_BNHD.sum()) * 0.0
         v_BNT = self._one_hot(targets_BN, q_BMHD.dtype, highest_target, num_present_classes)
         v_BNHT = v_BNT.unsqueeze(2).expand(-1, -1, self.num_heads, -1)
-        p_BM = presence(test_embeddings_BME, self.tau)
+        p_BM = presence_unchecked(test_embeddings_BME, self.tau)
         dtype = q_BMHD.dtype
         if dtype == torch.float16 and q_BMHD.device.type == "cpu":
             # Scaled queries reach ~1e4, so float16 scores overflow on the CPU
@@ -277,7 +278,7 @@ class OManyClassDecoder(nn.Module):
             q_BMHD.transpose(1, 2),
             k_BNHD.transpose(1, 2),
             eye_BHNN,
-            presence(test_embeddings_BME, self.tau),
+            presence_unchecked(test_embeddings_BME, self.tau),
             p_BN,
             eps_den=self.eps_den,
             dtype=wide,

@@ -13,11 +13,12 @@ from tabpfn.architectures.tabpfn_v3 import TabPFNV3
 
 from retrofit.hosts.common.base import register_host_patcher
 from retrofit.hosts.common.presence_cache import PresenceTabPFNV3Cache
-from retrofit.hosts.v3.icl_host import ICLHostPatcher, OICLModelMixin
+from retrofit.hosts.v3.icl_host import ICLHostPatcher, OICLModelMixin, keeps_host_name
 
 __all__ = ["OTabPFNV3", "V3Patcher"]
 
 
+@keeps_host_name
 class OTabPFNV3(OICLModelMixin, TabPFNV3):
     """A patched ``TabPFNV3``; only ever created by :func:`retrofit.patch`."""
 

@@ -26,11 +26,12 @@ from tabpfn.architectures.tabpfn_v3_5 import TabPFNV3p5
 
 from retrofit.hosts.common.base import register_host_patcher
 from retrofit.hosts.common.presence_cache import PresenceTabPFNV3p5Cache
-from retrofit.hosts.v3.icl_host import ICLHostPatcher, OICLModelMixin
+from retrofit.hosts.v3.icl_host import ICLHostPatcher, OICLModelMixin, keeps_host_name
 
 __all__ = ["OTabPFNV3p5", "V3p5Patcher"]
 
 
+@keeps_host_name
 class OTabPFNV3p5(OICLModelMixin, TabPFNV3p5):
     """A patched ``TabPFNV3p5``; only ever created by :func:`retrofit.patch`."""
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from retrofit.models.kinds import host_kinds
 from retrofit.models.loading import ModelPathLike, ResolvedModel, load_host, resolve_model
 from retrofit.models.saved import SavedRetrofit, check_replaceable, write_saved
-from retrofit.patcher import patch, resolve_for_model
+from retrofit.patcher import patch_with_settings, resolve_for_model
 
 __all__ = ["save_patched"]
 
@@ -68,7 +68,7 @@ def save_patched(
     settings = resolve_for_model(specs.model, requested, source.saved_settings, replace_saved=True)
     digest = None
     if settings.mode != "none":  # "none" keeps the host as it is; it is still loaded as a check
-        digest = patch(specs.model, **settings.to_dict()).digest()
+        digest = patch_with_settings(specs.model, settings).digest()
     return write_saved(
         source.checkpoint,
         out,

@@ -81,6 +81,23 @@ def test_every_swapped_module_is_an_instance_of_the_class_it_replaced(name, mode
     assert list(model.state_dict()) == keys
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", ["tabpfn_v3", "tabpfn_v3_5"])
+def test_a_patched_icl_model_keeps_the_host_class_name_and_type(name, mode):
+    model = _host(name)
+    host_class = type(model)
+    report = retrofit.patch(model, mode)
+    assert type(model) is not host_class and isinstance(model, host_class)
+    assert type(model).__name__ == host_class.__name__
+    assert repr(model).startswith(f"{host_class.__name__}(")
+    (swap,) = [m for m in report.modules if m.kind == "class"]
+    # The report names the retrofit class (its digest is unchanged); pickling finds it.
+    assert swap.old_class == host_class.__name__ and swap.new_class == f"O{host_class.__name__}"
+    assert type(pickle.loads(pickle.dumps(model))) is type(model)
+    retrofit.unpatch(model)
+    assert type(model) is host_class
+
+
 @pytest.mark.parametrize("name", sorted(DECODER_HOSTS))
 def test_the_decoder_is_found_by_type_and_by_class_name_in_a_patched_classifier(name):
     model = _host(name)
