@@ -102,8 +102,13 @@ def load_rows(store: str | Path) -> list[dict[str, Any]]:
     """Every run row of a store, sorted by file name.
 
     Raises:
-        StoreError: If a run file is unreadable (see :func:`read_row`).
+        StoreError: If ``store`` is a file, not a folder, or a run file is
+            unreadable (see :func:`read_row`).
     """
+    if Path(store).exists() and not Path(store).is_dir():
+        raise StoreError(
+            f"store {store} is a file, not a folder; give the folder `eval` wrote (its --store)"
+        )
     directory = runs_dir(store)
     if not directory.is_dir():
         return []

@@ -388,3 +388,17 @@ def test_a_killed_sweep_whose_runs_name_no_single_tau_asks_for_tau_in_one_line(
     assert "\n" not in err and "no eval of offline18 finished there" in err
     assert "retrofit tau 1, 10; pass --tau" in err
     assert main([*argv, "--tau", "1"]) == 0
+
+
+@pytest.mark.parametrize("suite", ["offline18", "offline_cls6"])
+def test_a_file_given_as_the_store_is_named_as_a_file_in_one_line(
+    suite: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`report --store <a file>` said "no stored runs", as if the folder were empty."""
+    from eval.cli import main
+
+    not_a_store = tmp_path / "cases.csv"
+    not_a_store.write_text("dataset,seed\n")
+    assert main(["report", "--suite", suite, "--store", str(not_a_store)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "is a file, not a folder" in err and str(not_a_store) in err
