@@ -27,6 +27,13 @@ __all__ = ["check_checkpoint", "load_checkpoint"]
 PICKLED_SUFFIX = ".ckpt"
 
 
+def _is_torch_file(path: Path) -> bool:
+    """True for torch's zip format or a bare pickle (protocol 2 and later begin with 0x80)."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
+
+
 def _weights_only_load(path: Path, *, mmap: bool) -> Any:
     try:
         return torch.load(str(path), map_location="cpu", weights_only=True, mmap=mmap)
@@ -52,6 +59,11 @@ def check_checkpoint(path: str | os.PathLike[str]) -> None:
     path = Path(path)
     if path.suffix != PICKLED_SUFFIX:
         return
+    if path.is_file() and not _is_torch_file(path):  # text or other bytes: nothing to unpickle
+        raise CorruptCheckpointError(
+            f"{path} is not a torch checkpoint (neither torch's zip format nor a pickle); "
+            "give a TabPFN .ckpt or .safetensors file"
+        )
     try:
         _weights_only_load(path, mmap=True)
     except UnsafeCheckpointError:

@@ -106,6 +106,16 @@ def test_a_truncated_ckpt_is_a_corrupt_checkpoint(tmp_path):
         check_checkpoint(path)
 
 
+def test_a_text_file_named_ckpt_is_not_a_checkpoint_rather_than_an_unsafe_pickle(tmp_path):
+    """A text file given as --model was refused as a pickle that could run code."""
+    path = tmp_path / "notes_v3.ckpt"
+    path.write_text("these are my notes, not weights\n")
+    with pytest.raises(CorruptCheckpointError, match="is not a torch checkpoint") as caught:
+        check_checkpoint(path)
+    assert not isinstance(caught.value, UnsafeCheckpointError)
+    assert str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
 def _point_manifest_at(directory: Path, weights: Path) -> None:
     manifest_path = directory / saved.MANIFEST_NAME
     manifest = json.loads(manifest_path.read_text())
