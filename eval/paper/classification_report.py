@@ -37,7 +37,13 @@ from eval.paper.completeness import (
 )
 from eval.paper.datasets import SUITE_DATASETS
 from eval.paper.reference import committed_store
-from eval.paper.report import main_tau, one_run_per_case, planned_cases, select_context
+from eval.paper.report import (
+    main_table,
+    main_tau,
+    one_run_per_case,
+    planned_cases,
+    select_context,
+)
 from eval.paper.store import load_rows
 from retrofit.files import atomic_file_set, write_text_atomic
 
@@ -330,17 +336,6 @@ def build_classification_report(
     return {name: out / name for name in CLASSIFICATION_REPORT_FILES}
 
 
-def _main_records(
-    store: Path, suite: str, tau: float | None, checkpoint: str | None
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The rows a classification report of ``store`` uses, and its records at the table's tau."""
-    tau = main_tau(store, suite, checkpoint, tau)
-    rows, _ = select_context(load_rows(store), suite, checkpoint, tau=tau)
-    one_run_per_case(rows)
-    records = classification_aggregate(classification_case_table(rows), planned_cases(suite))
-    return rows, [a for a in records if a["tau"] == tau]
-
-
 def classification_comparison_lines(
     store: Path, committed: Path | None, suite: str, tau: float, checkpoint: str | None = None
 ) -> list[str]:
@@ -361,10 +356,11 @@ def classification_comparison_lines(
         return [f"(checkpoint {checkpoint} chosen: not compared with a committed table)"]
     if committed is None:
         return ["(no committed table to compare with: outside a checkout, or --committed none)"]
-    rows, mine = _main_records(store, suite, tau, None)
+    by_kind = {"tabulate": classification_case_table, "summarise": classification_aggregate}
+    rows, mine = main_table(store, suite, tau=tau, **by_kind)
     try:
-        theirs_rows, theirs = _main_records(
-            committed, suite, tau, str(rows[0].get("checkpoint_sha256"))
+        theirs_rows, theirs = main_table(
+            committed, suite, tau=tau, checkpoint=str(rows[0].get("checkpoint_sha256")), **by_kind
         )
     except ReportError as exc:
         return [f"(the committed store {committed} has no table to compare with: {exc})"]

@@ -24,7 +24,7 @@ import dataclasses
 import io
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -643,9 +643,18 @@ def _sessions_section(store: Path, checkpoint: str) -> list[str]:
 
 
 def main_table(
-    store: str | Path, suite: str, *, tau: float | None = None, checkpoint: str | None = None
+    store: str | Path,
+    suite: str,
+    *,
+    tau: float | None = None,
+    checkpoint: str | None = None,
+    tabulate: Callable[[list[dict[str, Any]]], Any] = case_table,
+    summarise: Callable[..., list[dict[str, Any]]] = aggregate,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The rows a report of ``store`` uses and its summary records at ``tau``.
+
+    ``tabulate`` and ``summarise`` are the suite kind's case table and
+    aggregate (the classification report passes its own).
 
     Returns:
         ``(rows, records)``: the rows of the chosen context, and one
@@ -657,7 +666,7 @@ def main_table(
     tau = main_tau(store, suite, checkpoint, tau)
     rows, _ = select_context(load_rows(store), suite, checkpoint, tau=tau)
     one_run_per_case(rows)
-    records = aggregate(case_table(rows), planned_cases(suite))
+    records = summarise(tabulate(rows), planned_cases(suite))
     return rows, [a for a in records if a["tau"] == tau]
 
 
