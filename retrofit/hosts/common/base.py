@@ -92,6 +92,8 @@ class HostPatcher:
     """
 
     host_class: ClassVar[type[nn.Module]]
+    #: Whether the patched host honours :func:`retrofit.hosts.common.row_presence.row_presence`.
+    closes_input_rows: ClassVar[bool] = False
 
     def plan(self, model: nn.Module, config: PatchConfig) -> list[Swap]:
         """Builds every replacement for ``model``; must not modify it."""

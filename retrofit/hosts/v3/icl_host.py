@@ -53,6 +53,12 @@ from retrofit.hosts.common.base import (
     swap_each,
 )
 from retrofit.hosts.common.presence_cache import PresenceCacheMixin
+from retrofit.hosts.common.row_presence import (
+    ROW_PRESENCE_ATTR,
+    active_row_presence,
+    presence_groups,
+    refuse_cache,
+)
 from retrofit.hosts.v3.icl_block import OICLBlock
 from retrofit.hosts.v3.many_class_decoder import TRAIN_PRESENCE_ATTR, OManyClassDecoder
 from retrofit.settings import PatchConfig
@@ -137,7 +143,11 @@ class OICLModelMixin:
         return result
 
     def _stages_0_to_2(self, x_RiBC: torch.Tensor, y: torch.Tensor, *args: Any, **kwargs: Any):
-        out = super()._stages_0_to_2(x_RiBC, y, *args, **kwargs)
+        present_BN = active_row_presence(self, x_RiBC.shape[1], y.shape[0])
+        if present_BN is None:
+            out = super()._stages_0_to_2(x_RiBC, y, *args, **kwargs)
+        else:
+            out = self._stages_on_present_rows(x_RiBC, y, present_BN, args, kwargs)
         config = patch_config_of(self)
         if config.mode == "full-o":
             h_BRiD = out[0].flatten(-2)
@@ -148,8 +158,54 @@ class OICLModelMixin:
             self.__dict__[CARRIER_PRESENCE_ATTR] = presence_unchecked(h_BRiD, config.tau)
         return out
 
+    def _stages_on_present_rows(
+        self,
+        x_RiBC: torch.Tensor,
+        y: torch.Tensor,
+        present_BN: torch.Tensor,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> tuple[torch.Tensor, None, dict[str, torch.Tensor]]:
+        """Stages 0-2 under :func:`~retrofit.hosts.common.row_presence.row_presence`.
+
+        Every statistic and attention these stages take across rows (the
+        imputation means, the standard scaler, v3.5's ECDF ranks, the inducing
+        points reading the train rows and their log-n scaling) is taken over the
+        present train rows only: the host's own stages run once per presence
+        pattern on its present train rows and every test row. Absent rows leave
+        as zero carriers; rows are otherwise independent here (the cell
+        embedding, the rows reading the inducing states and the column
+        aggregator are per row), so this is the host's output on the context
+        without the absent rows, in place.
+        """
+        kv_cache = kwargs.get("kv_cache")
+        if kv_cache is not None and not kv_cache.is_empty():
+            refuse_cache("a forward from a KV cache")
+        if kwargs.get("return_inducing_hidden"):
+            refuse_cache("building a KV cache")
+        R, B = x_RiBC.shape[:2]
+        N = y.shape[0]
+        test_rows = torch.arange(N, R, device=x_RiBC.device)
+        out_BRiClE: torch.Tensor | None = None
+        for batch_G, rows_K in presence_groups(present_BN):
+            batch_G, rows_K = batch_G.to(x_RiBC.device), rows_K.to(x_RiBC.device)
+            rows = torch.cat([rows_K, test_rows])
+            y_K = y[rows_K] if y.dim() == 1 else y[rows_K][:, batch_G]
+            part_BRClE = super()._stages_0_to_2(x_RiBC[rows][:, batch_G], y_K, *args, **kwargs)[0]
+            if out_BRiClE is None:
+                out_BRiClE = part_BRClE.new_zeros((B, R, *part_BRClE.shape[2:]))
+            out_BRiClE[batch_G[:, None], rows[None, :]] = part_BRClE
+        return out_BRiClE, None, {}
+
     def _embed_icl_y(self, y_BN: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         emb_BND = super()._embed_icl_y(y_BN, *args, **kwargs)
+        # Checked against this forward's (B, N) by _stages_0_to_2, which ran first.
+        present_BN = self.__dict__.get(ROW_PRESENCE_ATTR)
+        if present_BN is not None and not bool(present_BN.all()):
+            # OInject with the declared presence, in both modes: an absent row gets no
+            # target, so it enters the ICL blocks as the zero carrier.
+            gate_BN1 = present_BN.to(emb_BND.device, emb_BND.dtype).unsqueeze(-1)
+            emb_BND = emb_BND * gate_BN1
         if patch_config_of(self).mode != "full-o":
             return emb_BND
         p_BR = self.__dict__.get(CARRIER_PRESENCE_ATTR)
@@ -183,6 +239,7 @@ class ICLHostPatcher(HostPatcher):
 
     patched_class: ClassVar[type[nn.Module]]
     injection_modules: ClassVar[tuple[str, ...]]
+    closes_input_rows = True
 
     def plan(self, model: nn.Module, config: PatchConfig) -> list[Swap]:
         """One :class:`OICLBlock` per ICL block; nothing is modified.
