@@ -37,7 +37,7 @@ sharing one presence pattern, K present train rows of a group.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -49,9 +49,11 @@ __all__ = [
     "ROW_PRESENCE_ATTR",
     "PresenceGroup",
     "active_row_presence",
+    "on_present_rows",
     "presence_groups",
     "refuse_cache",
     "row_presence",
+    "train_targets_of",
 ]
 
 #: Where :func:`row_presence` keeps the presence on the model (in ``__dict__``).
@@ -145,6 +147,43 @@ def presence_groups(present_BN: torch.Tensor) -> list[PresenceGroup]:
         (torch.nonzero(inverse_B == g).flatten(), torch.nonzero(pattern_N).flatten())
         for g, pattern_N in enumerate(patterns_GN)
     ]
+
+
+def on_present_rows(
+    run: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+    present_BN: torch.Tensor,
+    num_rows: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """Runs a host's stage on the present rows of each presence pattern, in place.
+
+    Args:
+        run: ``run(batch_G, rows_K, rows) -> (G or 1, len(rows), ...)``: the
+            host's stage on batch elements ``batch_G``, with ``rows_K`` the
+            present train rows and ``rows`` those followed by every test row.
+        present_BN: The forward's presence (:func:`active_row_presence`).
+        num_rows: Train plus test rows ``R`` of the forward.
+        device: Where the index tensors go.
+
+    Returns:
+        ``(B, R, ...)``: each group's output at its rows, exact zeros at absent rows.
+    """
+    B, N = present_BN.shape
+    test_rows = torch.arange(N, num_rows, device=device)
+    out_BR: torch.Tensor | None = None
+    for batch_G, rows_K in presence_groups(present_BN):
+        batch_G, rows_K = batch_G.to(device), rows_K.to(device)
+        rows = torch.cat([rows_K, test_rows])
+        part_GR = run(batch_G, rows_K, rows)
+        if out_BR is None:
+            out_BR = part_GR.new_zeros((B, num_rows, *part_GR.shape[2:]))
+        out_BR[batch_G[:, None], rows[None, :]] = part_GR
+    return out_BR
+
+
+def train_targets_of(y: torch.Tensor, batch_G: torch.Tensor, rows_K: torch.Tensor) -> torch.Tensor:
+    """Targets ``y`` (``(N,)``, ``(N, B)``, ``(N, B, 1)``) of rows ``rows_K``, batch ``batch_G``."""
+    return y[rows_K] if y.dim() == 1 else y[rows_K][:, batch_G]
 
 
 def refuse_cache(what: str) -> None:

@@ -45,6 +45,7 @@ from tabpfn.architectures.tabpfn_v2_5 import TabPFNV2p5
 from tabpfn.architectures.tabpfn_v2_6 import TabPFNV2p6
 
 from retrofit.hosts.common.base import register_icl_stage
+from retrofit.hosts.v2.model import OTabPFNV2, OTabPFNV2p5, OTabPFNV2p6
 
 __all__ = ["V2ICLStage", "V2p5ICLStage"]
 
@@ -136,6 +137,6 @@ class V2p5ICLStage(V2ICLStage):
         )
 
 
-register_icl_stage(TabPFNV2, V2ICLStage())
-register_icl_stage(TabPFNV2p5, V2p5ICLStage())
-register_icl_stage(TabPFNV2p6, V2p5ICLStage())
+register_icl_stage(OTabPFNV2, V2ICLStage())
+register_icl_stage(OTabPFNV2p5, V2p5ICLStage())
+register_icl_stage(OTabPFNV2p6, V2p5ICLStage())

@@ -52,12 +52,14 @@ from retrofit.hosts.common.base import (
     patch_config_of,
     swap_each,
 )
+from retrofit.hosts.common.model_class import NOT_GIVEN
 from retrofit.hosts.common.presence_cache import PresenceCacheMixin
 from retrofit.hosts.common.row_presence import (
     ROW_PRESENCE_ATTR,
     active_row_presence,
-    presence_groups,
+    on_present_rows,
     refuse_cache,
+    train_targets_of,
 )
 from retrofit.hosts.v3.icl_block import OICLBlock
 from retrofit.hosts.v3.many_class_decoder import TRAIN_PRESENCE_ATTR, OManyClassDecoder
@@ -68,7 +70,6 @@ __all__ = [
     "OVERRIDDEN_METHODS",
     "ICLHostPatcher",
     "OICLModelMixin",
-    "keeps_host_name",
 ]
 
 #: The tabpfn methods :class:`OICLModelMixin` overrides (each calls the host's own).
@@ -78,23 +79,6 @@ OVERRIDDEN_METHODS: tuple[str, ...] = ("forward", "_stages_0_to_2", "_embed_icl_
 # forward and dropped when it returns (one forward per model at a time:
 # tabpfn gives every device its own model object).
 CARRIER_PRESENCE_ATTR = "_retrofit_stage2_presence_BR"
-# ``task_type`` not given to forward (distinct from None, which v3 accepts).
-_NOT_GIVEN: Any = object()
-
-
-def keeps_host_name(cls: type[nn.Module]) -> type[nn.Module]:
-    """Class decorator for ``class OTabPFNV3(OICLModelMixin, TabPFNV3)``: the host's name.
-
-    A patched model is found by class name where the host was (``repr`` and
-    client code dispatching on ``type(model).__name__`` see ``"TabPFNV3"``), as
-    every swapped module is (:mod:`retrofit.hosts.common.replacement`); ``__qualname__``
-    stays the retrofit's, so pickling finds the class, and ``retrofit_name``
-    (what patch reports record) is the retrofit class's own name.
-    """
-    host = cls.__bases__[-1]
-    cls.retrofit_name = cls.__name__
-    cls.__name__ = host.__name__
-    return cls
 
 
 class OICLModelMixin:
@@ -108,16 +92,14 @@ class OICLModelMixin:
     #: Where the classifier decoder sits (absent from a v3 regressor).
     decoder_path: ClassVar[str]
 
-    def forward(
-        self, x: Any, y: Any, *args: Any, task_type: Any = _NOT_GIVEN, **kwargs: Any
-    ) -> Any:
+    def forward(self, x: Any, y: Any, *args: Any, task_type: Any = NOT_GIVEN, **kwargs: Any) -> Any:
         """The host's ``forward``, returning a presence-carrying KV cache when one is built.
 
         ``task_type`` is named in the signature because tabpfn's inference engine
         passes it only to a ``forward`` whose signature names it; it is passed on
         only when given (v3 defaults it, v3.5 requires it).
         """
-        if task_type is not _NOT_GIVEN:
+        if task_type is not NOT_GIVEN:
             kwargs["task_type"] = task_type
         decoder = _patched_decoder(self)
         cache_in = kwargs.get("kv_cache")
@@ -183,18 +165,13 @@ class OICLModelMixin:
             refuse_cache("a forward from a KV cache")
         if kwargs.get("return_inducing_hidden"):
             refuse_cache("building a KV cache")
-        R, B = x_RiBC.shape[:2]
-        N = y.shape[0]
-        test_rows = torch.arange(N, R, device=x_RiBC.device)
-        out_BRiClE: torch.Tensor | None = None
-        for batch_G, rows_K in presence_groups(present_BN):
-            batch_G, rows_K = batch_G.to(x_RiBC.device), rows_K.to(x_RiBC.device)
-            rows = torch.cat([rows_K, test_rows])
-            y_K = y[rows_K] if y.dim() == 1 else y[rows_K][:, batch_G]
-            part_BRClE = super()._stages_0_to_2(x_RiBC[rows][:, batch_G], y_K, *args, **kwargs)[0]
-            if out_BRiClE is None:
-                out_BRiClE = part_BRClE.new_zeros((B, R, *part_BRClE.shape[2:]))
-            out_BRiClE[batch_G[:, None], rows[None, :]] = part_BRClE
+
+        def run(batch_G: torch.Tensor, rows_K: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+            x_RGC = x_RiBC[rows][:, batch_G]
+            y_K = train_targets_of(y, batch_G, rows_K)
+            return super(OICLModelMixin, self)._stages_0_to_2(x_RGC, y_K, *args, **kwargs)[0]
+
+        out_BRiClE = on_present_rows(run, present_BN, x_RiBC.shape[0], x_RiBC.device)
         return out_BRiClE, None, {}
 
     def _embed_icl_y(self, y_BN: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
