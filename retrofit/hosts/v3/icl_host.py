@@ -129,7 +129,7 @@ class OICLModelMixin:
         if present_BN is None:
             out = super()._stages_0_to_2(x_RiBC, y, *args, **kwargs)
         else:
-            out = self._stages_on_present_rows(x_RiBC, y, present_BN, args, kwargs)
+            out = _stages_on_present_rows(self, x_RiBC, y, present_BN, args, kwargs)
         config = patch_config_of(self)
         if config.mode == "full-o":
             h_BRiD = out[0].flatten(-2)
@@ -139,40 +139,6 @@ class OICLModelMixin:
                 h_BRiD = h_BRiD.clone()
             self.__dict__[CARRIER_PRESENCE_ATTR] = presence_unchecked(h_BRiD, config.tau)
         return out
-
-    def _stages_on_present_rows(
-        self,
-        x_RiBC: torch.Tensor,
-        y: torch.Tensor,
-        present_BN: torch.Tensor,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> tuple[torch.Tensor, None, dict[str, torch.Tensor]]:
-        """Stages 0-2 under :func:`~retrofit.hosts.common.row_presence.row_presence`.
-
-        Every statistic and attention these stages take across rows (the
-        imputation means, the standard scaler, v3.5's ECDF ranks, the inducing
-        points reading the train rows and their log-n scaling) is taken over the
-        present train rows only: the host's own stages run once per presence
-        pattern on its present train rows and every test row. Absent rows leave
-        as zero carriers; rows are otherwise independent here (the cell
-        embedding, the rows reading the inducing states and the column
-        aggregator are per row), so this is the host's output on the context
-        without the absent rows, in place.
-        """
-        kv_cache = kwargs.get("kv_cache")
-        if kv_cache is not None and not kv_cache.is_empty():
-            refuse_cache("a forward from a KV cache")
-        if kwargs.get("return_inducing_hidden"):
-            refuse_cache("building a KV cache")
-
-        def run(batch_G: torch.Tensor, rows_K: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-            x_RGC = x_RiBC[rows][:, batch_G]
-            y_K = train_targets_of(y, batch_G, rows_K)
-            return super(OICLModelMixin, self)._stages_0_to_2(x_RGC, y_K, *args, **kwargs)[0]
-
-        out_BRiClE = on_present_rows(run, present_BN, x_RiBC.shape[0], x_RiBC.device)
-        return out_BRiClE, None, {}
 
     def _embed_icl_y(self, y_BN: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         emb_BND = super()._embed_icl_y(y_BN, *args, **kwargs)
@@ -194,6 +160,41 @@ class OICLModelMixin:
         p_BN = p_BR[:, : y_BN.shape[1]]
         # OInject: the host adds h + g(y); gating g by p(h) makes it h + p(h) g(y).
         return emb_BND * p_BN.unsqueeze(-1).to(emb_BND.dtype)
+
+
+def _stages_on_present_rows(
+    model: OICLModelMixin,
+    x_RiBC: torch.Tensor,
+    y: torch.Tensor,
+    present_BN: torch.Tensor,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> tuple[torch.Tensor, None, dict[str, torch.Tensor]]:
+    """``model``'s stages 0-2 under :func:`~retrofit.hosts.common.row_presence.row_presence`.
+
+    Every statistic and attention these stages take across rows (the
+    imputation means, the standard scaler, v3.5's ECDF ranks, the inducing
+    points reading the train rows and their log-n scaling) is taken over the
+    present train rows only: the host's own stages run once per presence
+    pattern on its present train rows and every test row. Absent rows leave
+    as zero carriers; rows are otherwise independent here (the cell
+    embedding, the rows reading the inducing states and the column
+    aggregator are per row), so this is the host's output on the context
+    without the absent rows, in place.
+    """
+    kv_cache = kwargs.get("kv_cache")
+    if kv_cache is not None and not kv_cache.is_empty():
+        refuse_cache("a forward from a KV cache")
+    if kwargs.get("return_inducing_hidden"):
+        refuse_cache("building a KV cache")
+
+    def run(batch_G: torch.Tensor, rows_K: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        x_RGC = x_RiBC[rows][:, batch_G]
+        y_K = train_targets_of(y, batch_G, rows_K)
+        return super(OICLModelMixin, model)._stages_0_to_2(x_RGC, y_K, *args, **kwargs)[0]
+
+    out_BRiClE = on_present_rows(run, present_BN, x_RiBC.shape[0], x_RiBC.device)
+    return out_BRiClE, None, {}
 
 
 def _patched_decoder(model: nn.Module) -> OManyClassDecoder | None:
