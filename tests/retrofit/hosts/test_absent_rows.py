@@ -245,3 +245,27 @@ def test_row_presence_is_validated_where_it_enters(name):
     with pytest.raises(retrofit.InvalidInputError, match="KV cache"):
         with torch.inference_mode(), retrofit.row_presence(model, _present()):
             model(x, y, return_kv_cache=True, **kwargs)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", HOSTS)
+def test_the_split_icl_stage_honours_row_presence(name, mode):
+    # The route of a ragged batch (retrofit.batching): embed -> run_blocks -> decode;
+    # v2.5 and v2.6 carry their T thinking rows first, keys with the N train rows.
+    from retrofit.hosts.common.base import icl_stage_for
+
+    model = _model(name, "regression", mode)
+    x, y = _data("regression")
+    kwargs = {"task_type": "regression"} if name == "tabpfn_v3_5" else {}
+    stage = icl_stage_for(model)
+    keep_train = [r for r in range(N) if r not in ABSENT]
+    offset = 0 if hasattr(model, "icl_blocks") else _thinking_rows(model)
+    with torch.inference_mode():
+        with retrofit.row_presence(model, _present()):
+            carriers = stage.embed(model, x, y, **kwargs)
+            out = stage.decode(
+                model, stage.run_blocks(model, carriers, offset + N, **kwargs)[:, offset + N :]
+            )
+        ref = model(x[_kept_rows()], y[keep_train], **kwargs)
+    assert_exactly_zero(carriers[:, [offset + j for j in ABSENT]])
+    assert _drift(out, ref) <= F64_ULPS
