@@ -53,6 +53,7 @@ __all__ = [
     "presence_groups",
     "refuse_cache",
     "row_presence",
+    "suspended",
     "train_targets_of",
 ]
 
@@ -184,6 +185,21 @@ def on_present_rows(
 def train_targets_of(y: torch.Tensor, batch_G: torch.Tensor, rows_K: torch.Tensor) -> torch.Tensor:
     """Targets ``y`` (``(N,)``, ``(N, B)``, ``(N, B, 1)``) of rows ``rows_K``, batch ``batch_G``."""
     return y[rows_K] if y.dim() == 1 else y[rows_K][:, batch_G]
+
+
+@contextlib.contextmanager
+def suspended(model: nn.Module) -> Iterator[None]:
+    """No row presence on ``model`` inside: a host stage run on the present rows alone.
+
+    The stage's own calls of overridden methods then see a context of present
+    rows only, as a forward without presence does.
+    """
+    present = model.__dict__.pop(ROW_PRESENCE_ATTR, None)
+    try:
+        yield
+    finally:
+        if present is not None:
+            model.__dict__[ROW_PRESENCE_ATTR] = present
 
 
 def refuse_cache(what: str) -> None:

@@ -5,7 +5,7 @@ ICL target embedding to the train rows inline in ``forward``, between
 ``_stages_0_to_2`` and the first block. The retrofit swaps every block for an
 :class:`~retrofit.hosts.v3.icl_block.OICLBlock` and the model's class for a
 subclass that mixes in :class:`OICLModelMixin`, whose overrides call into
-tabpfn for the two model-level parts of the retrofit:
+tabpfn for the three model-level parts of the retrofit:
 
 * OInject of the ICL target embedding (``mode="full-o"``): the override of
   ``_stages_0_to_2`` reads the presence of the carriers it returns, and the
@@ -18,6 +18,12 @@ tabpfn for the two model-level parts of the retrofit:
   (:mod:`retrofit.hosts.common.presence_cache`), with the classifier decoder's train
   presence (``decoder_presence``) beside its cached keys; a forward from such a
   cache hands that presence back to the decoder.
+* Absent train rows (:func:`~retrofit.hosts.common.row_presence.row_presence`):
+  ``_stages_0_to_2`` runs the host's stages on the present rows of each presence
+  pattern (absent rows leave them as zero carriers), ``_prepare_y`` imputes the
+  targets from the present rows, and ``_embed_icl_y`` gates the target embedding
+  by the declared presence in both modes, so an absent row enters the ICL
+  blocks as the null carrier.
 
 A classifier (v3 with ``task_type="multiclass"``; every v3.5, whose heads serve
 both tasks) also gets its ``ManyClassDecoder`` swapped for an
@@ -59,6 +65,7 @@ from retrofit.hosts.common.row_presence import (
     active_row_presence,
     on_present_rows,
     refuse_cache,
+    suspended,
     train_targets_of,
 )
 from retrofit.hosts.v3.icl_block import OICLBlock
@@ -73,7 +80,7 @@ __all__ = [
 ]
 
 #: The tabpfn methods :class:`OICLModelMixin` overrides (each calls the host's own).
-OVERRIDDEN_METHODS: tuple[str, ...] = ("forward", "_stages_0_to_2", "_embed_icl_y")
+OVERRIDDEN_METHODS: tuple[str, ...] = ("forward", "_stages_0_to_2", "_prepare_y", "_embed_icl_y")
 
 # Presence of the rows leaving stage 2, read by _embed_icl_y in the same
 # forward and dropped when it returns (one forward per model at a time:
@@ -140,6 +147,22 @@ class OICLModelMixin:
             self.__dict__[CARRIER_PRESENCE_ATTR] = presence_unchecked(h_BRiD, config.tau)
         return out
 
+    def _prepare_y(
+        self, y: torch.Tensor, num_train: int, batch_size: int, **kwargs: Any
+    ) -> torch.Tensor:
+        # Under row presence the targets' imputation (of a NaN train target) reads the
+        # present train rows only; an absent row's entry is 0 (its embedding is gated).
+        present_BN = active_row_presence(self, batch_size, num_train)
+        if present_BN is None:
+            return super()._prepare_y(y, num_train, batch_size, **kwargs)
+
+        def run(batch_G: torch.Tensor, rows_K: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+            y_K = train_targets_of(y, batch_G, rows_K)
+            batch = len(batch_G) if y.dim() > 1 else 1
+            return super(OICLModelMixin, self)._prepare_y(y_K, len(rows_K), batch, **kwargs)
+
+        return on_present_rows(run, present_BN, num_train, y.device)
+
     def _embed_icl_y(self, y_BN: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         emb_BND = super()._embed_icl_y(y_BN, *args, **kwargs)
         # Checked against this forward's (B, N) by _stages_0_to_2, which ran first.
@@ -191,7 +214,8 @@ def _stages_on_present_rows(
     def run(batch_G: torch.Tensor, rows_K: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         x_RGC = x_RiBC[rows][:, batch_G]
         y_K = train_targets_of(y, batch_G, rows_K)
-        return super(OICLModelMixin, model)._stages_0_to_2(x_RGC, y_K, *args, **kwargs)[0]
+        with suspended(model):
+            return super(OICLModelMixin, model)._stages_0_to_2(x_RGC, y_K, *args, **kwargs)[0]
 
     out_BRiClE = on_present_rows(run, present_BN, x_RiBC.shape[0], x_RiBC.device)
     return out_BRiClE, None, {}

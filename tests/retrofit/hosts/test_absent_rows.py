@@ -269,3 +269,17 @@ def test_the_split_icl_stage_honours_row_presence(name, mode):
         ref = model(x[_kept_rows()], y[keep_train], **kwargs)
     assert_exactly_zero(carriers[:, [offset + j for j in ABSENT]])
     assert _drift(out, ref) <= F64_ULPS
+
+
+@pytest.mark.parametrize("name", HOSTS)
+def test_a_missing_target_is_imputed_from_the_present_rows(name):
+    # A NaN train target is imputed with the mean of the train targets: of the present
+    # ones only, as on the context without the absent rows.
+    model = _model(name, "regression", "oattention")
+    x, y = _data("regression")
+    y = y.clone()
+    y[0] = float("nan")
+    y[list(ABSENT)] = 50.0  # far from the others: their mean would move the imputation
+    out, _ = _forward(model, x, y, "regression", present=_present())
+    ref, _ = _removed(model, x, y, "regression")
+    assert _drift(out, ref) <= F64_ULPS

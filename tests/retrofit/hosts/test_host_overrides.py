@@ -1,6 +1,6 @@
 """The tabpfn code the retrofit overrides or re-implements is the code it was written against.
 
-The v3 and v3.5 tables override three tabpfn methods (one place:
+The v3 and v3.5 tables override four tabpfn methods (one place:
 ``retrofit.hosts.v3.icl_host.OICLModelMixin``, see ``OVERRIDDEN_METHODS``), the
 v2 family's three each (``retrofit.hosts.v2.model``: its encoder), and
 the O-blocks re-implement the forward of tabpfn's blocks around OAttention
@@ -29,9 +29,11 @@ PINNED: dict[tuple[str, str], str] = {
     ("inference", "_model_expectes_task_type_arg"): "6b4e1fe1222130b2",
     ("tabpfn_v3", "TabPFNV3.forward"): "eeeaf654801cc6c4",
     ("tabpfn_v3", "TabPFNV3._stages_0_to_2"): "f26ac4bdead7f910",
+    ("tabpfn_v3", "TabPFNV3._prepare_y"): "46a0575e6f1187fa",
     ("tabpfn_v3", "TabPFNV3._embed_icl_y"): "340a722c4a828d10",
     ("tabpfn_v3_5", "TabPFNV3p5.forward"): "03bf5782b5534c76",
     ("tabpfn_v3_5", "TabPFNV3p5._stages_0_to_2"): "39e2507535c38e1d",
+    ("tabpfn_v3_5", "TabPFNV3p5._prepare_y"): "0c5266a2c1b7047d",
     ("tabpfn_v3_5", "TabPFNV3p5._embed_icl_y"): "e0bcf72ad3999992",
     ("tabpfn_v3", "ICLTransformerBlock.forward"): "b1be155d081f16e8",
     ("tabpfn_v3", "ICLAttention.forward"): "f50efd0793eec3e8",
