@@ -243,7 +243,7 @@ def icl_stage_for(model: nn.Module) -> ICLStage:
     """
     stage = _ICL_STAGES.get(type(model))
     if stage is None:
-        known = ", ".join(sorted(c.__name__ for c in _ICL_STAGES)) or "none"
+        known = ", ".join(sorted({c.__name__ for c in _ICL_STAGES})) or "none"
         raise UnsupportedArchitectureError(
             f"{type(model).__name__} has no null-padded ICL stage (hosts with one: {known})"
         )

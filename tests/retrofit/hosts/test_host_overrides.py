@@ -179,16 +179,16 @@ def test_tabpfn_still_sees_task_type_in_the_patched_forward():
 
 
 def test_each_registry_holds_one_entry_per_host_class_and_refuses_a_second():
+    from tabpfn.architectures.tabpfn_v2 import TabPFNV2
+
     from retrofit.errors import DuplicateHostError
     from retrofit.hosts.common import base
     from retrofit.hosts.v2.icl_stage import V2ICLStage
-    from retrofit.hosts.v2.model import OTabPFNV2
     from retrofit.hosts.v2.v2 import V2Patcher
 
     before = (base.registered_host_patchers(), dict(base._ICL_STAGES))
     with pytest.raises(DuplicateHostError, match="TabPFNV2 has a patch table already"):
         base.register_host_patcher(V2Patcher())
     with pytest.raises(DuplicateHostError, match="TabPFNV2 has a null-padded ICL stage already"):
-        # Stages are registered for the patched class (named as its host).
-        base.register_icl_stage(OTabPFNV2, V2ICLStage())
+        base.register_icl_stage(TabPFNV2, V2ICLStage())
     assert (base.registered_host_patchers(), dict(base._ICL_STAGES)) == before
