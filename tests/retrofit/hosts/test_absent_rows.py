@@ -18,6 +18,10 @@ as a classifier, tiny, random, float64, zero-initialised projections perturbed
 * (d) every row present reproduces the patched output bit for bit, an
   identity-configured patch reproduces the host, and ``unpatch`` restores it.
 
+Also: a presence pattern per batch element, the split ICL stage a ragged batch
+runs through, a NaN train target (imputed from the present rows), and the
+validation of ``present_BN`` where it enters (values, shape, nesting, KV cache).
+
 Shape letters: R rows, B batch, C features, N train rows, M test rows, T
 thinking rows, E embedding.
 """
