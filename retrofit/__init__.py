@@ -3,7 +3,8 @@
 Public API: :func:`patch` / :func:`unpatch` (in place, one patch table per
 host architecture), :class:`PatchReport`, the scikit-learn estimators
 :class:`OTabPFNRegressor` and :class:`OTabPFNClassifier`, model loading
-(:func:`resolve_checkpoint`, :func:`load_host`) and :func:`embedded_model_path`.
+(:func:`resolve_checkpoint`, :func:`load_host`), :func:`embedded_model_path` and
+:func:`row_presence` (train rows of a patched forward marked absent).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "PatchReport": "retrofit.patcher",
     "ReplacedModule": "retrofit.hosts.common.base",
     "is_patched": "retrofit.hosts.common.base",
+    "row_presence": "retrofit.hosts.common.row_presence",
     "patch": "retrofit.patcher",
     "unpatch": "retrofit.patcher",
     "save_patched": "retrofit.models.saved.save",

@@ -92,6 +92,8 @@ class HostPatcher:
     """
 
     host_class: ClassVar[type[nn.Module]]
+    #: Whether the patched host honours :func:`retrofit.hosts.common.row_presence.row_presence`.
+    closes_input_rows: ClassVar[bool] = False
 
     def plan(self, model: nn.Module, config: PatchConfig) -> list[Swap]:
         """Builds every replacement for ``model``; must not modify it."""
@@ -241,7 +243,7 @@ def icl_stage_for(model: nn.Module) -> ICLStage:
     """
     stage = _ICL_STAGES.get(type(model))
     if stage is None:
-        known = ", ".join(sorted(c.__name__ for c in _ICL_STAGES)) or "none"
+        known = ", ".join(sorted({c.__name__ for c in _ICL_STAGES})) or "none"
         raise UnsupportedArchitectureError(
             f"{type(model).__name__} has no null-padded ICL stage (hosts with one: {known})"
         )

@@ -45,6 +45,7 @@ from tabpfn.architectures.tabpfn_v2_5 import TabPFNV2p5
 from tabpfn.architectures.tabpfn_v2_6 import TabPFNV2p6
 
 from retrofit.hosts.common.base import register_icl_stage
+from retrofit.hosts.v2.model import OTabPFNV2, OTabPFNV2p5, OTabPFNV2p6
 
 __all__ = ["V2ICLStage", "V2p5ICLStage"]
 
@@ -136,6 +137,12 @@ class V2p5ICLStage(V2ICLStage):
         )
 
 
-register_icl_stage(TabPFNV2, V2ICLStage())
-register_icl_stage(TabPFNV2p5, V2p5ICLStage())
-register_icl_stage(TabPFNV2p6, V2p5ICLStage())
+# Under the host classes too: the patch swaps the class (retrofit.hosts.v2.model), and
+# an unpatched host is then told it is not patched rather than that it has no stage.
+for _host, _patched, _stage in (
+    (TabPFNV2, OTabPFNV2, V2ICLStage()),
+    (TabPFNV2p5, OTabPFNV2p5, V2p5ICLStage()),
+    (TabPFNV2p6, OTabPFNV2p6, V2p5ICLStage()),
+):
+    register_icl_stage(_host, _stage)
+    register_icl_stage(_patched, _stage)

@@ -5,7 +5,7 @@ ICL target embedding to the train rows inline in ``forward``, between
 ``_stages_0_to_2`` and the first block. The retrofit swaps every block for an
 :class:`~retrofit.hosts.v3.icl_block.OICLBlock` and the model's class for a
 subclass that mixes in :class:`OICLModelMixin`, whose overrides call into
-tabpfn for the two model-level parts of the retrofit:
+tabpfn for the three model-level parts of the retrofit:
 
 * OInject of the ICL target embedding (``mode="full-o"``): the override of
   ``_stages_0_to_2`` reads the presence of the carriers it returns, and the
@@ -18,6 +18,12 @@ tabpfn for the two model-level parts of the retrofit:
   (:mod:`retrofit.hosts.common.presence_cache`), with the classifier decoder's train
   presence (``decoder_presence``) beside its cached keys; a forward from such a
   cache hands that presence back to the decoder.
+* Absent train rows (:func:`~retrofit.hosts.common.row_presence.row_presence`):
+  ``_stages_0_to_2`` runs the host's stages on the present rows of each presence
+  pattern (absent rows leave them as zero carriers), ``_prepare_y`` imputes the
+  targets from the present rows, and ``_embed_icl_y`` gates the target embedding
+  by the declared presence in both modes, so an absent row enters the ICL
+  blocks as the null carrier.
 
 A classifier (v3 with ``task_type="multiclass"``; every v3.5, whose heads serve
 both tasks) also gets its ``ManyClassDecoder`` swapped for an
@@ -52,7 +58,16 @@ from retrofit.hosts.common.base import (
     patch_config_of,
     swap_each,
 )
+from retrofit.hosts.common.model_class import NOT_GIVEN
 from retrofit.hosts.common.presence_cache import PresenceCacheMixin
+from retrofit.hosts.common.row_presence import (
+    ROW_PRESENCE_ATTR,
+    active_row_presence,
+    on_present_rows,
+    refuse_cache,
+    suspended,
+    train_targets_of,
+)
 from retrofit.hosts.v3.icl_block import OICLBlock
 from retrofit.hosts.v3.many_class_decoder import TRAIN_PRESENCE_ATTR, OManyClassDecoder
 from retrofit.settings import PatchConfig
@@ -62,33 +77,15 @@ __all__ = [
     "OVERRIDDEN_METHODS",
     "ICLHostPatcher",
     "OICLModelMixin",
-    "keeps_host_name",
 ]
 
 #: The tabpfn methods :class:`OICLModelMixin` overrides (each calls the host's own).
-OVERRIDDEN_METHODS: tuple[str, ...] = ("forward", "_stages_0_to_2", "_embed_icl_y")
+OVERRIDDEN_METHODS: tuple[str, ...] = ("forward", "_stages_0_to_2", "_prepare_y", "_embed_icl_y")
 
 # Presence of the rows leaving stage 2, read by _embed_icl_y in the same
 # forward and dropped when it returns (one forward per model at a time:
 # tabpfn gives every device its own model object).
 CARRIER_PRESENCE_ATTR = "_retrofit_stage2_presence_BR"
-# ``task_type`` not given to forward (distinct from None, which v3 accepts).
-_NOT_GIVEN: Any = object()
-
-
-def keeps_host_name(cls: type[nn.Module]) -> type[nn.Module]:
-    """Class decorator for ``class OTabPFNV3(OICLModelMixin, TabPFNV3)``: the host's name.
-
-    A patched model is found by class name where the host was (``repr`` and
-    client code dispatching on ``type(model).__name__`` see ``"TabPFNV3"``), as
-    every swapped module is (:mod:`retrofit.hosts.common.replacement`); ``__qualname__``
-    stays the retrofit's, so pickling finds the class, and ``retrofit_name``
-    (what patch reports record) is the retrofit class's own name.
-    """
-    host = cls.__bases__[-1]
-    cls.retrofit_name = cls.__name__
-    cls.__name__ = host.__name__
-    return cls
 
 
 class OICLModelMixin:
@@ -102,16 +99,14 @@ class OICLModelMixin:
     #: Where the classifier decoder sits (absent from a v3 regressor).
     decoder_path: ClassVar[str]
 
-    def forward(
-        self, x: Any, y: Any, *args: Any, task_type: Any = _NOT_GIVEN, **kwargs: Any
-    ) -> Any:
+    def forward(self, x: Any, y: Any, *args: Any, task_type: Any = NOT_GIVEN, **kwargs: Any) -> Any:
         """The host's ``forward``, returning a presence-carrying KV cache when one is built.
 
         ``task_type`` is named in the signature because tabpfn's inference engine
         passes it only to a ``forward`` whose signature names it; it is passed on
         only when given (v3 defaults it, v3.5 requires it).
         """
-        if task_type is not _NOT_GIVEN:
+        if task_type is not NOT_GIVEN:
             kwargs["task_type"] = task_type
         decoder = _patched_decoder(self)
         cache_in = kwargs.get("kv_cache")
@@ -137,7 +132,11 @@ class OICLModelMixin:
         return result
 
     def _stages_0_to_2(self, x_RiBC: torch.Tensor, y: torch.Tensor, *args: Any, **kwargs: Any):
-        out = super()._stages_0_to_2(x_RiBC, y, *args, **kwargs)
+        present_BN = active_row_presence(self, x_RiBC.shape[1], y.shape[0])
+        if present_BN is None:
+            out = super()._stages_0_to_2(x_RiBC, y, *args, **kwargs)
+        else:
+            out = _stages_on_present_rows(self, x_RiBC, y, present_BN, args, kwargs)
         config = patch_config_of(self)
         if config.mode == "full-o":
             h_BRiD = out[0].flatten(-2)
@@ -148,8 +147,31 @@ class OICLModelMixin:
             self.__dict__[CARRIER_PRESENCE_ATTR] = presence_unchecked(h_BRiD, config.tau)
         return out
 
+    def _prepare_y(
+        self, y: torch.Tensor, num_train: int, batch_size: int, **kwargs: Any
+    ) -> torch.Tensor:
+        # Under row presence the targets' imputation (of a NaN train target) reads the
+        # present train rows only; an absent row's entry is 0 (its embedding is gated).
+        present_BN = active_row_presence(self, batch_size, num_train)
+        if present_BN is None:
+            return super()._prepare_y(y, num_train, batch_size, **kwargs)
+
+        def run(batch_G: torch.Tensor, rows_K: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+            y_K = train_targets_of(y, batch_G, rows_K)
+            batch = len(batch_G) if y.dim() > 1 else 1
+            return super(OICLModelMixin, self)._prepare_y(y_K, len(rows_K), batch, **kwargs)
+
+        return on_present_rows(run, present_BN, num_train, y.device)
+
     def _embed_icl_y(self, y_BN: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         emb_BND = super()._embed_icl_y(y_BN, *args, **kwargs)
+        # Checked against this forward's (B, N) by _stages_0_to_2, which ran first.
+        present_BN = self.__dict__.get(ROW_PRESENCE_ATTR)
+        if present_BN is not None and not bool(present_BN.all()):
+            # OInject with the declared presence, in both modes: an absent row gets no
+            # target, so it enters the ICL blocks as the zero carrier.
+            gate_BN1 = present_BN.to(emb_BND.device, emb_BND.dtype).unsqueeze(-1)
+            emb_BND = emb_BND * gate_BN1
         if patch_config_of(self).mode != "full-o":
             return emb_BND
         p_BR = self.__dict__.get(CARRIER_PRESENCE_ATTR)
@@ -161,6 +183,42 @@ class OICLModelMixin:
         p_BN = p_BR[:, : y_BN.shape[1]]
         # OInject: the host adds h + g(y); gating g by p(h) makes it h + p(h) g(y).
         return emb_BND * p_BN.unsqueeze(-1).to(emb_BND.dtype)
+
+
+def _stages_on_present_rows(
+    model: OICLModelMixin,
+    x_RiBC: torch.Tensor,
+    y: torch.Tensor,
+    present_BN: torch.Tensor,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> tuple[torch.Tensor, None, dict[str, torch.Tensor]]:
+    """``model``'s stages 0-2 under :func:`~retrofit.hosts.common.row_presence.row_presence`.
+
+    Every statistic and attention these stages take across rows (the
+    imputation means, the standard scaler, v3.5's ECDF ranks, the inducing
+    points reading the train rows and their log-n scaling) is taken over the
+    present train rows only: the host's own stages run once per presence
+    pattern on its present train rows and every test row. Absent rows leave
+    as zero carriers; rows are otherwise independent here (the cell
+    embedding, the rows reading the inducing states and the column
+    aggregator are per row), so this is the host's output on the context
+    without the absent rows, in place.
+    """
+    kv_cache = kwargs.get("kv_cache")
+    if kv_cache is not None and not kv_cache.is_empty():
+        refuse_cache("a forward from a KV cache")
+    if kwargs.get("return_inducing_hidden"):
+        refuse_cache("building a KV cache")
+
+    def run(batch_G: torch.Tensor, rows_K: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        x_RGC = x_RiBC[rows][:, batch_G]
+        y_K = train_targets_of(y, batch_G, rows_K)
+        with suspended(model):
+            return super(OICLModelMixin, model)._stages_0_to_2(x_RGC, y_K, *args, **kwargs)[0]
+
+    out_BRiClE = on_present_rows(run, present_BN, x_RiBC.shape[0], x_RiBC.device)
+    return out_BRiClE, None, {}
 
 
 def _patched_decoder(model: nn.Module) -> OManyClassDecoder | None:
@@ -183,6 +241,7 @@ class ICLHostPatcher(HostPatcher):
 
     patched_class: ClassVar[type[nn.Module]]
     injection_modules: ClassVar[tuple[str, ...]]
+    closes_input_rows = True
 
     def plan(self, model: nn.Module, config: PatchConfig) -> list[Swap]:
         """One :class:`OICLBlock` per ICL block; nothing is modified.

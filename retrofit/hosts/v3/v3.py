@@ -12,8 +12,9 @@ from __future__ import annotations
 from tabpfn.architectures.tabpfn_v3 import TabPFNV3
 
 from retrofit.hosts.common.base import register_host_patcher
+from retrofit.hosts.common.model_class import keeps_host_name
 from retrofit.hosts.common.presence_cache import PresenceTabPFNV3Cache
-from retrofit.hosts.v3.icl_host import ICLHostPatcher, OICLModelMixin, keeps_host_name
+from retrofit.hosts.v3.icl_host import ICLHostPatcher, OICLModelMixin
 
 __all__ = ["OTabPFNV3", "V3Patcher"]
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 from tabpfn.architectures.tabpfn_v3_5 import TabPFNV3p5
 
 from retrofit.hosts.common.base import register_host_patcher
+from retrofit.hosts.common.model_class import keeps_host_name
 from retrofit.hosts.common.presence_cache import PresenceTabPFNV3p5Cache
-from retrofit.hosts.v3.icl_host import ICLHostPatcher, OICLModelMixin, keeps_host_name
+from retrofit.hosts.v3.icl_host import ICLHostPatcher, OICLModelMixin
 
 __all__ = ["OTabPFNV3p5", "V3p5Patcher"]
 

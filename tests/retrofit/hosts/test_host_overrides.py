@@ -1,7 +1,8 @@
 """The tabpfn code the retrofit overrides or re-implements is the code it was written against.
 
-The v3 and v3.5 tables override three tabpfn methods (one place:
-``retrofit.hosts.v3.icl_host.OICLModelMixin``, see ``OVERRIDDEN_METHODS``), and
+The v3 and v3.5 tables override four tabpfn methods (one place:
+``retrofit.hosts.v3.icl_host.OICLModelMixin``, see ``OVERRIDDEN_METHODS``), the
+v2 family's three each (``retrofit.hosts.v2.model``: its encoder), and
 the O-blocks re-implement the forward of tabpfn's blocks around OAttention
 (``retrofit.hosts.v3.icl_block``, ``retrofit.hosts.v2.v2``), as the O-decoder does
 the classifiers' ``ManyClassDecoder`` (``retrofit.hosts.v3.many_class_decoder``),
@@ -28,9 +29,11 @@ PINNED: dict[tuple[str, str], str] = {
     ("inference", "_model_expectes_task_type_arg"): "6b4e1fe1222130b2",
     ("tabpfn_v3", "TabPFNV3.forward"): "eeeaf654801cc6c4",
     ("tabpfn_v3", "TabPFNV3._stages_0_to_2"): "f26ac4bdead7f910",
+    ("tabpfn_v3", "TabPFNV3._prepare_y"): "46a0575e6f1187fa",
     ("tabpfn_v3", "TabPFNV3._embed_icl_y"): "340a722c4a828d10",
     ("tabpfn_v3_5", "TabPFNV3p5.forward"): "03bf5782b5534c76",
     ("tabpfn_v3_5", "TabPFNV3p5._stages_0_to_2"): "39e2507535c38e1d",
+    ("tabpfn_v3_5", "TabPFNV3p5._prepare_y"): "0c5266a2c1b7047d",
     ("tabpfn_v3_5", "TabPFNV3p5._embed_icl_y"): "e0bcf72ad3999992",
     ("tabpfn_v3", "ICLTransformerBlock.forward"): "b1be155d081f16e8",
     ("tabpfn_v3", "ICLAttention.forward"): "f50efd0793eec3e8",
@@ -44,6 +47,16 @@ PINNED: dict[tuple[str, str], str] = {
     ("tabpfn_v3_5", "TabPFNV3p5Cache.to"): "3b3e9372fa36fabc",
     ("tabpfn_v3_5", "TabPFNV3p5Cache.quantize"): "00435445ff3381ed",
     ("tabpfn_v3_5", "TabPFNV3p5Cache.concatenate"): "bc9ba4cc3b43479d",
+    # The v2 family's encoder under row presence (retrofit/hosts/v2/model.py).
+    ("tabpfn_v2", "TabPFNV2.forward"): "9512f30298ea56d8",
+    ("tabpfn_v2", "TabPFNV2._embed_features"): "a082228478bb6120",
+    ("tabpfn_v2", "TabPFNV2._embed_targets"): "a9d3d5ff269ed56d",
+    ("tabpfn_v2_5", "TabPFNV2p5.forward"): "01b1dbde06c24e1d",
+    ("tabpfn_v2_5", "TabPFNV2p5._preprocess_and_embed_features"): "f26e4bf38cbcafba",
+    ("tabpfn_v2_5", "TabPFNV2p5._preprocess_and_embed_targets"): "88f3148ae7812ad2",
+    ("tabpfn_v2_6", "TabPFNV2p6.forward"): "13e26e10e4fe4610",
+    ("tabpfn_v2_6", "TabPFNV2p6._preprocess_and_embed_features"): "63a11bb40b55e01c",
+    ("tabpfn_v2_6", "TabPFNV2p6._preprocess_and_embed_targets"): "88f3148ae7812ad2",
     ("tabpfn_v2", "TabPFNBlock.forward"): "cd65c1ca49760e6a",
     ("tabpfn_v2", "AlongColumnAttention.forward"): "acaf4c5f67aa3677",
     ("tabpfn_v2_5", "TabPFNBlock.forward"): "4a1c01ab1650bc67",
@@ -95,6 +108,32 @@ def test_every_override_of_the_icl_hosts_lives_in_the_mixin_and_is_pinned():
     assert own == set(OVERRIDDEN_METHODS)
     for host, cls in (("tabpfn_v3", "TabPFNV3"), ("tabpfn_v3_5", "TabPFNV3p5")):
         assert {(host, f"{cls}.{name}") for name in OVERRIDDEN_METHODS} <= set(PINNED)
+
+
+def test_every_override_of_the_v2_family_is_named_and_pinned():
+    from retrofit.hosts.v2.model import (
+        OVERRIDDEN_METHODS_V2,
+        OVERRIDDEN_METHODS_V2P5,
+        OTabPFNV2,
+        OTabPFNV2p5,
+        OTabPFNV2p6,
+    )
+
+    for module, cls, names in (
+        ("tabpfn_v2", OTabPFNV2, OVERRIDDEN_METHODS_V2),
+        ("tabpfn_v2_5", OTabPFNV2p5, OVERRIDDEN_METHODS_V2P5),
+        ("tabpfn_v2_6", OTabPFNV2p6, OVERRIDDEN_METHODS_V2P5),
+    ):
+        own = {
+            name
+            for klass in cls.__mro__[:-1]
+            if klass.__module__.startswith("retrofit.")
+            for name, value in vars(klass).items()
+            if inspect.isfunction(value) and not name.startswith("__")
+        }
+        assert own == set(names)
+        host = cls.__bases__[-1].__name__
+        assert {(module, f"{host}.{name}") for name in names} <= set(PINNED)
 
 
 def test_the_patched_classes_override_nothing_themselves():

@@ -59,12 +59,16 @@ def test_patch_swaps_every_block_sharing_parameters(mode):
     report = retrofit.patch(model, mode, tau=2.0, eps_den=1e-5)
 
     assert all(type(b) is OTabPFNBlockForV2 for b in model.blocks)
-    assert [m.path for m in report.modules] == ["blocks.0", "blocks.1", "blocks.2"]
-    assert {(m.old_class, m.new_class) for m in report.modules} == {
-        ("TabPFNBlock", "OTabPFNBlockV2")
-    }
+    swaps = [m for m in report.modules if m.kind == "swap"]
+    assert [m.path for m in swaps] == ["blocks.0", "blocks.1", "blocks.2"]
+    assert {(m.old_class, m.new_class) for m in swaps} == {("TabPFNBlock", "OTabPFNBlockV2")}
     n_block = sum(p.numel() for p in originals[0].parameters())
-    assert all(m.shared_parameters == n_block for m in report.modules)
+    assert all(m.shared_parameters == n_block for m in swaps)
+    # The model's class is swapped for the encoder under row presence, named as the host.
+    assert [(m.path, m.new_class) for m in report.modules if m.kind == "class"] == [
+        ("", "OTabPFNV2")
+    ]
+    assert type(model).__name__ == "TabPFNV2"
     assert (report.host, report.mode, report.tau, report.eps_den) == ("TabPFNV2", mode, 2.0, 1e-5)
     assert list(model.state_dict()) == keys
     assert {name: p.data_ptr() for name, p in model.named_parameters()} == ptrs

@@ -79,10 +79,14 @@ def test_patch_swaps_every_block_and_knows_the_thinking_rows(name, mode):
     model = build_host(name)
     keys = list(model.state_dict())
     report = retrofit.patch(model, mode)
-    assert type(model) is HOST_CLASSES[name]  # no class swap: v2's forward is not overridden
+    # The class swap of the encoder under row presence keeps the host's class name.
+    assert isinstance(model, HOST_CLASSES[name]) and type(model) is not HOST_CLASSES[name]
+    assert type(model).__name__ == HOST_CLASSES[name].__name__
     assert all(type(b) is SUPPORTED_V2_BLOCKS[BLOCK_CLASSES[name]] for b in model.blocks)
     assert all(b.learned_rows == T for b in model.blocks)
-    assert [m.path for m in report.modules] == ["blocks.0", "blocks.1"]
+    assert [m.path for m in report.modules] == ["blocks.0", "blocks.1", ""]
+    retrofit.unpatch(model)
+    assert type(model) is HOST_CLASSES[name]
     assert report.host == HOST_CLASSES[name].__name__
     assert list(model.state_dict()) == keys
 
