@@ -3,7 +3,7 @@
 Public API: :func:`patch` / :func:`unpatch` (in place, one patch table per
 host architecture), :class:`PatchReport`, the scikit-learn estimators
 :class:`OTabPFNRegressor` and :class:`OTabPFNClassifier`, model loading
-(:func:`resolve_checkpoint`, :func:`load_host`) and :func:`embedded_model_path`.
+(:func:`resolve_model`, :func:`load_host`) and :func:`embedded_model_path`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ _EXPORTS: dict[str, str] = {
     "OTabPFNClassifier": "retrofit.classifier",
     "ResolvedModel": "retrofit.models.loading",
     "load_host": "retrofit.models.loading",
-    "resolve_checkpoint": "retrofit.models.loading",
     "resolve_model": "retrofit.models.loading",
     "PatchReport": "retrofit.patcher",
     "ReplacedModule": "retrofit.hosts.common.base",

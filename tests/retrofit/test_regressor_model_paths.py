@@ -20,7 +20,7 @@ import retrofit.estimator_base
 import retrofit.models.patched_host
 from retrofit import OTabPFNRegressor, is_patched, load_host, save_patched
 from retrofit.hosts.v3.v3 import OTabPFNV3
-from retrofit.models.loading import resolve_for_tabpfn
+from retrofit.models.loading import resolve_model
 from tests.helpers.tiny_models import tiny_v3_checkpoint
 
 
@@ -48,20 +48,22 @@ def _fit_predict(est):
 
 def test_the_default_model_path_is_the_embedded_host_and_auto_is_tabpfns_default_file():
     assert OTabPFNRegressor().model_path == "embedded"
-    assert resolve_for_tabpfn("embedded").value == str(retrofit.embedded_model_path())
+    assert resolve_model("embedded").tabpfn_model_path("regressor") == str(
+        retrofit.embedded_model_path()
+    )
     # "auto" is the file tabpfn's "auto" loads (v3.5 in 9.2); offline, one line naming it.
     with pytest.raises(retrofit.WeightsUnavailableError, match=r"tabpfn-v3\.5-20260909"):
-        resolve_for_tabpfn("auto")
-    assert resolve_for_tabpfn(None).value is None
+        resolve_model("auto")
+    assert resolve_model(None).tabpfn_model_path("regressor") is None
 
 
 def test_tabpfns_own_checkpoint_names_pass_through_for_tabpfn_to_download(tmp_path):
     name = prepend_cache_path("tabpfn-v2-regressor.ckpt")
-    assert resolve_for_tabpfn(name).value == name
+    assert resolve_model(name).tabpfn_model_path("regressor") == name
     with pytest.raises(retrofit.CheckpointNotFoundError, match="no such file"):
-        resolve_for_tabpfn(str(tmp_path / "other_v3.safetensors"))
+        resolve_model(str(tmp_path / "other_v3.safetensors"))
     with pytest.raises(retrofit.InvalidModelPathError):
-        resolve_for_tabpfn(3)
+        resolve_model(3)
 
 
 def test_create_default_for_version_builds_an_otabpfnregressor():
