@@ -5,6 +5,8 @@ Tiny random v3 checkpoints (perturbed zero-inits), float32 on the CPU.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -222,3 +224,32 @@ def test_gradients_reach_an_upstream_module_through_a_patched_model(checkpoints,
     logits.float().logsumexp(0).sum().backward()
     grad = upstream.weight.grad
     assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0
+
+
+def test_one_resolver_takes_every_model_path_and_gives_one_result_type(checkpoints, tmp_path):
+    save_patched(checkpoints[0], tmp_path / "saved", mode="oattention", tau=0.5)
+    specs = load_host(checkpoints[0])
+    listed = resolve_model([checkpoints[1], str(tmp_path / "saved"), specs])
+    assert type(listed) is retrofit.ResolvedModel and listed.is_list and listed.by_reference
+    assert listed.entries[2] is specs and listed.saved_settings["tau"] == 0.5
+    one = resolve_model(specs)
+    assert type(one) is retrofit.ResolvedModel and one.entries == (specs,)
+    with pytest.raises(retrofit.InvalidModelPathError, match="not one checkpoint file"):
+        load_host(listed)
+
+
+def test_a_file_of_another_suffix_is_refused_by_the_estimator_as_load_host_refuses_it(
+    checkpoints, tmp_path
+):
+    other = tmp_path / "tiny_v3.pt"
+    other.write_bytes(Path(checkpoints[0]).read_bytes())
+    with pytest.raises(retrofit.CorruptCheckpointError, match=r"tiny_v3\.pt.*not a TabPFN"):
+        load_host(str(other))
+    with pytest.raises(retrofit.CorruptCheckpointError, match=r"tiny_v3\.pt.*not a TabPFN"):
+        _fit_predict(_est(str(other)))
+
+
+def test_a_bare_name_in_tabpfns_model_cache_loads_as_tabpfn_finds_it(checkpoints, cache_dir):
+    (cache_dir / "cached_v3.safetensors").write_bytes(Path(checkpoints[0]).read_bytes())
+    assert resolve_model("cached_v3.safetensors").checkpoint == cache_dir / "cached_v3.safetensors"
+    assert load_host("cached_v3.safetensors").model is not None
