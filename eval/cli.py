@@ -273,11 +273,11 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 def _run_bench(args: argparse.Namespace) -> int:
     from eval.benchmarks.batched import bench_batched_command
     from eval.benchmarks.speed import bench_command
-    from retrofit.models.loading import resolve_checkpoint
+    from retrofit.models.loading import resolve_model
 
     # Before any work: an unknown alias or a missing file is one line naming the
     # known aliases (exit 2), never a report whose every host part reads "Not measured".
-    resolve_checkpoint(args.model)
+    _ = resolve_model(args.model).checkpoint  # raises where no file stands behind the name
     if args.batched:
         return bench_batched_command(args)
     return bench_command(args)

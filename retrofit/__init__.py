@@ -3,7 +3,7 @@
 Public API: :func:`patch` / :func:`unpatch` (in place, one patch table per
 host architecture), :class:`PatchReport`, the scikit-learn estimators
 :class:`OTabPFNRegressor` and :class:`OTabPFNClassifier`, model loading
-(:func:`resolve_checkpoint`, :func:`load_host`), :func:`embedded_model_path` and
+(:func:`resolve_model`, :func:`load_host`), :func:`embedded_model_path` and
 :func:`row_presence` (train rows of a patched forward marked absent).
 """
 
@@ -30,7 +30,6 @@ _EXPORTS: dict[str, str] = {
     "OTabPFNClassifier": "retrofit.classifier",
     "ResolvedModel": "retrofit.models.loading",
     "load_host": "retrofit.models.loading",
-    "resolve_checkpoint": "retrofit.models.loading",
     "resolve_model": "retrofit.models.loading",
     "PatchReport": "retrofit.patcher",
     "ReplacedModule": "retrofit.hosts.common.base",

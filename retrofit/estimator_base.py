@@ -7,11 +7,11 @@ settings (``mode``, ``tau``, ``support``, ``eps_den``). Only model loading
 differs, and it lives here once for both:
 
 * ``_initialize_model_variables`` (tabpfn's one loading point: every fit and
-  ``get_inference_config``): tabpfn is given the translated ``model_path``
-  (:func:`retrofit.models.loading.resolve_for_tabpfn`, for the estimator's kind)
-  and the models it loaded are patched before anything runs them;
-* the saved-settings check (several saved directories must agree) and the
-  patch digest check of each saved directory;
+  ``get_inference_config``): tabpfn is given the resolved ``model_path``
+  (:func:`retrofit.models.loading.resolve_model`, for the estimator's kind,
+  handed over by :func:`tabpfn_loads`) and the models it loaded are patched
+  before anything runs them;
+* the patch digest check of each saved directory;
 * :meth:`RetrofitEstimatorMixin.batched_host`, a plain tabpfn estimator over
   the patched models (for the null-padded batched predictions);
 * :meth:`RetrofitEstimatorMixin._tuning_estimator`, which each class's override
@@ -28,23 +28,25 @@ The private tabpfn methods overridden are listed in
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Iterator
 from os import PathLike
 from typing import Any, ClassVar, Self
 
 from sklearn.base import BaseEstimator, clone
 from tabpfn import ModelSpecs
 
-from retrofit.errors import FitStateError, SettingsConflictError
+from retrofit.errors import FitStateError
 from retrofit.fit_state.archive import FitRecord, read_fit_state, weights_digest, write_fit_state
-from retrofit.models.loading import ResolvedModel, resolve_for_tabpfn
+from retrofit.models.loading import ResolvedModel, resolve_model
 from retrofit.models.patched_host import PatchedHostCache
 from retrofit.models.saved import check_patch_digest
 from retrofit.patcher import PatchReport, patch_loaded_models
 from retrofit.settings import SETTING_NAMES, check_given
 from retrofit.tabpfn_surface import models_may_be_shared
 
-__all__ = ["ModelPath", "RetrofitEstimatorMixin"]
+__all__ = ["ModelPath", "RetrofitEstimatorMixin", "tabpfn_loads"]
 
 #: Where an estimator keeps its patched host between fits (not a fitted attribute:
 #: no trailing underscore; left out of pickles and copies, never cloned).
@@ -68,6 +70,25 @@ def _same_param(a: Any, b: Any) -> bool:
         return bool(a == b)
     except (TypeError, ValueError, RuntimeError):
         return False
+
+
+@contextlib.contextmanager
+def tabpfn_loads(estimator: BaseEstimator, model_path: Any) -> Iterator[None]:
+    """While tabpfn's loader runs, the estimator's ``model_path`` is ``model_path``.
+
+    Why the public parameter is rewritten at all: tabpfn's
+    ``_initialize_model_variables`` takes no argument and reads the model to
+    load from ``self.model_path``, and the retrofit hands it what that parameter
+    resolved to (checkpoint files, or the patched host kept between fits). The
+    user's value is back as soon as tabpfn returns or raises, so ``get_params``,
+    ``clone`` and ``save_fit_state`` only ever see what the user gave.
+    """
+    given = estimator.model_path
+    estimator.model_path = model_path
+    try:
+        yield
+    finally:
+        estimator.model_path = given
 
 
 class RetrofitEstimatorMixin:
@@ -96,18 +117,8 @@ class RetrofitEstimatorMixin:
             raise ValueError("several models are in use; read patch_reports_ instead")
         return reports[0] if reports else None
 
-    def _saved_settings(self, saved_settings: list[dict]) -> dict | None:
-        """The one set of settings the saved directories in ``model_path`` carry, if any."""
-        distinct = {tuple(sorted(s.items())) for s in saved_settings}
-        if len(distinct) > 1:
-            raise SettingsConflictError(
-                "the saved directories in model_path were retrofitted with different "
-                f"settings: {'; '.join(str(dict(s)) for s in sorted(distinct))}"
-            )
-        return saved_settings[0] if saved_settings else None
-
     def _initialize_model_variables(self) -> int:
-        """Loads the models as tabpfn does, from the translated ``model_path``, and patches them.
+        """Loads the models as tabpfn does, from the resolved ``model_path``, and patches them.
 
         A patched host is loaded, verified and patched once per model file and
         settings and kept between fits (:mod:`retrofit.models.patched_host`);
@@ -116,25 +127,19 @@ class RetrofitEstimatorMixin:
         """
         # The one validation of the settings: a bad one fails before anything is loaded.
         requested = check_given({name: getattr(self, name) for name in SETTING_NAMES})
-        resolved = resolve_for_tabpfn(self.model_path, which=self.estimator_type)
-        saved = self._saved_settings([dict(s.settings) for s in resolved.saved])
-        label = self.model_path
-        if isinstance(label, ResolvedModel):
-            label = label.label
-        where = f"saved model {label}"
+        resolved = resolve_model(self.model_path, which=self.estimator_type)
+        saved = resolved.saved_settings
+        where = f"saved model {resolved.label}"
         hosts = self.__dict__.setdefault(_HOSTS_ATTR, PatchedHostCache())
         host = hosts.host_for(
             resolved, requested, saved, estimator_type=self.estimator_type, where=where
         )
-        requested_path = self.model_path
         if host is None:
-            self.model_path = resolved.value
+            for_tabpfn = resolved.tabpfn_model_path(self.estimator_type)
         else:
-            self.model_path = host.model_path(as_list=isinstance(resolved.value, list))
-        try:
+            for_tabpfn = host.model_path(as_list=resolved.is_list)
+        with tabpfn_loads(self, for_tabpfn):
             byte_size = super()._initialize_model_variables()
-        finally:
-            self.model_path = requested_path
         if host is not None:
             self.models_ = host.models_for_fit(self.devices_, self.forced_inference_dtype_)
             settings, reports, digests = list(host.settings), list(host.reports), host.digests

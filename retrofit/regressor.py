@@ -13,7 +13,7 @@ fails when tabpfn changes either), both shared with ``OTabPFNClassifier`` in
 
 * ``_initialize_model_variables``, where every fit (and
   ``get_inference_config``) loads the models: tabpfn is given the translated
-  ``model_path`` (:func:`retrofit.models.loading.resolve_for_tabpfn`) and the models
+  ``model_path`` (:func:`retrofit.models.loading.resolve_model`) and the models
   it loaded are patched before anything runs them.
 * ``_get_tuning_regressor``, which builds the holdout regressors of
   ``tuning_config`` as ``TabPFNRegressor(**self.get_params())``: here they

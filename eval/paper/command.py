@@ -21,19 +21,19 @@ from retrofit.cli.console import PROG
 from retrofit.cli.outputs import check_output_dir
 from retrofit.errors import CommandError
 from retrofit.files import missing_dirs, remove_empty_dirs
-from retrofit.models.loading import resolve_checkpoint
+from retrofit.models.loading import resolve_model
 
-__all__ = ["eval_command", "resolve_model"]
+__all__ = ["eval_command", "suite_checkpoint"]
 
 
-def resolve_model(model: str, suite: str | None = None) -> Path:
-    """The checkpoint file behind ``--model`` (through ``retrofit.models.loading``).
+def suite_checkpoint(model: str, suite: str | None = None) -> Path:
+    """The checkpoint file behind ``--model`` for ``suite`` (the resolver of ``retrofit``).
 
     A name that stands for a kind (``"embedded"``, a version alias) resolves to
     the classifier for a classification suite, else to the regressor.
     """
     which = "classifier" if SUITE_TASK.get(suite or "") == "classification" else "regressor"
-    return Path(resolve_checkpoint(model, which))
+    return resolve_model(model, which).checkpoint
 
 
 def eval_command(args: Any, argv: Sequence[str] | None = None) -> int:
@@ -75,7 +75,7 @@ def _check_options(args: Any) -> None:
 def _eval(args: Any, argv: Sequence[str] | None, store: Path) -> int:
     started = utc_now()
     t0 = time.perf_counter()
-    model_path = resolve_model(args.model, args.suite)
+    model_path = suite_checkpoint(args.model, args.suite)
     executor_name = args.executor or ("joblib" if args.jobs > 1 else "serial")
     executor = make_executor(
         executor_name,

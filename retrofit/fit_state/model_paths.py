@@ -3,7 +3,8 @@
 A name (``"embedded"``, ``"v3"``, ``"auto"``), a checkpoint file or a saved
 directory is stored as the text the estimator was given (loading resolves it
 again; the weight digests in the manifest catch a file that changed). A
-:class:`~retrofit.ResolvedModel` is stored by its label. A ``tabpfn.ModelSpecs``
+:class:`~retrofit.ResolvedModel` of one named model is stored by its label and
+resolved again on load. A ``tabpfn.ModelSpecs``
 is stored as a safetensors checkpoint of its model (unpatched weights: the
 retrofit keeps a patched model's ``state_dict``), architecture and inference
 configs and bar distribution, built again by tabpfn's loader on load; a model
@@ -61,6 +62,11 @@ def _encode_entry(entry: Any, members: dict[str, bytes]) -> dict[str, Any]:
             "patch": config,
         }
     if isinstance(entry, ResolvedModel):
+        if entry.is_list or entry.by_reference:
+            raise FitStateError(
+                f"cannot save the fit state: model_path is a resolved {entry.label}; give "
+                "model_path as the list or the ModelSpecs itself, not resolved"
+            )
         return {"resolved": entry.label}
     if isinstance(entry, str | PathLike):
         return {"path": os.fspath(entry)}

@@ -1,21 +1,23 @@
-"""Loading a TabPFN host: from a ``model_path`` to a fresh in-memory model.
+"""From any ``model_path`` to what it names: one resolver, one result, fresh models.
 
-:func:`resolve_checkpoint` turns a ``model_path`` into a checkpoint file;
-:func:`load_host` builds a new model object from it through tabpfn's own
-loader and wraps it in :class:`tabpfn.ModelSpecs`, which ``TabPFNRegressor``
-accepts as ``model_path`` and uses by reference. Every call builds its own
-model: tabpfn casts a forced inference dtype into the weights in place, so a
-model must never be shared between estimators or runs.
+:func:`resolve_model` is the one resolver: it turns every ``model_path`` the
+estimators, the command line, the fit-state archive and the runner take into
+one :class:`ResolvedModel` (each entry's checkpoint file, in-memory model or
+tabpfn download name, and the saved directories, verified once).
+:func:`load_host` builds a new model object from a single resolved checkpoint
+through tabpfn's own loader and wraps it in :class:`tabpfn.ModelSpecs`, which
+``TabPFNRegressor`` accepts as ``model_path`` and uses by reference. Every call
+builds its own model: tabpfn casts a forced inference dtype into the weights in
+place, so a model must never be shared between estimators or runs.
 
-Accepted ``model_path`` values (one resolver each, tried in order):
-``"embedded"`` (the shipped host), ``"v2"``, ``"v2.5"``, ``"v2.6"``, ``"v3"``,
-``"v3.5"`` or ``"auto"`` (tabpfn's default checkpoints and tabpfn's default
-version, see :mod:`retrofit.models.weights`), a saved retrofit directory (see
-:mod:`retrofit.models.saved`), or a local ``.safetensors``/``.ckpt`` file.
-
-:func:`resolve_for_tabpfn` translates the estimator's ``model_path`` (any of
-the above, or whatever tabpfn itself takes: ``"auto"``, a ``ModelSpecs``, a
-list) into the ``model_path`` tabpfn's own loader receives.
+Accepted ``model_path`` entries, tried in order: ``"embedded"`` (the shipped
+host), ``"v2"``, ``"v2.5"``, ``"v2.6"``, ``"v3"``, ``"v3.5"`` or ``"auto"``
+(tabpfn's default checkpoints and tabpfn's default version, see
+:mod:`retrofit.models.weights`), a saved retrofit directory (see
+:mod:`retrofit.models.saved`), a local ``.safetensors``/``.ckpt`` file (a bare
+name also in tabpfn's model cache, as tabpfn looks), one of tabpfn's checkpoint
+names (tabpfn downloads it), a ``ModelSpecs``, None (tabpfn's default); or a
+list of these.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,10 @@ from retrofit.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
     InvalidModelPathError,
+    SettingsConflictError,
 )
 from retrofit.models import saved, weights
-from retrofit.models.aliases import alias_list
+from retrofit.models.aliases import EMBEDDED, alias_list
 from retrofit.models.checkpoints import check_checkpoint
 from retrofit.models.embedded import embedded_model_path
 from retrofit.models.weights import Which
@@ -47,10 +49,7 @@ __all__ = [
     "CHECKPOINT_SUFFIXES",
     "ModelPathLike",
     "ResolvedModel",
-    "TabPFNModelPath",
     "load_host",
-    "resolve_checkpoint",
-    "resolve_for_tabpfn",
     "resolve_model",
 ]
 
@@ -58,129 +57,193 @@ ModelPathLike = str | os.PathLike
 CHECKPOINT_SUFFIXES = (".safetensors", ".ckpt")
 
 
-def _embedded(model_path: ModelPathLike, which: Which = "regressor") -> Path | None:
-    """``"embedded"``: the shipped host of the estimator's kind (or its one-line error)."""
-    if model_path != "embedded":
-        return None
-    return embedded_model_path(which)
+def _tabpfn_file_names() -> frozenset[str]:
+    # Every checkpoint file name tabpfn can download (ModelSource.get_* lists them).
+    sources = [getattr(ModelSource, n)() for n in dir(ModelSource) if n.startswith("get_")]
+    return frozenset(name for source in sources for name in source.filenames)
 
 
-def _version_alias(model_path: ModelPathLike, which: Which = "regressor") -> Path | None:
-    if not weights.is_version_alias(model_path):
-        return None
-    return weights.default_weights(str(model_path), which=which)
+#: One resolved entry: an existing checkpoint file, a caller's in-memory model, one
+#: of tabpfn's checkpoint names still to be downloaded by tabpfn, or None (tabpfn's default).
+_Entry = Path | ModelSpecs | str | None
 
 
-def _saved_directory(model_path: ModelPathLike) -> saved.SavedRetrofit | None:
-    if not saved.is_saved_dir(model_path):
-        return None
-    return saved.load_saved(model_path)
-
-
-def _local_file(model_path: ModelPathLike) -> Path | None:
-    path = Path(model_path).expanduser()
+def _file_entry(entry: ModelPathLike, which: Which) -> Path | str:
+    """A path entry: the checkpoint file it names, or one of tabpfn's names to download."""
+    path = Path(entry).expanduser()
     if path.is_dir():
         raise CheckpointNotFoundError(
-            f"model_path {str(model_path)!r} is a directory, not a checkpoint, and not a "
+            f"model_path {str(entry)!r} is a directory, not a checkpoint, and not a "
             f"saved retrofit: it has no {saved.MANIFEST_NAME} ({saved.MANIFEST_NAME} is missing)"
         )
-    if not path.is_file():
+    # tabpfn's own rule: a bare file name not in the working directory is in its model cache.
+    where = model_loading.resolve_model_path(path, which=which)[0][0]
+    if not where.is_file():
+        if where.name in _tabpfn_file_names():
+            return str(entry)  # tabpfn downloads one of its own checkpoints when it loads
         raise CheckpointNotFoundError(
-            f"model_path {str(model_path)!r}: no such file, and not "
-            f"{alias_list(embedded=True, auto=True)} or a saved retrofit directory"
+            f"model_path {str(entry)!r}: no such file, and not "
+            f"{alias_list(embedded=True, auto=True)}, a saved retrofit directory or one of "
+            "tabpfn's checkpoint names"
         )
-    if path.suffix not in CHECKPOINT_SUFFIXES:
+    if where.suffix not in CHECKPOINT_SUFFIXES:
         raise CorruptCheckpointError(
-            f"model_path {str(path)!r} is not a TabPFN checkpoint "
+            f"model_path {str(where)!r} is not a TabPFN checkpoint "
             f"(expected {' or '.join(CHECKPOINT_SUFFIXES)})"
         )
-    return path.resolve()
+    check_checkpoint(where)  # weights-only, before tabpfn unpickles it
+    return where.resolve()
+
+
+def _resolve_entry(entry: Any, which: Which) -> tuple[_Entry, saved.SavedRetrofit | None]:
+    """One ``model_path`` entry resolved for a ``which``, and its saved directory."""
+    if isinstance(entry, ModelSpecs) or entry is None:
+        return entry, None
+    if not isinstance(entry, (str, os.PathLike)):
+        raise InvalidModelPathError(
+            "model_path must be 'auto', 'embedded', a version alias, a path, a ModelSpecs "
+            f"or a list of these; got {type(entry).__name__}"
+        )
+    if entry == EMBEDDED:
+        return embedded_model_path(which), None
+    if weights.is_version_alias(entry):
+        # "auto" too: tabpfn's default version, through its own resolver and
+        # downloader, with the one-line offline error naming where to place the file.
+        return weights.default_weights(str(entry), which=which), None
+    if saved.is_saved_dir(entry):
+        found = saved.load_saved(entry)  # verified (its weights hashed) once, here
+        return found.checkpoint, found
+    return _file_entry(entry, which), None
+
+
+def _label(entry: Any) -> str:
+    if isinstance(entry, ResolvedModel):
+        return entry.label
+    if isinstance(entry, ModelSpecs):
+        return "ModelSpecs"
+    return str(entry)
 
 
 @dataclasses.dataclass(frozen=True)
 class ResolvedModel:
-    """A ``model_path`` resolved once (a saved directory's weights are hashed once).
+    """A ``model_path`` resolved once: what each entry is, and how the user named it.
+
+    :func:`resolve_model` makes it, from every ``model_path`` the estimators,
+    the command line, the fit-state archive and the runner take; resolving an
+    already resolved model returns it as it is (a saved directory is hashed once).
 
     Attributes:
-        label: How the user named the model (``"embedded"``, ``"v3"``, a path).
-        checkpoint: An existing checkpoint file.
-        saved: The verified saved directory, or None.
+        label: How the user named the model (``"embedded"``, ``"v3"``, a path;
+            ``"ModelSpecs"`` for an in-memory model; a list as a list of these).
+        entries: One per model: an existing checkpoint file (a ``Path``), the
+            caller's ``ModelSpecs``, one of tabpfn's checkpoint names that
+            tabpfn downloads when it loads (a ``str``), or None (tabpfn's default).
+        saved: The verified saved retrofit directories among the entries.
+        is_list: Whether ``model_path`` was a list (tabpfn's ensemble of models).
     """
 
     label: str
-    checkpoint: Path
-    saved: saved.SavedRetrofit | None = None
+    entries: tuple[_Entry, ...]
+    saved: tuple[saved.SavedRetrofit, ...] = ()
+    is_list: bool = False
+
+    @property
+    def checkpoint(self) -> Path:
+        """The one checkpoint file behind a single model (what :func:`load_host` loads).
+
+        Raises:
+            InvalidModelPathError: A list, or an in-memory ``ModelSpecs``.
+            CheckpointNotFoundError: One of tabpfn's names not yet downloaded, or None.
+        """
+        if self.is_list or isinstance(self.entries[0], ModelSpecs):
+            raise InvalidModelPathError(
+                f"model_path {self.label} is not one checkpoint file; give a name, a "
+                "checkpoint file or a saved retrofit directory"
+            )
+        entry = self.entries[0]
+        if not isinstance(entry, Path):
+            raise CheckpointNotFoundError(
+                f"model_path {self.label!r} names no file here yet; fit an estimator with it "
+                f"once (tabpfn downloads its own checkpoints) or give {alias_list(embedded=True)}"
+            )
+        return entry
+
+    @property
+    def by_reference(self) -> bool:
+        """Whether tabpfn will use in-memory models by reference; a patch must go to a copy."""
+        return any(isinstance(entry, ModelSpecs) for entry in self.entries)
 
     @property
     def saved_settings(self) -> dict | None:
-        """The saved directory's retrofit settings, None for a plain checkpoint."""
-        return None if self.saved is None else dict(self.saved.settings)
+        """The one set of settings the saved directories carry; None without one.
+
+        Raises:
+            SettingsConflictError: Saved directories with different settings.
+        """
+        distinct = {tuple(sorted(found.settings.items())) for found in self.saved}
+        if len(distinct) > 1:
+            raise SettingsConflictError(
+                "the saved directories in model_path were retrofitted with different "
+                f"settings: {'; '.join(str(dict(s)) for s in sorted(distinct))}"
+            )
+        return dict(self.saved[0].settings) if self.saved else None
+
+    def tabpfn_model_path(self, which: Which) -> Any:
+        """What tabpfn's loader takes for these entries, for a ``which`` estimator.
+
+        Files pass as paths, ``ModelSpecs`` as they are; a list mixing the two
+        (which tabpfn refuses) has its files loaded by :func:`load_host`, a new
+        model object at every call.
+        """
+        values: list[Any] = [str(e) if isinstance(e, Path) else e for e in self.entries]
+        if self.is_list and self.by_reference:
+            values = [
+                v if isinstance(v, ModelSpecs) else load_host(str(v), which=which) for v in values
+            ]
+        return values if self.is_list else values[0]
 
 
-_Resolver = Callable[[ModelPathLike], Path | saved.SavedRetrofit | None]
+def resolve_model(model_path: Any, which: Which = "regressor") -> ResolvedModel:
+    """Resolve any ``model_path`` once, for a regressor or a classifier.
 
-
-def _named_resolvers(which: Which) -> list[_Resolver]:
-    """The resolvers of names (embedded, version alias, saved directory), in order."""
-    return [lambda e: _embedded(e, which), lambda e: _version_alias(e, which), _saved_directory]
-
-
-def _resolvers(which: Which) -> list[_Resolver]:
-    """Resolvers in order; each returns a path (or a saved directory), None (not mine) or raises."""
-    return [*_named_resolvers(which), _local_file]
-
-
-def resolve_model(
-    model_path: ModelPathLike | ResolvedModel, which: Which = "regressor"
-) -> ResolvedModel:
-    """Resolve ``model_path`` once: its checkpoint file and saved settings.
+    ``"embedded"``, the version aliases, ``"auto"`` and saved directories
+    become their checkpoint files (a saved directory verified once); a
+    checkpoint file is checked (its suffix, and a ``.ckpt`` read weights-only);
+    tabpfn's own checkpoint names (which tabpfn downloads), ``ModelSpecs`` and
+    None pass unchanged. In a list each entry is resolved.
 
     Args:
-        model_path: ``"embedded"``, ``"v3"``, ``"v2"``, a saved retrofit
-            directory, a checkpoint file, or an already resolved model.
+        model_path: What ``OTabPFNRegressor(model_path=...)`` (or the
+            classifier's) takes: a name, a file, a saved directory, a
+            ``ModelSpecs``, a list of these, or an already resolved model.
         which: The estimator kind a name (``"embedded"``, a version alias)
-            stands for.
+            stands for: ``"regressor"`` or ``"classifier"``.
 
     Raises:
-        InvalidModelPathError: If ``model_path`` is not a string or path.
-        CheckpointNotFoundError: If a local file does not exist.
-        CorruptCheckpointError: If a local file is not a checkpoint type.
-        EmbeddedCheckpointError: If ``"embedded"`` names a kind not shipped.
+        InvalidModelPathError: An entry is of a type no loader takes.
+        CheckpointNotFoundError: A file that does not exist and is not one tabpfn
+            downloads, or a directory that is not a saved retrofit.
+        CorruptCheckpointError: A file that is not a checkpoint type.
+        SavedModelError: A saved directory fails its check.
+        WeightsUnavailableError: A version alias's weights cannot be had.
+        EmbeddedCheckpointError: ``"embedded"`` for a kind this installation does
+            not ship, or a shipped file that fails its SHA-256.
     """
     if isinstance(model_path, ResolvedModel):
         return model_path
-    if not isinstance(model_path, (str, os.PathLike)):
-        raise InvalidModelPathError(
-            f"model_path must be a string or path, got {type(model_path).__name__}"
-        )
-    for resolver in _resolvers(which):
-        found = resolver(model_path)
-        if isinstance(found, saved.SavedRetrofit):
-            return ResolvedModel(str(model_path), found.checkpoint, found)
-        if found is not None:
-            return ResolvedModel(str(model_path), found)
-    raise CheckpointNotFoundError(f"cannot resolve model_path {str(model_path)!r}")  # unreachable
-
-
-def resolve_checkpoint(
-    model_path: ModelPathLike | ResolvedModel, which: Which = "regressor"
-) -> Path:
-    """The checkpoint file behind ``model_path``.
-
-    Args:
-        model_path: ``"embedded"``, ``"v3"``, ``"v2"``, a saved retrofit
-            directory or a checkpoint file.
-        which: The estimator kind a name stands for (:func:`resolve_model`).
-
-    Returns:
-        An existing checkpoint file.
-
-    Raises:
-        InvalidModelPathError: If ``model_path`` is not a string or path.
-        CheckpointNotFoundError: If a local file does not exist.
-        CorruptCheckpointError: If a local file is not a checkpoint type.
-    """
-    return resolve_model(model_path, which).checkpoint
+    given = model_path if isinstance(model_path, list) else [model_path]
+    entries: list[_Entry] = []
+    found: list[saved.SavedRetrofit] = []
+    for entry in given:
+        if isinstance(entry, ResolvedModel):  # resolved (and hashed) once, at the boundary
+            entries.extend(entry.entries)
+            found.extend(entry.saved)
+            continue
+        value, saved_dir = _resolve_entry(entry, which)
+        entries.append(value)
+        found.extend([saved_dir] if saved_dir is not None else [])
+    label = str([_label(e) for e in given]) if isinstance(model_path, list) else _label(model_path)
+    return ResolvedModel(label, tuple(entries), tuple(found), isinstance(model_path, list))
 
 
 def load_host(
@@ -209,8 +272,8 @@ def load_host(
             reads the file).
         CorruptCheckpointError: If tabpfn cannot read or build it.
     """
-    path = resolve_checkpoint(model_path, which)
-    check_checkpoint(path)
+    path = resolve_model(model_path, which).checkpoint
+    check_checkpoint(path)  # a name's file too, not only a local one
     try:
         model, criterion, arch_config, inference_config = model_loading.load_model(
             path=path, estimator_type=which
@@ -233,103 +296,3 @@ def load_host(
         inference_config=inference_config,
         norm_criterion=criterion,
     )
-
-
-def _tabpfn_file_names() -> frozenset[str]:
-    # Every checkpoint file name tabpfn can download (ModelSource.get_* lists them).
-    sources = [getattr(ModelSource, n)() for n in dir(ModelSource) if n.startswith("get_")]
-    return frozenset(name for source in sources for name in source.filenames)
-
-
-def _tabpfn_entry(entry: Any, which: Which) -> tuple[Any, saved.SavedRetrofit | None]:
-    """One ``model_path`` entry in tabpfn's terms (for a ``which``), and its saved directory."""
-    if isinstance(entry, ModelSpecs) or entry is None:
-        return entry, None
-    if isinstance(entry, ResolvedModel):  # resolved (and hashed) once, at the boundary
-        return str(entry.checkpoint), entry.saved
-    if entry == "auto":
-        # tabpfn's default version, through its own resolver and downloader, with
-        # the one-line offline error naming where to place the file.
-        return str(weights.default_weights("auto", which=which)), None
-    if not isinstance(entry, (str, os.PathLike)):
-        raise InvalidModelPathError(
-            "model_path must be 'auto', 'embedded', a version alias, a path, a ModelSpecs "
-            f"or a list of these; got {type(entry).__name__}"
-        )
-    for resolver in _named_resolvers(which):  # a local file goes to tabpfn's resolver below
-        found = resolver(entry)
-        if isinstance(found, saved.SavedRetrofit):
-            return str(found.checkpoint), found
-        if found is not None:
-            return str(found), None
-    if Path(entry).expanduser().is_dir():
-        _local_file(entry)  # a directory without retrofit.json: raises, naming the file
-    where = model_loading.resolve_model_path(entry, which=which)[0][0]
-    if where.is_file():
-        check_checkpoint(where)  # weights-only, before tabpfn unpickles it
-    if where.is_file() or Path(entry).name in _tabpfn_file_names():
-        return entry, None  # tabpfn loads it, or downloads one of its own checkpoints
-    raise CheckpointNotFoundError(
-        f"model_path {str(entry)!r}: no such file, and not {alias_list(embedded=True, auto=True)}, "
-        "a saved retrofit directory or one of tabpfn's checkpoint names"
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class TabPFNModelPath:
-    """An estimator's ``model_path`` resolved once into what tabpfn's loader takes.
-
-    Attributes:
-        value: tabpfn's ``model_path``: ``"auto"``, a checkpoint path, a
-            ``ModelSpecs``, or a list of paths or of ``ModelSpecs``.
-        saved: The saved retrofit directories among the entries.
-        by_reference: Whether tabpfn will use in-memory models by reference
-            (``ModelSpecs``); a patch must then go to a copy.
-    """
-
-    value: Any
-    saved: tuple[saved.SavedRetrofit, ...] = ()
-    by_reference: bool = False
-
-
-def resolve_for_tabpfn(model_path: Any, which: Which = "regressor") -> TabPFNModelPath:
-    """Translate an estimator's ``model_path`` into tabpfn's, for a regressor or a classifier.
-
-    ``"embedded"``, ``"v3"``/``"v2"`` and saved directories become their
-    checkpoint files; ``"auto"``, checkpoint files, tabpfn's own checkpoint
-    names (which tabpfn downloads) and ``ModelSpecs`` pass unchanged. In a list
-    each entry is translated; a list mixing ``ModelSpecs`` and files (which
-    tabpfn refuses) has its files loaded by :func:`load_host`.
-
-    Args:
-        model_path: What ``OTabPFNRegressor(model_path=...)`` (or the
-            classifier's) was given.
-        which: The estimator's kind: ``"regressor"`` or ``"classifier"``
-            (which default checkpoints the aliases and ``"embedded"`` name).
-
-    Returns:
-        The translation, with the saved directories it named.
-
-    Raises:
-        InvalidModelPathError: An entry is of a type no loader takes.
-        CheckpointNotFoundError: A file that does not exist and is not one tabpfn
-            downloads.
-        SavedModelError: A saved directory fails its check.
-        WeightsUnavailableError: ``"v3"``/``"v2"`` weights cannot be had.
-        EmbeddedCheckpointError: ``"embedded"`` for a kind this installation does
-            not ship, or a shipped file that fails its SHA-256.
-    """
-    if not isinstance(model_path, list):
-        value, found = _tabpfn_entry(model_path, which)
-        return TabPFNModelPath(value, (found,) if found else (), isinstance(value, ModelSpecs))
-    pairs = [_tabpfn_entry(entry, which) for entry in model_path]
-    values = [value for value, _ in pairs]
-    by_reference = any(isinstance(value, ModelSpecs) for value in values)
-    if by_reference:
-        values = [
-            v
-            if isinstance(v, ModelSpecs)
-            else load_host(ResolvedModel(str(v), Path(v)), which=which)
-            for v in values
-        ]
-    return TabPFNModelPath(values, tuple(f for _, f in pairs if f is not None), by_reference)

@@ -42,7 +42,7 @@ from torch import nn
 
 from retrofit.files import file_identity
 from retrofit.hosts.common.base import STATE_ATTR
-from retrofit.models.loading import TabPFNModelPath
+from retrofit.models.loading import ResolvedModel
 from retrofit.patcher import PatchReport, patch_loaded_models
 from retrofit.settings import SETTING_NAMES, RetrofitSettings, resolved_mode
 from retrofit.tabpfn_surface import models_may_be_shared
@@ -155,7 +155,7 @@ class PatchedHost:
 
 
 def host_key(
-    resolved: TabPFNModelPath,
+    resolved: ResolvedModel,
     requested: Mapping[str, Any],
     saved: Mapping[str, Any] | None,
     *,
@@ -169,8 +169,8 @@ def host_key(
     """
     if resolved.by_reference:
         return None
-    paths = resolved.value if isinstance(resolved.value, list) else [resolved.value]
-    if not all(isinstance(p, (str, Path)) and Path(p).is_file() for p in paths):
+    paths = resolved.entries
+    if not all(isinstance(p, Path) and p.is_file() for p in paths):
         return None
     return (
         estimator_type,
@@ -221,7 +221,7 @@ class PatchedHostCache:
 
     def host_for(
         self,
-        resolved: TabPFNModelPath,
+        resolved: ResolvedModel,
         requested: Mapping[str, Any],
         saved: Mapping[str, Any] | None,
         *,
@@ -231,7 +231,7 @@ class PatchedHostCache:
         """The patched host for a fit, loaded only when the key or the models changed.
 
         Args:
-            resolved: The estimator's ``model_path``, translated for tabpfn.
+            resolved: The estimator's ``model_path``, resolved.
             requested: The settings given to the estimator (None: not given).
             saved: The saved directories' settings, or None.
             estimator_type: tabpfn's ``"regressor"`` or ``"classifier"``.

@@ -20,7 +20,7 @@ import retrofit.models.embedded
 from retrofit import OTabPFNRegressor
 from retrofit.errors import SettingsConflictError
 from retrofit.hosts.v3.v3 import OTabPFNV3
-from retrofit.models.loading import load_host, resolve_checkpoint
+from retrofit.models.loading import load_host, resolve_model
 from retrofit.models.saved.save import save_patched
 from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps
 from tests.helpers.tiny_models import build_tiny_v3, save_tiny_checkpoint, tiny_v3_config
@@ -82,16 +82,16 @@ def test_load_host_builds_a_fresh_model_every_call(monkeypatch):
     assert a.inference_config.MAX_CPU_SAMPLES == cpu_sample_limit(ModelVersion.V3)  # by path
 
 
-def test_resolve_checkpoint_errors(tmp_path):
+def test_resolve_model_errors(tmp_path):
     with pytest.raises(retrofit.CheckpointNotFoundError, match=r"nope_v3\.safetensors"):
-        resolve_checkpoint(tmp_path / "nope_v3.safetensors")
+        resolve_model(tmp_path / "nope_v3.safetensors")
     with pytest.raises(FileNotFoundError):  # CheckpointNotFoundError is one
-        resolve_checkpoint(str(tmp_path / "missing.ckpt"))
+        resolve_model(str(tmp_path / "missing.ckpt"))
     (tmp_path / "weights_v3.txt").write_text("x")
     with pytest.raises(retrofit.CorruptCheckpointError, match="not a TabPFN checkpoint"):
-        resolve_checkpoint(tmp_path / "weights_v3.txt")
+        resolve_model(tmp_path / "weights_v3.txt")
     with pytest.raises(TypeError, match="model_path"):
-        resolve_checkpoint(3)
+        resolve_model(3)
 
 
 def test_corrupt_checkpoints_raise_a_typed_error(tmp_path):
@@ -270,7 +270,7 @@ def test_embedded_host_fits_patched():
     est = _est(mode="full-o", model_path="embedded")
     pred = _fit_predict(est)
     assert np.isfinite(pred).all() and _rel(pred, base) > 0
-    assert resolve_checkpoint("embedded") == retrofit.embedded_model_path()
+    assert resolve_model("embedded").checkpoint == retrofit.embedded_model_path()
 
 
 def test_clone_and_params_round_trip():

@@ -5,6 +5,8 @@ Tiny random v3 checkpoints (perturbed zero-inits), float32 on the CPU.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -20,7 +22,7 @@ import retrofit.estimator_base
 import retrofit.models.patched_host
 from retrofit import OTabPFNRegressor, is_patched, load_host, save_patched
 from retrofit.hosts.v3.v3 import OTabPFNV3
-from retrofit.models.loading import resolve_for_tabpfn
+from retrofit.models.loading import resolve_model
 from tests.helpers.tiny_models import tiny_v3_checkpoint
 
 
@@ -48,20 +50,22 @@ def _fit_predict(est):
 
 def test_the_default_model_path_is_the_embedded_host_and_auto_is_tabpfns_default_file():
     assert OTabPFNRegressor().model_path == "embedded"
-    assert resolve_for_tabpfn("embedded").value == str(retrofit.embedded_model_path())
+    assert resolve_model("embedded").tabpfn_model_path("regressor") == str(
+        retrofit.embedded_model_path()
+    )
     # "auto" is the file tabpfn's "auto" loads (v3.5 in 9.2); offline, one line naming it.
     with pytest.raises(retrofit.WeightsUnavailableError, match=r"tabpfn-v3\.5-20260909"):
-        resolve_for_tabpfn("auto")
-    assert resolve_for_tabpfn(None).value is None
+        resolve_model("auto")
+    assert resolve_model(None).tabpfn_model_path("regressor") is None
 
 
 def test_tabpfns_own_checkpoint_names_pass_through_for_tabpfn_to_download(tmp_path):
     name = prepend_cache_path("tabpfn-v2-regressor.ckpt")
-    assert resolve_for_tabpfn(name).value == name
+    assert resolve_model(name).tabpfn_model_path("regressor") == name
     with pytest.raises(retrofit.CheckpointNotFoundError, match="no such file"):
-        resolve_for_tabpfn(str(tmp_path / "other_v3.safetensors"))
+        resolve_model(str(tmp_path / "other_v3.safetensors"))
     with pytest.raises(retrofit.InvalidModelPathError):
-        resolve_for_tabpfn(3)
+        resolve_model(3)
 
 
 def test_create_default_for_version_builds_an_otabpfnregressor():
@@ -220,3 +224,32 @@ def test_gradients_reach_an_upstream_module_through_a_patched_model(checkpoints,
     logits.float().logsumexp(0).sum().backward()
     grad = upstream.weight.grad
     assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0
+
+
+def test_one_resolver_takes_every_model_path_and_gives_one_result_type(checkpoints, tmp_path):
+    save_patched(checkpoints[0], tmp_path / "saved", mode="oattention", tau=0.5)
+    specs = load_host(checkpoints[0])
+    listed = resolve_model([checkpoints[1], str(tmp_path / "saved"), specs])
+    assert type(listed) is retrofit.ResolvedModel and listed.is_list and listed.by_reference
+    assert listed.entries[2] is specs and listed.saved_settings["tau"] == 0.5
+    one = resolve_model(specs)
+    assert type(one) is retrofit.ResolvedModel and one.entries == (specs,)
+    with pytest.raises(retrofit.InvalidModelPathError, match="not one checkpoint file"):
+        load_host(listed)
+
+
+def test_a_file_of_another_suffix_is_refused_by_the_estimator_as_load_host_refuses_it(
+    checkpoints, tmp_path
+):
+    other = tmp_path / "tiny_v3.pt"
+    other.write_bytes(Path(checkpoints[0]).read_bytes())
+    with pytest.raises(retrofit.CorruptCheckpointError, match=r"tiny_v3\.pt.*not a TabPFN"):
+        load_host(str(other))
+    with pytest.raises(retrofit.CorruptCheckpointError, match=r"tiny_v3\.pt.*not a TabPFN"):
+        _fit_predict(_est(str(other)))
+
+
+def test_a_bare_name_in_tabpfns_model_cache_loads_as_tabpfn_finds_it(checkpoints, cache_dir):
+    (cache_dir / "cached_v3.safetensors").write_bytes(Path(checkpoints[0]).read_bytes())
+    assert resolve_model("cached_v3.safetensors").checkpoint == cache_dir / "cached_v3.safetensors"
+    assert load_host("cached_v3.safetensors").model is not None

@@ -18,7 +18,7 @@ from eval.paper.classification_report import (
     CLASSIFICATION_CASE_COLUMNS,
     build_classification_report,
 )
-from eval.paper.command import resolve_model
+from eval.paper.command import suite_checkpoint
 from eval.paper.datasets import (
     OFFLINE_CLS6_DATASETS,
     SEEDS,
@@ -124,9 +124,9 @@ def test_a_regressor_checkpoint_is_refused_for_a_classification_suite(tiny_v3_pa
 
 def test_embedded_names_the_shipped_classifier_for_a_classification_suite() -> None:
     """``eval --suite offline_cls6 --model embedded`` runs the classifier, not the regressor."""
-    assert resolve_model("embedded", "offline_cls6") == embedded_model_path("classifier")
-    assert resolve_model("embedded", "offline18") == embedded_model_path("regressor")
-    assert resolve_model("embedded") == embedded_model_path("regressor")
+    assert suite_checkpoint("embedded", "offline_cls6") == embedded_model_path("classifier")
+    assert suite_checkpoint("embedded", "offline18") == embedded_model_path("regressor")
+    assert suite_checkpoint("embedded") == embedded_model_path("regressor")
 
 
 def test_the_classifier_runs_through_the_runner_and_both_retrofits_move_its_log_loss(

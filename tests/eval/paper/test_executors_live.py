@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from eval.errors import ClusterUnreachableError
-from eval.paper.command import resolve_model
+from eval.paper.command import suite_checkpoint
 from eval.paper.execution import run_suite
 from eval.paper.executors import DaskExecutor, Executor, RayExecutor, SerialExecutor
 from eval.paper.spec import Task, make_tasks
@@ -39,7 +39,7 @@ ROWS = {"max_train_rows": 48, "max_test_rows": 12}
 
 @pytest.fixture(scope="module")
 def embedded() -> Path:
-    return resolve_model("embedded")
+    return suite_checkpoint("embedded")
 
 
 def _tasks(model: Path, **kw: Any) -> list[Task]:

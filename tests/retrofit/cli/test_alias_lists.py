@@ -29,14 +29,11 @@ def test_the_alias_table_is_the_one_the_resolver_uses():
 @pytest.mark.parametrize(
     ("raise_it", "error"),
     [
-        (lambda tmp: loading.resolve_checkpoint(tmp / "missing.ckpt"), CheckpointNotFoundError),
-        (
-            lambda tmp: loading.resolve_for_tabpfn(str(tmp / "missing.ckpt")),
-            CheckpointNotFoundError,
-        ),
+        (lambda tmp: loading.resolve_model(tmp / "missing.ckpt"), CheckpointNotFoundError),
+        (lambda tmp: loading.load_host(str(tmp / "missing.ckpt")), CheckpointNotFoundError),
         (lambda tmp: weights.resolve_version("v4"), UnknownVersionError),
     ],
-    ids=["resolve_checkpoint", "estimator model_path", "unknown version"],
+    ids=["resolve_model", "load_host", "unknown version"],
 )
 def test_every_error_listing_the_aliases_names_every_one(tmp_path, raise_it, error):
     with pytest.raises(error) as info:

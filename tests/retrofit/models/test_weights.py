@@ -279,7 +279,7 @@ def test_a_local_checkpoint_file_loads_and_fits(tmp_path, suffix):
     if suffix == ".ckpt":  # the legacy pickled format of tabpfn's published files
         path = tmp_path / "tiny_v3.ckpt"
         torch.save(Checkpoint(source).load(), path)
-    assert loading.resolve_checkpoint(str(path)) == path.resolve()
+    assert loading.resolve_model(str(path)).checkpoint == path.resolve()
     estimator, prediction = _fit_predict(str(path), mode="oattention")
     assert estimator.patch_report_.host == "TabPFNV3"
     assert np.isfinite(prediction).all()

@@ -68,7 +68,7 @@ def test_the_estimator_on_auto_offline_names_the_v3_5_file(cache_dir, no_downloa
 
 def test_an_unknown_path_lists_every_alias(tmp_path):
     with pytest.raises(loading.CheckpointNotFoundError, match=r"'v2\.5', 'v2\.6', 'v3' or 'v3\.5'"):
-        loading.resolve_checkpoint(tmp_path / "missing.ckpt")
+        loading.resolve_model(tmp_path / "missing.ckpt")
 
 
 # ---- tiny checkpoints of each new class through tabpfn's loader and the estimator ----------
