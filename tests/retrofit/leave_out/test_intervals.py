@@ -123,7 +123,7 @@ def test_an_alpha_outside_zero_one_is_refused(alpha):
 def test_mismatched_shapes_and_folds_are_refused_naming_the_argument():
     with pytest.raises(InvalidInputError, match="fold_of_row_N"):
         cv_plus_intervals(np.ones(10), np.arange(9), np.zeros((10, 2)))
-    with pytest.raises(InvalidInputError, match="outside 0..4"):
+    with pytest.raises(InvalidInputError, match=r"outside 0\.\.4"):
         cv_plus_intervals(np.ones(10), np.arange(10), np.zeros((5, 2)))
     with pytest.raises(InvalidInputError, match="absolute residuals"):
         cv_plus_intervals(-np.ones(10), np.arange(10) % 2, np.zeros((2, 2)))
