@@ -211,7 +211,9 @@ def _run_report(args: argparse.Namespace) -> int:
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "bench", help="OAttention vs plain SDPA: time, peak memory, fit+predict per mode"
+        "bench",
+        help="OAttention vs plain SDPA: time, peak memory, fit+predict per mode (--batched: "
+        "ragged batches; --leave-out: out-of-fold prediction)",
     )
     p.add_argument(
         "--out",
@@ -267,17 +269,54 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         "--batched-repeats", type=int, default=3, help="timed rounds per size (default 3)"
     )
     p.add_argument("--device", default="cpu", help="torch device of --batched (default cpu)")
+    p.add_argument(
+        "--leave-out",
+        action="store_true",
+        help="benchmark out-of-fold prediction against scikit-learn's k refits instead "
+        f"(writes {default_output('bench_leave_out')} unless --out is given)",
+    )
+    p.add_argument(
+        "--leave-out-rows",
+        type=int,
+        nargs="+",
+        default=[200, 500, 1000],
+        metavar="N",
+        help="train rows of the k-fold cases (default 200 500 1000)",
+    )
+    p.add_argument(
+        "--leave-out-folds",
+        type=int,
+        nargs="+",
+        default=[5, 10],
+        metavar="K",
+        help="k of the k-fold cases (default 5 10)",
+    )
+    p.add_argument(
+        "--leave-out-loo-rows",
+        type=int,
+        default=200,
+        metavar="N",
+        help="train rows of the leave-one-out case (default 200; 0: none)",
+    )
+    p.add_argument(
+        "--leave-out-repeats", type=int, default=3, help="timed rounds per case (default 3)"
+    )
     p.set_defaults(handler=_run_bench)
 
 
 def _run_bench(args: argparse.Namespace) -> int:
     from eval.benchmarks.batched import bench_batched_command
+    from eval.benchmarks.leave_out import bench_leave_out_command
     from eval.benchmarks.speed import bench_command
     from retrofit.models.loading import resolve_checkpoint
 
     # Before any work: an unknown alias or a missing file is one line naming the
     # known aliases (exit 2), never a report whose every host part reads "Not measured".
     resolve_checkpoint(args.model)
+    if args.batched and args.leave_out:
+        raise CommandError("bench: give --batched or --leave-out, not both")
+    if args.leave_out:
+        return bench_leave_out_command(args)
     if args.batched:
         return bench_batched_command(args)
     return bench_command(args)
