@@ -39,6 +39,7 @@ from retrofit.errors import InvalidInputError
 
 __all__ = [
     "PredictionIntervals",
+    "checked_alpha",
     "cv_plus_intervals",
     "jackknife_plus_intervals",
     "lower_rank",
@@ -79,7 +80,8 @@ class PredictionIntervals:
         return (self.lower_Q <= y_Q) & (y_Q <= self.upper_Q)
 
 
-def _checked_alpha(alpha: float) -> Fraction:
+def checked_alpha(alpha: float) -> Fraction:
+    """``alpha`` as the exact fraction of its decimal; InvalidInputError unless in (0, 1)."""
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)):
         raise InvalidInputError(f"alpha must be a number in (0, 1), got {alpha!r}")
     if not 0.0 < float(alpha) < 1.0:
@@ -89,12 +91,12 @@ def _checked_alpha(alpha: float) -> Fraction:
 
 def upper_rank(n: int, alpha: float) -> int:
     """``ceil((1 - alpha) * (n + 1))``: the rank of ``q+`` among ``n`` values (> n: ``+inf``)."""
-    return math.ceil((1 - _checked_alpha(alpha)) * (n + 1))
+    return math.ceil((1 - checked_alpha(alpha)) * (n + 1))
 
 
 def lower_rank(n: int, alpha: float) -> int:
     """``floor(alpha * (n + 1))``: the rank of ``q-`` among ``n`` values (0: ``-inf``)."""
-    return math.floor(_checked_alpha(alpha) * (n + 1))
+    return math.floor(checked_alpha(alpha) * (n + 1))
 
 
 def _kth_smallest(values_NQ: np.ndarray, rank: int, missing: float) -> np.ndarray:
@@ -140,7 +142,7 @@ def cv_plus_intervals(
         InvalidInputError: On a bad ``alpha``, shapes that do not match, a
             fold index out of range, or non-finite values.
     """
-    _checked_alpha(alpha)
+    checked_alpha(alpha)
     residuals_N = _float_array("residuals_N", residuals_N, 1)
     mu_query_KQ = _float_array("mu_query_KQ", mu_query_KQ, 2)
     folds_N = np.asarray(fold_of_row_N)
@@ -201,7 +203,7 @@ def split_conformal_intervals(
     Returns:
         The intervals, one per query row (``+-inf`` when ``M`` is too small).
     """
-    _checked_alpha(alpha)
+    checked_alpha(alpha)
     residuals_M = _float_array("residuals_M", residuals_M, 1)
     mu_query_Q = _float_array("mu_query_Q", mu_query_Q, 1)
     if (residuals_M < 0).any():
