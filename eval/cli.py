@@ -1,7 +1,7 @@
 """The evaluation runner's commands on the console script ``tabpfn-retrofit``.
 
 :func:`add_subcommands` registers ``exactness``, ``ablation``, ``eval``,
-``report`` and ``bench``; ``pyproject.toml`` declares it in the
+``report``, ``bench`` and ``intervals``; ``pyproject.toml`` declares it in the
 ``tabpfn_retrofit.commands`` entry-point group, through which the library's
 console (:mod:`retrofit.cli.program`) finds it without importing eval.
 :func:`main` (``python -m eval``) runs the same parser from the library's and
@@ -322,12 +322,77 @@ def _run_bench(args: argparse.Namespace) -> int:
     return bench_command(args)
 
 
+def _add_intervals(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "intervals",
+        help="coverage and width of jackknife+, CV+ and split-conformal intervals on a suite",
+    )
+    regression = sorted(s for s, task in SUITE_TASK.items() if task == "regression")
+    p.add_argument("--suite", default="offline18", choices=regression)
+    p.add_argument("--model", default="embedded", metavar="MODEL", help=retrofit_cli.MODEL_HELP)
+    p.add_argument("--alpha", type=float, default=0.1, help="miscoverage level (default 0.1)")
+    p.add_argument("--folds", type=int, default=10, help="K of CV+ (default 10)")
+    p.add_argument(
+        "--max-train-rows",
+        type=int,
+        default=200,
+        help="train rows kept per case, a seeded prefix (default 200: leave-one-out fits "
+        "one fold per row; 0: all)",
+    )
+    p.add_argument(
+        "--max-test-rows",
+        type=int,
+        default=250,
+        help="test rows kept per case (default 250; 0: all)",
+    )
+    p.add_argument("--n-estimators", type=int, default=None, help="default: the checkpoint's")
+    p.add_argument("--datasets", nargs="+", default=None, help="subset of the suite")
+    p.add_argument("--seeds", nargs="+", type=int, default=None, help="subset of seeds")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: keep)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help=f"output directory (default {default_output('leave_out')}; results/ only if named)",
+    )
+    p.set_defaults(handler=_run_intervals)
+
+
+def _run_intervals(args: argparse.Namespace) -> int:
+    require_extra("eval", needed_by="this command")
+    from eval.paper.interval_coverage import interval_coverage
+    from retrofit.models.loading import resolve_checkpoint
+
+    resolve_checkpoint(args.model)  # an unknown alias is one line before any work
+    if not 0 < args.alpha < 1:
+        raise CommandError(f"--alpha must be in (0, 1), got {args.alpha:g}")
+    if args.folds < 2:
+        raise CommandError(f"--folds must be >= 2, got {args.folds}")
+    out = args.out or str(default_output("leave_out"))
+    report = interval_coverage(
+        out,
+        suite=args.suite,
+        model_path=args.model,
+        alpha=args.alpha,
+        folds=args.folds,
+        max_train_rows=args.max_train_rows or None,
+        max_test_rows=args.max_test_rows or None,
+        n_estimators=args.n_estimators or "auto",
+        datasets=args.datasets,
+        seeds=args.seeds,
+        threads=args.threads,
+        progress=lambda line: print(line, flush=True),
+    )
+    print(f"wrote {out}/interval_coverage.json and interval_coverage.md")
+    return 1 if report["summary"]["failed"] else 0
+
+
 SUBCOMMANDS: list[program.CommandGroup] = [
     _add_exactness,
     _add_ablation,
     _add_eval,
     _add_report,
     _add_bench,
+    _add_intervals,
 ]
 
 
