@@ -335,8 +335,8 @@ def _add_intervals(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-train-rows",
         type=int,
-        default=200,
-        help="train rows kept per case, a seeded prefix (default 200: leave-one-out fits "
+        default=100,
+        help="train rows kept per case, a seeded prefix (default 100: leave-one-out fits "
         "one fold per row; 0: all)",
     )
     p.add_argument(

@@ -34,7 +34,7 @@ from eval.paper.estimators import suite_task
 from eval.paper.protocol import SUITE_SOURCE
 from eval.provenance import provenance_dict
 from retrofit.files import write_json_atomic, write_text_atomic
-from retrofit.leave_out.estimator_intervals import prediction_intervals
+from retrofit.leave_out.estimator_intervals import FOLD_MODELS, prediction_intervals
 from retrofit.regressor import OTabPFNRegressor
 
 __all__ = ["METHODS", "case_coverage", "interval_coverage", "render_coverage_markdown"]
@@ -94,7 +94,7 @@ def interval_coverage(
     model_path: str = "embedded",
     alpha: float = 0.1,
     folds: int = 10,
-    max_train_rows: int | None = 200,
+    max_train_rows: int | None = 100,
     max_test_rows: int | None = 250,
     n_estimators: int | str = "auto",
     datasets: Sequence[str] | None = None,
@@ -165,6 +165,7 @@ def interval_coverage(
         "alpha": alpha,
         "cv_plus_folds": folds,
         "split_calibration_fraction": 0.5,
+        "fold_models": FOLD_MODELS,
         "max_train_rows": max_train_rows,
         "max_test_rows": max_test_rows,
         "n_estimators": n_estimators,
@@ -235,9 +236,13 @@ def render_coverage_markdown(report: dict[str, Any]) -> str:
         "(the split is shuffled by its seed: a seeded subsample). jackknife+ is "
         f"leave-one-out, CV+ is KFold({report['cv_plus_folds']}), split conformal fits "
         "on half the train rows and calibrates on the other half; all from "
-        "`retrofit.prediction_intervals`. Target coverage "
-        f"{s['target']:.2f} (guaranteed: split conformal >= {s['target']:.2f}, jackknife+ "
-        f">= {1 - 2 * report['alpha']:.2f}). Width over std: mean interval width in units of "
+        f"`retrofit.prediction_intervals` (fold models: {report['fold_models']}). Target "
+        f"coverage {s['target']:.2f}; guaranteed, marginally over draws of the train and "
+        f"test rows: split conformal >= {s['target']:.2f}, jackknife+ >= "
+        f"{1 - 2 * report['alpha']:.2f}, CV+ a little less. The 95% interval is the exact "
+        "binomial one over the pooled test rows as if they were independent; the test rows "
+        "of a case share one train set, so coverage varies between cases more than that "
+        "interval says (min case coverage). Width / std: mean interval width in units of "
         "the train target's standard deviation, averaged over cases.",
         "",
         "| method | pooled coverage [95% CI] | test rows | mean case coverage "

@@ -26,10 +26,13 @@ from retrofit.leave_out.intervals import (
 )
 from retrofit.regressor import OTabPFNRegressor
 
-__all__ = ["INTERVAL_METHODS", "prediction_intervals"]
+__all__ = ["FOLD_MODELS", "INTERVAL_METHODS", "prediction_intervals"]
 
 #: The methods of :func:`prediction_intervals`.
 INTERVAL_METHODS: tuple[str, ...] = ("jackknife+", "cv+", "split")
+
+#: How :func:`prediction_intervals` gets each fold's model (recorded by reports).
+FOLD_MODELS = "k refits: a clone of the estimator fitted on each fold's train rows"
 
 
 def _checked_estimator(estimator: Any) -> OTabPFNRegressor:
