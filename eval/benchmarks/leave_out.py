@@ -90,6 +90,17 @@ def _peers(
     return peers
 
 
+def _table(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``n`` train rows of a synthetic table (``ragged_datasets``).
+
+    One seed for every size, so every case has the same features. ``ragged_datasets``
+    draws its rows log-uniformly and truncates (asked for 200 it may give 199), so it
+    is asked for one row more and cut.
+    """
+    X, y, _ = ragged_datasets(1, min_rows=n + 1, max_rows=n + 1, seed=seed)[0]
+    return X[:n], y[:n]
+
+
 def _median_or_none(values: list[int | None]) -> float | None:
     known = [v for v in values if v is not None]
     return float(np.median(known)) if known else None
@@ -225,8 +236,7 @@ def bench_leave_out(
         "cases": [],
     }
     for n, cv in plan:
-        # One seed for every case: the same number of features at every size.
-        X, y, _ = ragged_datasets(1, min_rows=n, max_rows=n, seed=seed)[0]
+        X, y = _table(n, seed)
         if progress:
             progress(f"{n} rows x {X.shape[1]} features, {type(cv).__name__}")
         report["cases"].append(

@@ -9,6 +9,7 @@ import torch
 from sklearn.model_selection import KFold, cross_val_predict
 
 from eval.benchmarks.batched import ragged_datasets
+from eval.benchmarks.leave_out import bench_leave_out
 from eval.cli import main
 from retrofit import OTabPFNRegressor
 
@@ -37,7 +38,8 @@ def test_quick_leave_out_bench_times_every_case_and_stores_the_refits_prediction
         assert refits["ratio_to_sklearn_refits"] is None
         assert refits["max_abs_diff_to_sklearn_refits"] == 0.0
     # The stored out-of-fold RMSE is scikit-learn's k refits of the same estimator.
-    X, y, _ = ragged_datasets(1, min_rows=24, max_rows=24, seed=0)[0]
+    X, y, _ = ragged_datasets(1, min_rows=25, max_rows=25, seed=0)[0]
+    X, y = X[:24], y[:24]
     estimator = OTabPFNRegressor(
         mode="full-o",
         model_path=str(tiny_v3_path),
@@ -58,3 +60,12 @@ def test_bench_refuses_batched_and_leave_out_together_in_one_line(tmp_path, caps
     assert main(["bench", "--batched", "--leave-out", "--out", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "--batched or --leave-out" in err
+
+
+def test_a_case_has_exactly_the_rows_it_was_asked_for(tiny_v3_path, tmp_path):
+    # ragged_datasets truncates a log-uniform draw: asked for 200 rows it gives 199.
+    report = bench_leave_out(
+        tmp_path, rows=[200], folds=[2], loo_rows=None, repeats=1,
+        model_path=str(tiny_v3_path), n_estimators=1,
+    )  # fmt: skip
+    assert [c["rows"] for c in report["cases"]] == [200]
