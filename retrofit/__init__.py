@@ -3,8 +3,9 @@
 Public API: :func:`patch` / :func:`unpatch` (in place, one patch table per
 host architecture), :class:`PatchReport`, the scikit-learn estimators
 :class:`OTabPFNRegressor` and :class:`OTabPFNClassifier`, model loading
-(:func:`resolve_model`, :func:`load_host`), :func:`embedded_model_path` and
-:func:`row_presence` (train rows of a patched forward marked absent).
+(:func:`resolve_model`, :func:`load_host`), :func:`embedded_model_path`,
+:func:`row_presence` (train rows of a patched forward marked absent) and the
+regressor's jackknife+/CV+/split-conformal :func:`prediction_intervals`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ _EXPORTS: dict[str, str] = {
     "unpatch": "retrofit.patcher",
     "save_patched": "retrofit.models.saved.save",
     "embedded_model_path": "retrofit.models.embedded",
+    "PredictionIntervals": "retrofit.leave_out.intervals",
+    "prediction_intervals": "retrofit.leave_out.estimator_intervals",
 }
 
 __all__ = [*errors.__all__, *sorted(_EXPORTS)]

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import os
 import random
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,8 +47,7 @@ from tabpfn import TabPFNRegressor
 
 from eval.benchmarks import DEFAULT_BATCHED_SIZES
 from eval.benchmarks.machine import environment
-from eval.benchmarks.memory_probe import known_growth, reset_peak_rss, status_kib
-from eval.benchmarks.timing import paired_ratio
+from eval.benchmarks.timing import paired_ratio, timed_with_peak
 from eval.locations import DEFAULT_OUTPUT_ROOT, default_output
 from eval.provenance import provenance_dict
 from retrofit import OTabPFNRegressor
@@ -101,25 +99,6 @@ def ragged_datasets(
         y = X @ w + np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=len(X))
         out.append((X[:n_train], y[:n_train], X[n_train:]))
     return out
-
-
-def _timed_with_peak(fn: Callable[[], Any]) -> tuple[float, int | None]:
-    """CPU seconds of one call of ``fn`` and the peak resident memory it adds.
-
-    CPU time of the process (every torch thread counts; other jobs on a shared
-    machine do not), so peers compare by the work they do.
-
-    The peak is Linux's ``VmHWM`` after a reset through ``/proc/self/clear_refs``
-    (None where that is unavailable, or where it read no growth); the reset
-    happens before the clock starts.
-    """
-    before = status_kib("VmRSS")
-    resettable = reset_peak_rss()
-    t0 = time.process_time()
-    fn()
-    seconds = time.process_time() - t0
-    peak = status_kib("VmHWM") if resettable else None
-    return seconds, known_growth(None if peak is None or before is None else (peak - before) * 1024)
 
 
 #: The peers that run the padded path (their padding is reported).
@@ -224,7 +203,7 @@ def bench_case(
         order = names[:]
         rng.shuffle(order)
         for name in order:
-            seconds, peak = _timed_with_peak(peers[name])
+            seconds, peak = timed_with_peak(peers[name])
             times[name].append(seconds / len(datasets))
             memory[name].append(peak)
         if progress:

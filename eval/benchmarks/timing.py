@@ -5,6 +5,8 @@ round, so load drift on a shared machine hits every peer alike; each
 measurement repeats a call until it lasts ``min_time_s`` (scheduler ticks on a
 loaded machine are several ms). A ratio is the median over rounds of the
 per-round ratio, with a percentile bootstrap confidence interval over rounds.
+A call that is long enough on its own is timed once in CPU seconds with the
+peak memory it adds (:func:`timed_with_peak`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["paired_ratio", "time_interleaved"]
+from eval.benchmarks.memory_probe import known_growth, reset_peak_rss, status_kib
+
+__all__ = ["paired_ratio", "time_interleaved", "timed_with_peak"]
 
 
 def time_interleaved(
@@ -110,3 +114,22 @@ def paired_ratio(
         "ci_high": float(hi),
         "ratio_of_medians": float(np.median(a) / np.median(b)),
     }
+
+
+def timed_with_peak(fn: Callable[[], Any]) -> tuple[float, int | None]:
+    """CPU seconds of one call of ``fn`` and the peak resident memory it adds.
+
+    CPU time of the process (every torch thread counts; other jobs on a shared
+    machine do not), so peers compare by the work they do.
+
+    The peak is Linux's ``VmHWM`` after a reset through ``/proc/self/clear_refs``
+    (None where that is unavailable, or where it read no growth); the reset
+    happens before the clock starts.
+    """
+    before = status_kib("VmRSS")
+    resettable = reset_peak_rss()
+    t0 = time.process_time()
+    fn()
+    seconds = time.process_time() - t0
+    peak = status_kib("VmHWM") if resettable else None
+    return seconds, known_growth(None if peak is None or before is None else (peak - before) * 1024)

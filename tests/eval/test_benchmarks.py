@@ -397,12 +397,12 @@ def test_a_gpu_check_report_that_cannot_be_rendered_leaves_neither_file(tmp_path
 
 
 def test_a_batched_timing_whose_probe_reads_no_growth_records_unknown(monkeypatch):
-    """The ragged-batch benchmark shares the probe, and its rule: no growth read is unknown."""
-    from eval.benchmarks import batched
+    """The benchmarks share one timed probe and its rule: a probe that read no growth is unknown."""
+    from eval.benchmarks import timing
 
-    monkeypatch.setattr(batched, "status_kib", lambda field: 4096)
-    monkeypatch.setattr(batched, "reset_peak_rss", lambda: True)
-    seconds, peak = batched._timed_with_peak(lambda: None)
+    monkeypatch.setattr(timing, "status_kib", lambda field: 4096)
+    monkeypatch.setattr(timing, "reset_peak_rss", lambda: True)
+    seconds, peak = timing.timed_with_peak(lambda: None)
     assert seconds >= 0 and peak is None
 
 

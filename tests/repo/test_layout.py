@@ -96,6 +96,7 @@ RETROFIT_FLOORS: tuple[tuple[str, ...], ...] = (
     ("fit_state",),
     ("estimator_base",),
     ("regressor", "classifier"),
+    ("leave_out",),
     ("cli",),
 )
 

@@ -1,0 +1,170 @@
+"""Prediction intervals of a retrofit regressor: jackknife+, CV+, split conformal.
+
+:func:`prediction_intervals` gets every fold's model ``mu_{-k}``: the
+held-out rows' predictions give the residuals ``R_i = |y_i - mu_{-k(i)}(X_i)|``,
+the test rows' predictions from every fold give ``mu_{-k}(x)``, and
+:mod:`retrofit.leave_out.intervals` turns them into intervals. Here each
+fold's model is a clone of the estimator fitted on the fold's train rows (k
+refits). Split conformal, for comparison, is one fit on part of the rows and a
+calibration on the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sklearn.base import clone, is_classifier
+from sklearn.model_selection import KFold, LeaveOneOut
+
+from retrofit.errors import InvalidInputError
+from retrofit.leave_out.intervals import (
+    PredictionIntervals,
+    checked_alpha,
+    cv_plus_intervals,
+    split_conformal_intervals,
+)
+from retrofit.regressor import OTabPFNRegressor
+
+__all__ = ["FOLD_MODELS", "INTERVAL_METHODS", "prediction_intervals"]
+
+#: The methods of :func:`prediction_intervals`.
+INTERVAL_METHODS: tuple[str, ...] = ("jackknife+", "cv+", "split")
+
+#: How :func:`prediction_intervals` gets each fold's model (recorded by reports).
+FOLD_MODELS = "k refits: a clone of the estimator fitted on each fold's train rows"
+
+
+def _checked_estimator(estimator: Any) -> OTabPFNRegressor:
+    if is_classifier(estimator):
+        raise InvalidInputError(
+            f"prediction_intervals: {type(estimator).__name__} is a classifier; jackknife+, "
+            "CV+ and split-conformal intervals are for OTabPFNRegressor only"
+        )
+    if not isinstance(estimator, OTabPFNRegressor):
+        raise InvalidInputError(
+            f"prediction_intervals needs a retrofit.OTabPFNRegressor, got "
+            f"{type(estimator).__name__}: wrap the host in OTabPFNRegressor"
+        )
+    return estimator
+
+
+def _split_conformal(
+    estimator: OTabPFNRegressor,
+    X: np.ndarray,
+    y: np.ndarray,
+    X_test: np.ndarray,
+    *,
+    alpha: float,
+    calibration_fraction: float,
+    random_state: int | None,
+) -> PredictionIntervals:
+    n = len(X)
+    n_cal = round(calibration_fraction * n)
+    if not 1 <= n_cal < n:
+        raise InvalidInputError(
+            f"split conformal: calibration_fraction {calibration_fraction} of {n} rows leaves "
+            "no rows to fit or none to calibrate; give more rows or another fraction"
+        )
+    order = np.random.default_rng(random_state).permutation(n)
+    fit_rows, cal_rows = order[n_cal:], order[:n_cal]
+    model = clone(estimator).fit(X[fit_rows], y[fit_rows])
+    residuals_M = np.abs(y[cal_rows] - model.predict(X[cal_rows]))
+    return split_conformal_intervals(residuals_M, model.predict(X_test), alpha=alpha)
+
+
+def _fold_residuals(
+    estimator: OTabPFNRegressor, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, splitter: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Residuals, the fold of each row, and each fold's predictions of ``X_test``.
+
+    Each fold's model is a clone of ``estimator`` fitted on the fold's train rows.
+    """
+    folds = list(splitter.split(X, y))
+    held_out = np.concatenate([test for _, test in folds])
+    if np.sort(held_out).tolist() != list(range(len(X))):
+        raise InvalidInputError(
+            f"prediction_intervals: the folds of {type(splitter).__name__} must hold out "
+            "every row exactly once (a partition, as KFold and LeaveOneOut are)"
+        )
+    residuals_N = np.empty(len(X))
+    fold_of_row_N = np.empty(len(X), dtype=np.intp)
+    mu_query_KQ = np.empty((len(folds), len(X_test)))
+    for k, (train, test) in enumerate(folds):
+        model = clone(estimator).fit(X[train], y[train])
+        prediction = model.predict(np.concatenate([X[test], X_test]))
+        residuals_N[test] = np.abs(y[test] - prediction[: len(test)])
+        fold_of_row_N[test] = k
+        mu_query_KQ[k] = prediction[len(test) :]
+    return residuals_N, fold_of_row_N, mu_query_KQ
+
+
+def prediction_intervals(
+    estimator: OTabPFNRegressor,
+    X: Any,
+    y: Any,
+    X_test: Any,
+    *,
+    alpha: float = 0.1,
+    method: str = "jackknife+",
+    cv: int | Any = None,
+    calibration_fraction: float = 0.5,
+    random_state: int | None = 0,
+) -> PredictionIntervals:
+    """Prediction intervals at ``1 - alpha`` for the rows of ``X_test``.
+
+    Args:
+        estimator: A :class:`retrofit.OTabPFNRegressor` in a patched mode
+            (fitted or not: a clone is fitted on ``X, y``).
+        X: Train features, ``(N, F)``.
+        y: Train targets, ``(N,)``.
+        X_test: Rows to give intervals for, ``(Q, F)``.
+        alpha: Miscoverage level in (0, 1).
+        method: ``"jackknife+"`` (leave-one-out: ``N`` fold contexts),
+            ``"cv+"`` (``cv`` folds) or ``"split"`` (split conformal).
+        cv: For ``"cv+"``: a number of folds (``KFold``, shuffled by
+            ``random_state``) or any scikit-learn splitter; default 10. Not
+            used by the other methods.
+        calibration_fraction: For ``"split"``: the share of rows that
+            calibrates (the rest fit).
+        random_state: Seed of the default ``KFold`` and of the split.
+
+    Returns:
+        The intervals (:class:`retrofit.leave_out.intervals.PredictionIntervals`).
+
+    Raises:
+        InvalidInputError: A classifier or a non-retrofit estimator, an
+            unknown method, a ``cv`` given with another method, or a bad alpha.
+    """
+    estimator = _checked_estimator(estimator)
+    checked_alpha(alpha)
+    if method not in INTERVAL_METHODS:
+        raise InvalidInputError(
+            f"prediction_intervals: unknown method {method!r}; use one of "
+            + ", ".join(INTERVAL_METHODS)
+        )
+    if cv is not None and method != "cv+":
+        raise InvalidInputError(
+            f"prediction_intervals: cv is for method='cv+' only ({method!r} has its own folds)"
+        )
+    X = np.asarray(X)
+    y = np.asarray(y, dtype=np.float64)
+    X_test = np.asarray(X_test)
+    if method == "split":
+        return _split_conformal(
+            estimator,
+            X,
+            y,
+            X_test,
+            alpha=alpha,
+            calibration_fraction=calibration_fraction,
+            random_state=random_state,
+        )
+    if method == "jackknife+":
+        splitter: Any = LeaveOneOut()
+    elif cv is None or isinstance(cv, int):
+        splitter = KFold(10 if cv is None else cv, shuffle=True, random_state=random_state)
+    else:
+        splitter = cv
+    residuals_N, fold_of_row_N, mu_query_KQ = _fold_residuals(estimator, X, y, X_test, splitter)
+    return cv_plus_intervals(residuals_N, fold_of_row_N, mu_query_KQ, alpha=alpha, method=method)

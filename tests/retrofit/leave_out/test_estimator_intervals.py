@@ -1,0 +1,128 @@
+"""``retrofit.prediction_intervals``: the estimator-level entry point of the intervals.
+
+A tiny random v3 regressor (perturbed zero-inits, ``tiny_v3_path``), Full-O,
+float32. Split conformal is checked against its definition computed here
+(fit on the fit rows, residuals on the calibration rows); jackknife+ and CV+
+against the array maths fed with the fold engine's predictions and against
+refits of the estimator on each fold's rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.linear_model import Ridge
+from sklearn.model_selection import KFold, LeaveOneOut, ShuffleSplit
+
+import retrofit
+from retrofit import OTabPFNClassifier, OTabPFNRegressor
+from retrofit.errors import InvalidInputError
+from retrofit.leave_out.estimator_intervals import prediction_intervals
+from retrofit.leave_out.intervals import cv_plus_intervals, split_conformal_intervals
+from tests.helpers.exactness import MODEL_ULPS
+
+
+def _regressor(path) -> OTabPFNRegressor:
+    return OTabPFNRegressor(
+        mode="full-o",
+        model_path=str(path),
+        device="cpu",
+        n_estimators=1,
+        inference_precision=torch.float32,
+        random_state=0,
+    )
+
+
+def _table(n: int = 40, q: int = 7, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n + q, 3))
+    y = X @ np.array([1.0, -1.0, 0.5]) + 0.3 * rng.normal(size=n + q)
+    return X[:n], y[:n], X[n:]
+
+
+def test_a_classifier_is_refused_in_one_line_naming_the_regressor(tiny_v3_path):
+    X, y, X_test = _table()
+    with pytest.raises(InvalidInputError, match=r"classifier.*OTabPFNRegressor only") as err:
+        prediction_intervals(OTabPFNClassifier(), X, (y > 0).astype(int), X_test)
+    assert "\n" not in str(err.value)
+
+
+def test_an_estimator_that_is_not_the_retrofit_regressor_is_refused():
+    X, y, X_test = _table()
+    with pytest.raises(InvalidInputError, match=r"needs a retrofit\.OTabPFNRegressor, got Ridge"):
+        prediction_intervals(Ridge(), X, y, X_test)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"method": "jackknife"}, "unknown method 'jackknife'"),
+        ({"method": "split", "cv": 5}, "cv is for method='cv\\+' only"),
+        ({"alpha": 1.0}, "alpha must be in"),
+        ({"method": "split", "calibration_fraction": 0.0}, "calibration_fraction"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_is_fitted(tiny_v3_path, kwargs, match):
+    X, y, X_test = _table()
+    estimator = _regressor(tiny_v3_path)
+    with pytest.raises(InvalidInputError, match=match):
+        prediction_intervals(estimator, X, y, X_test, **kwargs)
+    assert not hasattr(estimator, "n_features_in_")
+
+
+def test_split_conformal_fits_on_one_part_and_calibrates_on_the_other(tiny_v3_path):
+    X, y, X_test = _table()
+    estimator = _regressor(tiny_v3_path)
+    got = prediction_intervals(estimator, X, y, X_test, method="split", alpha=0.2, random_state=3)
+    order = np.random.default_rng(3).permutation(len(X))
+    cal, fit = order[:20], order[20:]
+    model = clone(estimator).fit(X[fit], y[fit])
+    want = split_conformal_intervals(
+        np.abs(y[cal] - model.predict(X[cal])), model.predict(X_test), alpha=0.2
+    )
+    np.testing.assert_array_equal(got.lower_Q, want.lower_Q)
+    np.testing.assert_array_equal(got.upper_Q, want.upper_Q)
+    assert got.method == "split" and np.isfinite(got.width_Q).all()
+
+
+def _refit_folds(estimator, X, y, X_test, folds):
+    residuals = np.empty(len(X))
+    fold_of_row = np.empty(len(X), dtype=int)
+    mu_query = np.empty((len(folds), len(X_test)))
+    for k, (train, test) in enumerate(folds):
+        model = clone(estimator).fit(X[train], y[train])
+        residuals[test] = np.abs(y[test] - model.predict(X[test]))
+        fold_of_row[test] = k
+        mu_query[k] = model.predict(X_test)
+    return residuals, fold_of_row, mu_query
+
+
+@pytest.mark.parametrize("method", ["jackknife+", "cv+"])
+def test_jackknife_plus_and_cv_plus_are_the_array_maths_on_each_folds_model(tiny_v3_path, method):
+    X, y, X_test = _table(n=16, q=5)
+    estimator = _regressor(tiny_v3_path)
+    splitter = LeaveOneOut() if method == "jackknife+" else KFold(4, shuffle=True, random_state=0)
+    got = retrofit.prediction_intervals(
+        estimator, X, y, X_test, alpha=0.2, method=method, **({"cv": 4} if method == "cv+" else {})
+    )
+    residuals, fold_of_row, mu_query = _refit_folds(
+        estimator, X, y, X_test, list(splitter.split(X))
+    )
+    want = cv_plus_intervals(residuals, fold_of_row, mu_query, alpha=0.2)
+    # Each fold's test rows are predicted beside its held-out rows in one call:
+    # other rows of the same query batch, so within the fp32 module bound of the scale.
+    scale = max(1.0, float(np.abs(want.upper_Q).max()))
+    bound = MODEL_ULPS[torch.float32] * np.finfo(np.float32).eps * scale
+    np.testing.assert_allclose(got.lower_Q, want.lower_Q, rtol=0, atol=bound)
+    np.testing.assert_allclose(got.upper_Q, want.upper_Q, rtol=0, atol=bound)
+    assert got.method == method and np.isfinite(got.width_Q).all()
+    assert (got.lower_Q < got.upper_Q).all()
+
+
+def test_a_splitter_that_is_not_a_partition_is_refused(tiny_v3_path):
+    X, y, X_test = _table()
+    cv = ShuffleSplit(3, test_size=0.2, random_state=0)
+    with pytest.raises(InvalidInputError, match="every row exactly once"):
+        prediction_intervals(_regressor(tiny_v3_path), X, y, X_test, method="cv+", cv=cv)
