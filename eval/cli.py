@@ -360,9 +360,9 @@ def _add_intervals(sub: argparse._SubParsersAction) -> None:
 def _run_intervals(args: argparse.Namespace) -> int:
     require_extra("eval", needed_by="this command")
     from eval.paper.interval_coverage import interval_coverage
-    from retrofit.models.loading import resolve_checkpoint
+    from retrofit.models.loading import resolve_model
 
-    resolve_checkpoint(args.model)  # an unknown alias is one line before any work
+    _ = resolve_model(args.model).checkpoint  # an unknown alias is one line before any work
     if not 0 < args.alpha < 1:
         raise CommandError(f"--alpha must be in (0, 1), got {args.alpha:g}")
     if args.folds < 2:
