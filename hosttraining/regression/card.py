@@ -25,7 +25,7 @@ from retrofit.models.embedded import EMBEDDED_FILENAME
 
 # Defaults are relative to the working directory (run from the repository root):
 # the card reads results/ of the checkout it documents, never of an installed package.
-_EMBEDDED_DIR = Path("retrofit", "embedded")
+_EMBEDDED_DIR = Path("retrofit", "models", "embedded")
 _QUALITY_DIR = Path("results", "host_quality")
 
 __all__ = ["main", "write_card"]
