@@ -35,7 +35,7 @@ _REPO_ROOT = Path(__file__).resolve().parents[1]
 
 #: What "dirty code" means for a result: the packages and the project file,
 #: not results/ or docs (a run row would otherwise list every result file).
-CODE_PATHS: tuple[str, ...] = ("patches", "retrofit", "eval", "hostgen", "pyproject.toml")
+CODE_PATHS: tuple[str, ...] = ("patches", "retrofit", "eval", "hosttraining", "pyproject.toml")
 
 
 def _cpu_model() -> str:

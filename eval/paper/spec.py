@@ -64,7 +64,7 @@ def code_sha256() -> str:
     """SHA-256 of the source of :mod:`patches` and :mod:`retrofit`, whole.
 
     Every ``.py`` of both packages (the host's training code lives in
-    :mod:`hostgen`, outside them; the host it builds enters a run key through
+    :mod:`hosttraining`, outside them; the host it builds enters a run key through
     its checkpoint digest). Part of every
     run key, so a change to the operators or the patcher makes stored runs stale
     instead of silently mixing them with new ones.

@@ -171,7 +171,7 @@ def test_a_quick_exactness_or_ablation_run_leaves_the_full_run_s_folder_alone(
 
 def test_bench_and_host_quality_and_card_default_to_the_untracked_folder() -> None:
     from eval.benchmarks import batched, speed
-    from hostgen import card, quality
+    from hosttraining.regression import card, quality
 
     root = locations.DEFAULT_OUTPUT_ROOT.name
     for fn in (speed.run, batched.bench_batched):
@@ -184,7 +184,8 @@ def test_the_regeneration_script_names_every_results_path_it_writes() -> None:
     """.ci/regenerate-results is the one writer of results/: each command says where."""
     text = (REPO / ".ci" / "regenerate-results").read_text().replace("\\\n", " ")
     commands = [line.strip() for line in text.splitlines() if line.strip().startswith("step ")]
-    writers = [c for c in commands if re.search(r"tabpfn-retrofit |hostgen\.(quality|card)", c)]
+    writer = re.compile(r"tabpfn-retrofit |hosttraining\.\w+\.(quality|card)")
+    writers = [c for c in commands if writer.search(c)]
     assert len(writers) >= 9
     for command in writers:
         assert re.search(r"--(out|out-dir|store) (results/|retrofit/models/embedded/)", command), (

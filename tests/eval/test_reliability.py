@@ -446,9 +446,9 @@ def test_a_usage_error_of_every_subcommand_is_one_line(command, capsys):
 @pytest.mark.parametrize(
     ("module", "prog"),
     [
-        ("hostgen.pretrain", "python -m hostgen.pretrain"),
-        ("hostgen.quality", "python -m hostgen.quality"),
-        ("hostgen.card", "python -m hostgen.card"),
+        ("hosttraining.regression.pretrain", "python -m hosttraining.regression.pretrain"),
+        ("hosttraining.regression.quality", "python -m hosttraining.regression.quality"),
+        ("hosttraining.regression.card", "python -m hosttraining.regression.card"),
         ("eval.gpu_check", "gpu_check"),
         ("eval.paper.datasets.__main__", "python -m eval.paper.datasets"),
         ("eval.calibration", "python -m eval.calibration"),

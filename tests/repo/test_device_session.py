@@ -38,7 +38,7 @@ FAIL_WORD = {
     "torch": "-c",
     "gpu_check": "eval/gpu_check.py",
     "bench_batched": "bench",
-    "train_classifier": "hostgen.train_classifier",
+    "train_classifier": "hosttraining.classification.train",
 }
 
 
@@ -88,7 +88,7 @@ def _session(
 
 
 def _workers(calls: list[str]) -> int:
-    (train,) = [line for line in calls if "hostgen.train_classifier" in line]
+    (train,) = [line for line in calls if "hosttraining.classification.train" in line]
     words = train.split()
     return int(words[words.index("--workers") + 1])
 
@@ -147,7 +147,7 @@ def test_every_step_failing_exits_1_naming_them_with_their_logs_packed(tmp_path)
         logs = {Path(name).name for name in tgz.getnames()}
         text = tgz.extractfile("./train_classifier.log").read().decode()
     assert {f"{name}.log" for name in STEPS} <= logs
-    assert "forced failure of hostgen.train_classifier" in text
+    assert "forced failure of hosttraining.classification.train" in text
 
 
 @pytest.mark.parametrize("failing", STEPS)

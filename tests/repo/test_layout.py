@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("patches", "retrofit", "eval", "hostgen")
+PACKAGES = ("patches", "retrofit", "eval", "hosttraining")
 
 
 def _module_name(path: Path) -> str:
@@ -68,9 +68,10 @@ def test_the_import_graph_of_the_packages_has_no_cycle():
     [
         ("patches", "retrofit"),
         ("patches", "eval"),
+        ("patches", "hosttraining"),
         ("retrofit", "eval"),
-        ("retrofit", "hostgen"),
-        ("eval", "hostgen"),
+        ("retrofit", "hosttraining"),
+        ("eval", "hosttraining"),
     ],
 )
 def test_dependencies_point_one_way(lower, upper):
@@ -131,12 +132,15 @@ def test_every_room_of_retrofit_imports_only_rooms_on_lower_floors():
     assert not upward, upward
 
 
-# The rooms inside two rooms of retrofit/, floor by floor from the bottom, as above.
-# hosts/: one folder per host family over what they share (tabpfn's architectures/,
-# PEFT's tuner folders); a family never imports another. batching/: the device
-# bounds, the padding and chunks, the engine, the one dispatch, then the two front
-# ends, neither of which imports the other.
+# The rooms inside two rooms of retrofit/ and inside the training tooling, floor by
+# floor from the bottom, as above. hosts/: one folder per host family over what they
+# share (tabpfn's architectures/, PEFT's tuner folders); a family never imports
+# another. batching/: the device bounds, the padding and chunks, the engine, the one
+# dispatch, then the two front ends, neither of which imports the other.
+# hosttraining/: the priors, what both tasks share, then one folder per task, neither
+# of which imports the other (no module sits flat beside them).
 INNER_FLOORS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "hosttraining": (("priors",), ("common",), ("regression", "classification")),
     "retrofit.hosts": (("common",), ("v2", "v3")),
     "retrofit.batching": (
         ("bounds",),
@@ -170,7 +174,7 @@ def _inner_rooms_and_upward_imports(package: str) -> tuple[set[str], list[str]]:
 
 
 @pytest.mark.parametrize("package", sorted(INNER_FLOORS))
-def test_the_rooms_of_hosts_and_batching_are_the_named_ones_and_import_downward(package):
+def test_the_rooms_inside_a_package_are_the_named_ones_and_import_downward(package):
     rooms, upward = _inner_rooms_and_upward_imports(package)
     named = {room for floor in INNER_FLOORS[package] for room in floor}
     assert rooms == named, f"place every room of {package} on a floor of INNER_FLOORS"

@@ -29,7 +29,7 @@ from eval.paper.datasets.catalog import ALL_SPECS
 
 ROOT = Path(__file__).resolve().parents[2]
 # The wheel is built from every package of the checkout and must hold only these.
-PACKAGES = ("patches", "retrofit", "eval", "hostgen")
+PACKAGES = ("patches", "retrofit", "eval", "hosttraining")
 SHIPPED = ("patches", "retrofit", "eval")
 LIBRARY = ("patches", "retrofit")
 DISTRIBUTION = "tabpfn-retrofit"
@@ -158,7 +158,7 @@ def _console_from_wheel(site: Path, cwd: Path, *argv: str) -> subprocess.Complet
 
 
 def test_the_wheel_holds_the_library_and_the_runner_but_not_the_training_tooling(wheel):
-    assert any(f.startswith("hostgen/") for f in _package_files())  # it was there to leave out
+    assert any(f.startswith("hosttraining/") for f in _package_files())  # it was there to leave out
     tops = {name.split("/")[0] for name in wheel["names"]}
     assert tops == {*SHIPPED, "tabpfn_retrofit-0.1.0.dist-info"}, sorted(tops)
     shipped = [f for f in _package_files() if f.split("/")[0] in SHIPPED and f.endswith(".py")]
@@ -219,7 +219,7 @@ def test_each_runner_extra_holds_the_modules_it_names_and_nothing_else(wheel):
 
 def test_the_train_and_test_extras_install_what_their_code_imports(wheel):
     requires_dist = wheel["requires"]
-    for extra, folders in (("train", ("hostgen",)), ("test", ("tests", *PACKAGES))):
+    for extra, folders in (("train", ("hosttraining",)), ("test", ("tests", *PACKAGES))):
         installed = _installed_by(requires_dist, None) | _installed_by(requires_dist, extra)
         imported = _distributions(_third_party_imports(*folders))
         missing = {m: d for m, d in imported.items() if d not in installed}

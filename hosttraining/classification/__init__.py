@@ -1,0 +1,1 @@
+"""Training the embedded classifier host: train, quality, card, curve, temperature."""

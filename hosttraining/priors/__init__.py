@@ -1,0 +1,1 @@
+"""The synthetic priors the hosts are trained on, and the batch stream that samples them."""

@@ -1,0 +1,1 @@
+"""Training the embedded regressor host: pretraining, the chain, quality, card, diagnosis."""

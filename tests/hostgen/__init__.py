@@ -1,1 +1,0 @@
-"""Tests of ``hostgen``: the prior and the pretraining of the embedded host."""

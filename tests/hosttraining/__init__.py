@@ -1,0 +1,1 @@
+"""Tests of ``hosttraining``: the tooling that trains the embedded hosts."""

@@ -1,0 +1,1 @@
+"""Tests of ``hosttraining.classification``: the classifier host's commands."""

@@ -1,0 +1,44 @@
+"""The classifier host's card: the shipped files and where the host stands against the bar."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hosttraining.classification import card as class_card
+from retrofit.files import sha256_file
+from retrofit.models import embedded
+
+
+def test_the_shipped_classifier_card_is_the_shipped_files_and_says_where_it_stands() -> None:
+    path = embedded.embedded_model_path("classifier")  # verifies the digest
+    digest = sha256_file(path)
+    card = (path.parent / class_card.CARD_NAME).read_text(encoding="utf-8")
+    # Beside the regressor's card and curve, under names of its own.
+    assert (
+        class_card.CARD_NAME != "MODEL_CARD.md" and class_card.LOSS_CURVE_NAME != "loss_curve.png"
+    )
+    assert (path.parent / "MODEL_CARD.md").is_file() and (path.parent / "loss_curve.png").is_file()
+    assert (path.parent / class_card.LOSS_CURVE_NAME).is_file()
+    assert f"sha256 `{digest}`" in card
+    assert "shipped as this package's embedded classifier: yes" in card
+    quality = json.loads((path.parent / "classifier_quality.json").read_text(encoding="utf-8"))
+    host, logreg = (quality["offline_cls6"][m]["log_loss"] for m in ("host", "logreg"))
+    assert f"log loss {host:.3f} on `offline_cls6`" in card
+    assert f"against logistic regression's {logreg:.3f}" in card
+    assert ("does not clear the bar" in card) == (host >= logreg)
+
+
+def test_the_card_of_a_shipped_host_below_the_bar_says_so(tmp_path: Path) -> None:
+    quality = tmp_path / "quality.json"
+    scores = {"cases": 18, "host": {"log_loss": 0.5}, "logreg": {"log_loss": 0.3}}
+    quality.write_text(json.dumps({"offline_cls6": scores}), encoding="utf-8")
+    lines = class_card._standing_lines(quality, shipped=True)
+    assert "log loss 0.500 on `offline_cls6` (18 cases)" in lines[0]
+    assert "does not clear the bar" in lines[0] and "OTabPFNClassifier()" in lines[1]
+    scores["host"]["log_loss"] = 0.2
+    quality.write_text(json.dumps({"offline_cls6": scores}), encoding="utf-8")
+    assert class_card._standing_lines(quality, shipped=True) == [
+        "- where it stands: log loss 0.200 on `offline_cls6` (18 cases) against logistic "
+        "regression's 0.300: it clears the bar (beat logistic regression)"
+    ]

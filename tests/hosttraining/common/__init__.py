@@ -1,0 +1,1 @@
+"""Tests of ``hosttraining.common``: the loop, in-prior suite, optimisers, run files."""

@@ -1,0 +1,1 @@
+"""Tests of ``hosttraining.priors``: the synthetic priors and the batch stream."""

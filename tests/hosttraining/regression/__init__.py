@@ -1,0 +1,1 @@
+"""Tests of ``hosttraining.regression``: the regressor host's commands."""
