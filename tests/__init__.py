@@ -1,1 +1,1 @@
-"""The tests, one folder per package (patches, retrofit, eval, hosttraining); repo/ for the checkout."""
+"""The tests: one folder per package (patches, retrofit, eval, hosttraining), repo/ the checkout."""

@@ -96,3 +96,40 @@ def tiny_v3_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     assert hashlib.sha256(path.read_bytes()).hexdigest() == digest, (
         f"a test changed the shared tiny v3 checkpoint {path}"
     )
+
+
+@pytest.fixture(scope="module")
+def model_arg(request) -> str:
+    """A command's ``--model``: ``embedded`` once the shipped host verifies, else a tiny v3 file."""
+    import retrofit
+
+    try:
+        retrofit.embedded_model_path()
+        return "embedded"
+    except Exception:  # not shipped yet, or mid-update
+        pass
+    return str(request.getfixturevalue("tiny_v3_path"))
+
+
+@pytest.fixture
+def csv_data(tmp_path) -> dict[str, Path]:
+    """``train.csv`` (30 rows) and ``test.csv`` (10 rows): features a, b, c; a linear target y."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 3))
+    frame = pd.DataFrame(X, columns=["a", "b", "c"]).assign(y=X @ np.array([1.0, -2.0, 0.5]))
+    paths = {"train": tmp_path / "train.csv", "test": tmp_path / "test.csv"}
+    frame.iloc[:30].to_csv(paths["train"], index=False)
+    frame.iloc[30:].to_csv(paths["test"], index=False)
+    return paths
+
+
+@pytest.fixture
+def umask():
+    """Sets the process umask for one test (the returned function) and restores it afterwards."""
+    previous = os.umask(0o022)
+    os.umask(previous)
+    yield lambda value: os.umask(value)
+    os.umask(previous)

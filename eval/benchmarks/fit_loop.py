@@ -33,7 +33,7 @@ from retrofit.models.embedded import embedded_model_path
 
 __all__ = ["FIT_LOOP_TARGETS", "bench_fit_loop"]
 
-#: Upper bounds on each peer's loop time over plain tabpfn's (issue #25).
+#: Upper bounds on each peer's loop time over plain tabpfn's.
 FIT_LOOP_TARGETS: dict[str, float] = {"none": 1.03, "full-o": 1.06}
 
 

@@ -194,7 +194,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("--log", type=Path, default=None, help="default: <checkpoint>.log.jsonl")
-    p.add_argument("--quality", type=Path, default=None, help="JSON of hosttraining.classification.quality --out")
+    p.add_argument(
+        "--quality",
+        type=Path,
+        default=None,
+        help="JSON of hosttraining.classification.quality --out",
+    )
     p.add_argument("--out", type=Path, default=default_output("classifier_card") / CARD_NAME)
     return p
 

@@ -14,9 +14,9 @@ Three comparisons, each of log loss and accuracy (mean over cases):
   dermatology, 34 features; SPECTF heart, 44; Landsat satimage, 36), split
   75/25 stratified, seeds 0-2; the host through ``tabpfn.TabPFNClassifier``
   with its stored inference config. Inference settings are chosen here, never
-  on ``offline_cls6``. The wide sets were added once the first host lost on
-  the wide sets of ``offline_cls6`` and the development suite, all of 4-13
-  features then, could not show it (``wide`` below scores them apart).
+  on ``offline_cls6``. The wide sets let this suite show a host's weakness on
+  wide tables before the evaluation suite does (``wide`` below scores them
+  apart; why they were added: ``docs/training.md``).
 * ``offline_cls6``: the evaluation suite, for the model card only.
 
 ``python -m hosttraining.classification.quality --checkpoint X --suite in-prior dev`` prints

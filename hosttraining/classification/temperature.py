@@ -1,9 +1,9 @@
 """A classifier host's softmax temperature, fitted on held-out prior tasks.
 
 tabpfn divides a classifier's logits by the stored ``SOFTMAX_TEMPERATURE``
-before the softmax. The earlier classifier hosts were underconfident on clean
-data (wine: log loss 0.21 at 97 % accuracy), which a temperature below 1 would
-correct. It is fitted here on held-out tasks of the prior the host trained on
+before the softmax. A host underconfident on clean data (a high log loss at a
+high accuracy) is corrected by a temperature below 1; the hosts' figures are in
+``docs/classifiers.md``. It is fitted here on held-out tasks of the prior the host trained on
 (never on an evaluation suite): the scalar ``T`` that minimises the mean over
 tasks of the query rows' log loss under ``softmax(logits / T)``, with the host
 run as trained (raw features, one forward pass). For TabICL's prior the tasks

@@ -20,13 +20,10 @@ summarising columns, mixing rows in context); only the code in which the
 target enters them changes (a class embedding in place of ``Linear(1, E)`` of
 the z-scored target, in the column embedding and in the ICL stage), so the
 feature pathways carry over and the target pathways must be relearned. It can
-help only as far as the regressor learned those stages (the shipped one is at
-0.71 of the train-mean RMSE on the offline suite, behind random forest), and
-it ties the classifier to that checkpoint (its SHA-256 is recorded). Measured
-here at equal steps (45, one seed, 20 held-out prior tasks): warm log loss
-1.163, cold 1.218, class frequencies 1.284, logistic regression 0.937; weak
-evidence for warm, no evidence that either learns far in a short run.
-``--init-from none`` runs the cold arm.
+help only as far as the regressor learned those stages, and it ties the
+classifier to that checkpoint (its SHA-256 is recorded). ``--init-from none``
+runs the cold arm; the warm and cold arms' comparison is in the training
+ledger, ``docs/training.md``.
 
 Commands (one-thread, ``nice``; a run resumes from ``<out>.state.pt`` when
 started again with the same arguments)::
@@ -43,77 +40,14 @@ the prior's batches ahead (the batches, hence the weights, are those of a run
 that draws them itself); ``.ci/device-session`` is the lent GPU session's
 script, this recipe its last step.
 
-The default size runs about one optimiser step per CPU second on one thread
-(45 steps in 40-42 CPU seconds here), so a 100-CPU-minute background link
-plans about 6,000 steps. The runs so far, each resumable with its own line:
-
-* ``hostchain/classifier/`` (prior version 1, from the regressor; stopped at
-  step 3,759 of 6,000)::
-
-    nice -n 19 env OMP_NUM_THREADS=1 python -m hosttraining.classification.train \
-        --out hostchain/classifier/tabpfn_v3_embedded_classifier.safetensors \
-        --steps 6000 --minutes 240 --threads 1 --seed 0 --checkpoint-minutes 10 \
-        --prior 1 --init-from retrofit/models/embedded/tabpfn_v3_embedded_regressor.safetensors
-
-* ``hostchain/classifier_v2/`` (prior version 2, from the first run's step
-  3,759; 4,500 steps)::
-
-    nice -n 10 env OMP_NUM_THREADS=1 python -m hosttraining.classification.train \
-        --out hostchain/classifier_v2/tabpfn_v3_embedded_classifier.safetensors \
-        --steps 4500 --minutes 110 --threads 1 --seed 1 --checkpoint-minutes 10 \
-        --prior 2 --init-from hostchain/classifier/tabpfn_v3_embedded_classifier.safetensors
-
-* ``hostchain/classifier_run3/`` (prior version 2, from run 2's end; a fresh
-  cosine over 3,300 steps, capped at 58 minutes of its own wall time, so a
-  resume needs a larger ``--minutes``)::
-
-    nice -n 10 env OMP_NUM_THREADS=1 python -m hosttraining.classification.train \
-        --out hostchain/classifier_run3/tabpfn_v3_embedded_classifier.safetensors \
-        --steps 3300 --minutes 58 --threads 1 --seed 2 --checkpoint-minutes 10 \
-        --prior 2 --init-from hostchain/classifier_v2/tabpfn_v3_embedded_classifier.safetensors
-
-* ``hostchain/classifier_run4/`` (prior version 2, from run 3's end, a lower
-  peak learning rate; planned over 9,000 steps, then resumed at step 1,763
-  with the plan cut to 3,600 so that its cosine anneals within the session)::
-
-    nice -n 10 env OMP_NUM_THREADS=1 python -m hosttraining.classification.train \
-        --out hostchain/classifier_run4/tabpfn_v3_embedded_classifier.safetensors \
-        --steps 3600 --minutes 200 --lr 3e-4 --warmup-steps 100 --threads 1 --seed 3 \
-        --checkpoint-minutes 10 --prior 2 \
-        --init-from hostchain/classifier_run3/tabpfn_v3_embedded_classifier.safetensors
-
-* ``hostchain/classifier_run5/`` (prior version 2, from run 4's end; 48
-  minutes with the cosine following the clock, 2,590 steps)::
-
-    nice -n 10 env OMP_NUM_THREADS=1 python -m hosttraining.classification.train \
-        --out hostchain/classifier_run5/tabpfn_v3_embedded_classifier.safetensors \
-        --steps 6000 --minutes 48 --time-aware-schedule --lr 3e-4 --warmup-steps 100 \
-        --threads 1 --seed 4 --checkpoint-minutes 10 --prior 2 \
-        --init-from hostchain/classifier_run4/tabpfn_v3_embedded_classifier.safetensors
-
-* ``hostchain/classifier_tabicl/`` (issue 37: the speedrun's recipe, cold;
-  TabICL's graph-SCM prior, 2 tables of 256-1,152 rows a step, 128 query
-  rows, up to 40 features; width 32, 8 ICL layers, 1.22M parameters; Muon on
-  the hidden matrices plus AdamW, both at lr 1e-3; clip 2; LAWA over 3
-  snapshots 150 steps apart (``*.lawa.safetensors``); the cosine by the clock
-  over 105 minutes; the held-out curve in ``*.evals.jsonl``, its baselines in
-  ``*.heldout_baselines.json``). Started 2026-12-03 08:23 UTC; resumed by the
-  same line::
-
-    nice -n 10 env OMP_NUM_THREADS=1 python -m hosttraining.classification.train \
-        --out hostchain/classifier_tabicl/tabpfn_v3_embedded_classifier.safetensors \
-        --prior tabicl --init-from none --nlayers 8 --optimizer muon --lr 1e-3 \
-        --grad-clip 2 --lawa-every 150 --lawa-keep 3 --steps 100000 --minutes 105 \
-        --time-aware-schedule --warmup-steps 100 --threads 1 --seed 0 \
-        --checkpoint-minutes 10 --eval-tasks 20 --log-every 10
-
-Run 5 ships as the embedded classifier (its file and digest copied beside the
-regressor's, see :mod:`retrofit.models.embedded`, its card
-``CLASSIFIER_MODEL_CARD.md``) so that ``OTabPFNClassifier()`` runs offline,
-although it does not yet beat logistic regression on ``offline_cls6`` (the
-bar, which its card reports); a host that does replaces it the same way. The
-held-out prior tasks and the development suite (``classification.quality --suite
-in-prior dev``) are where a host and its inference settings are chosen.
+Every run of this recipe, with the line that reproduces it and what it scored,
+is in ``docs/training.md``; the embedded classifier
+(:mod:`retrofit.models.embedded`, its card ``CLASSIFIER_MODEL_CARD.md``) is
+one of them. It ships so that ``OTabPFNClassifier()`` runs offline, although it
+does not yet beat logistic regression on ``offline_cls6`` (the bar, which its
+card reports); a host that does replaces it the same way. The held-out prior
+tasks and the development suite (``classification.quality --suite in-prior
+dev``) are where a host and its inference settings are chosen.
 
 Shape suffixes: ``R`` rows, ``B`` tasks, ``C`` features, ``N`` context rows,
 ``T`` query rows, ``K`` classes (``max_num_classes``).

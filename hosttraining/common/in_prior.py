@@ -192,8 +192,8 @@ def model_from_state(path: str | Path, *, averaged: bool = True) -> tabpfn_v3.Ta
     model = build_model(state["model_config"], seed=0)
     weights = dict(state["model"])
     if averaged and state["config"].get("ema_decay", 0) > 0:
-        # Parameters from the average, buffers from the raw model (link 1 of
-        # the first chain averaged its buffers too; this ignores that).
+        # Parameters from the average, buffers from the raw model: a state
+        # whose average also holds buffers is read the same way.
         trained = [name for name, p in model.named_parameters() if p.requires_grad]
         weights.update({name: state["ema"][name] for name in trained})
     model.load_state_dict(weights)

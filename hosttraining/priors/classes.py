@@ -19,19 +19,19 @@ cut into classes:
 
 Version 2 (:data:`CLASS_PRIOR_V2`) adds *linear* batches (share ``p_linear``)
 with up to ``linear_max_features`` features, the tasks where logistic
-regression is hard to beat and where real classification data often sits.
-Why: a host trained 3,759 steps on version 1 (cut regression tasks of at most
-20 features) lost to logistic regression on every wide set of ``offline_cls6``,
-by a factor of ten in log loss on 64-feature digits (1.27 against 0.115, seeds
-0-2: ``hostchain/classifier/quality_step3759.json``);
-the suite told us which task family was missing, and is used after this only as
-the shipping gate, never to tune. Half of them are class-conditional Gaussians (classes
-are clusters in a random low-dimensional latent space, seen through a random
-linear map with per-feature noise: the model under which linear discriminants
-are optimal), half are multinomial-logistic labels over correlated features
-(labels drawn from a softmax of linear scores, or its argmax). Their features
-get the regression prior's realistic marginals (skewed, coded, counts,
-zero-inflated, coarse) and units.
+regression is hard to beat and where real classification data often sits. Why:
+on version 1 alone (cut regression tasks of at most 20 features) a host lost to
+logistic regression on every wide set of ``offline_cls6``, by a factor of ten
+in log loss on 64-feature digits (``docs/training.md``, the first classifier
+run); that suite named the missing task family once and is otherwise only the
+shipping gate, never used to tune. Half of the linear batches are
+class-conditional Gaussians (classes are clusters in a random low-dimensional
+latent space, seen through a random linear map with per-feature noise: the
+model under which linear discriminants are optimal), half are
+multinomial-logistic labels over correlated features (labels drawn from a
+softmax of linear scores, or its argmax). Their features get the regression
+prior's realistic marginals (skewed, coded, counts, zero-inflated, coarse) and
+units.
 
 Classes are renumbered ``0 .. k-1`` over the classes present in the context
 (the host can only predict a class it has seen there); a query row of a class

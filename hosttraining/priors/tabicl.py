@@ -2,10 +2,10 @@
 
 ``tabicl`` (pinned in the ``training`` extra, never a library dependency)
 ships the prior behind TabICL and the modded-nanoTabPFN speedrun. Its default
-``mix_scm`` was measured here to draw tables a random forest cannot beat the
-majority rate on; ``graph_scm`` with ``filter_unpredictable_datasets`` (an
-extra-trees out-of-bag test that drops tables whose target no feature
-predicts) was informative (``DESIGN.md`` section 7). That switch lives only in
+``mix_scm`` draws tables a random forest cannot beat the majority rate on;
+``graph_scm`` with ``filter_unpredictable_datasets`` (an extra-trees
+out-of-bag test that drops tables whose target no feature predicts) is
+informative (the check and its numbers: ``docs/training.md``). That switch lives only in
 tabicl's private ``graph_lib._config.PriorConfig``; this module is the one
 place that touches it.
 

@@ -12,16 +12,17 @@ folder outside the installed package (``hostchain/`` at the repository root):
 * ``evals.jsonl``: the in-prior metric (``hosttraining.common.in_prior``) of the averaged
   weights at the end of each link.
 
-Optimiser: AdamW (``--optimizer adamw``), or ``torch.optim.Muon`` on the
-hidden 2-D matrices (attention projections and MLP weights; Muon only accepts
-2-D parameters) with AdamW on the rest (embeddings, decoder, norms, biases,
-learned tokens). Muon at lr 0.02 was the first chain's choice and did not
-learn (``hostchain/README.md``, ``hosttraining.regression.diagnose``); the running chain uses
-AdamW. Either way: a warm-up / stable / decay (WSD) schedule over the planned
-steps of the *whole* chain (the decay falls in the last link), and an
-exponential moving average (EMA) of the weights. The schedule depends on the
-step alone, so a chain resumed any number of times ends with the weights of an
-uninterrupted run on the same torch build and thread count (tested).
+Optimiser: AdamW (``--optimizer adamw``), or ``torch.optim.Muon`` on the hidden
+2-D matrices (attention projections and MLP weights; Muon only accepts 2-D
+parameters) with AdamW on the rest (embeddings, decoder, norms, biases, learned
+tokens). Muon at lr 0.02 does not learn at the default model size (its weights
+random-walk; ``docs/training.md``, found with
+``hosttraining.regression.diagnose``), so AdamW is the recipe. Either way: a
+warm-up / stable / decay (WSD) schedule over the planned steps of the *whole*
+chain (the decay falls in the last link), and an exponential moving average
+(EMA) of the weights. The schedule depends on the step alone, so a chain
+resumed any number of times ends with the weights of an uninterrupted run on
+the same torch build and thread count (tested).
 
 Commands::
 
@@ -115,7 +116,7 @@ TABLES: dict[str, dict[str, Any]] = {
 """Table sizes and batching: ``v2`` is :data:`hosttraining.priors.regression.PRIOR_V2`'s (80 % of
 batches of 200-4,000 rows, about 6 tasks a step); ``v1`` the shipped host's
 (mostly 24-512 rows, 30 % up to 3,000, about 17 tasks a step), which gives
-about 2.4 times the tasks per CPU minute (``hostchain/diagnosis.json``)."""
+about 2.4 times the tasks per CPU minute (``docs/training.md``, Diagnosis)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +127,7 @@ class ChainConfig:
         total_steps: Optimiser steps of the whole chain; the schedule spans them.
         optimizer: ``"muon"`` (Muon on hidden matrices + AdamW) or ``"adamw"``.
         schedule: ``"wsd"`` (warm-up, stable, 1-sqrt decay) or ``"cosine"``
-            (warm-up, cosine to 2 %: the old recipe).
+            (warm-up, cosine to 2 %: the shipped host's recipe).
         warmup_steps: Linear warm-up steps.
         decay_fraction: WSD: share of ``total_steps`` spent decaying.
         adam_lr: Peak learning rate of AdamW.
@@ -481,7 +482,7 @@ def run_link(
 
 
 def pilot_arms(minutes: float, seed: int) -> dict[str, ChainConfig]:
-    """The two arms of the A/B pilot: old recipe vs Muon + AdamW, WSD, EMA.
+    """The two arms of the A/B pilot: the shipped host's recipe vs Muon + AdamW, WSD, EMA.
 
     Both draw the same batches of the version-2 prior from the same seed and
     initialise the same model; only optimiser, schedule and averaging differ.

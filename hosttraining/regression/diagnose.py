@@ -1,4 +1,4 @@
-"""Why a chain does not learn: the prior diagnosis and short training arms (issue 26).
+"""Why a chain does not learn: the prior diagnosis and short training arms.
 
 Four commands, each printing JSON:
 
@@ -130,7 +130,7 @@ def arm_configs() -> dict[str, Any]:
     """The diagnosis arms, each one change away from another.
 
     ``adamw_cosine_*`` is the shipped host's recipe (AdamW 1e-3, 300 warm-up
-    steps, cosine over 7,500 steps, no averaging); ``*_wsd_*`` are link 1's
+    steps, cosine over 7,500 steps, no averaging); ``*_wsd_*`` the WSD
     schedule (WSD, EMA 0.998). The first steps of a 7,500-step cosine and of a
     WSD plan have nearly the same learning rate, so a short arm compares
     optimisers and priors, not schedules.

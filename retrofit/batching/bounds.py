@@ -46,13 +46,9 @@ DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE: Mapping[str, float] = {"cpu": 0.05}
 #: device not named here has none (an accelerator's memory is bounded by the
 #: padded rows alone). A CPU is compute-bound and its caches are small: a fused
 #: forward whose working set outgrows them costs more per cell than the
-#: per-dataset forwards it replaces (issue 25: 1.11x at 67 MB fused against 2 MB
-#: per dataset), so its buckets stay cache-sized. Measured after the grouped
-#: length scaling (2 shared cores, one thread, CPU time, 7 rounds): the fused ICL
-#: stage of 64 datasets of 30-200 rows took 0.85-0.94x the per-dataset forwards
-#: at every budget from 1 MiB to none, and of 8 datasets of 1,000-3,000 rows
-#: 0.85-0.97x; the budgets did not differ beyond that noise, so the value is the
-#: cache argument's (a few MiB of L2/L3 per core), not a measured optimum.
+#: per-dataset forwards it replaces, so its buckets stay cache-sized. The value
+#: is the cache argument's (a few MiB of L2/L3 per core), not a measured optimum:
+#: the budgets measured did not differ beyond noise (``docs/ragged_batches.md``).
 DEFAULT_MAX_BUCKET_BYTES_BY_DEVICE: Mapping[str, int] = {"cpu": 8 * 2**20}
 #: Cells per row chunk of the stages before ICL (tabpfn v3's and v3.5's
 #: ``inference_chunk_cells``, summed over the batch) that the ragged path and
@@ -60,11 +56,8 @@ DEFAULT_MAX_BUCKET_BYTES_BY_DEVICE: Mapping[str, int] = {"cpu": 8 * 2**20}
 #: default, 2048 x 768, is kept where a device is not named. On a CPU a
 #: cache-sized chunk is faster and equal up to rounding (a BLAS may block a
 #: shorter matrix otherwise; ``tests/retrofit/batching/test_chunks.py``).
-#: ``bench``'s ``chunks`` part (3 datasets of 1,500-2,700 train rows, quiet
-#: 2-core machine) measured 0.78-0.86x the CPU time at one and two torch
-#: threads over two runs (wall time alike; ``results/bench`` holds the latest).
-#: An earlier 1.17x at two threads was measured on a machine with load 15,
-#: where each smaller parallel region waited for a descheduled thread.
+#: ``bench``'s ``chunks`` part measures chunked against unchunked
+#: (``results/bench``; the figures and the machine: ``docs/cpu_chunks.md``).
 DEFAULT_CHUNK_CELLS_BY_DEVICE: Mapping[str, int] = {"cpu": 65_536}
 
 

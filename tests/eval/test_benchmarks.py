@@ -77,7 +77,7 @@ def test_quick_bench_writes_json_and_markdown(tiny_v3_path, tmp_path, capsys):
     status = main(argv)
     assert status == 0
     printed = capsys.readouterr().out
-    # Issue 33: the memory, fit_loop and chunks parts printed raw Python dicts and lists.
+    # Every part prints Markdown tables, never raw Python dicts and lists.
     assert "{'" not in printed and "[{" not in printed and "': " not in printed, printed
     for table in ("| peer | extra peak MiB (median) |", "| peer | median s | ratio to tabpfn",
                   "| torch threads | default CPU s |"):  # fmt: skip

@@ -127,7 +127,7 @@ def test_report_prints_its_table_outside_a_checkout(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Issue 33: with no committed table (a wheel), report printed only "wrote ..." lines."""
+    """With no committed table (a wheel), report prints the table, not only "wrote ..." lines."""
     store = tmp_path / "offline18"
     shutil.copytree(committed_runs / "offline18", store)
     monkeypatch.setattr(locations, "_CHECKOUT_RESULTS", None)  # as from site-packages
@@ -151,7 +151,7 @@ def test_a_quick_exactness_or_ablation_run_leaves_the_full_run_s_folder_alone(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Issue 33: ``--quick`` wrote over the full run's files; now ``<command>/quick``, as bench."""
+    """``--quick`` writes to ``<command>/quick``, as bench does, never over the full run's files."""
     # (eval's and report's default store is shown by the main-job tests above.)
     monkeypatch.chdir(tmp_path)
     full = locations.DEFAULT_OUTPUT_ROOT / command

@@ -90,7 +90,7 @@ CLASSIFIER_PROBA_ULPS = {torch.float64: 16, torch.float32: 64}
 # bf16 rounding away from predict_proba's and a logit moves by about that share
 # of its scale. Measured: tiny classifiers of every host class (five datasets,
 # 25 % and 60 % padded) <= 1.0e-3 (0.13 ulps) on AVX-512 + AMX and with ATen and
-# MKL on AVX2; the v3 classifier candidate (hostchain/classifier_run5) on datasets
+# MKL on AVX2; the embedded v3 classifier (retrofit/models/embedded) on datasets
 # of 120 to 3,000 train rows <= 1.25e-2 (1.6 ulps; on its six datasets of 120 to
 # 800 rows 1.7e-3 with the chunks left as predict_proba's, so most of it is the
 # chunks'). Where "auto" resolves to float32 (a CPU without hardware bf16) the

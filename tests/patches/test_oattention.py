@@ -186,7 +186,7 @@ def test_empty_support_is_zero_never_nan(eps_den, path, dtype_name):
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype_name", DTYPES)
 def test_zero_length_sources_or_queries(path, dtype_name):
-    """S = 0 (no source) and L = 0 (no receiver); the CPU kernel used to SIGFPE."""
+    """S = 0 (no source) and L = 0 (no receiver): empty shapes, not a CPU kernel's SIGFPE."""
     dtype = DTYPES[dtype_name]
     fn = PATHS[path]
     q, k, v = make_qkv(dtype, 2, 4, 2, 5, 6, 8)

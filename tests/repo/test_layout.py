@@ -355,3 +355,98 @@ def test_a_run_row_is_compact_and_names_the_cpu(tmp_path):
     assert changed.key != spec.key
     assert "git_dirty_paths" not in provenance_dict(include_dirty_paths=False)
     assert len(json.dumps(provenance_dict(include_dirty_paths=False))) < 2000
+
+
+# The clone carries the library, not the lab: of the training runs' work folder only the
+# one running run's folder is tracked, with at most two files of resume state, 40 MiB
+# together (docs/training.md).
+RUNS_FOLDER = "hostchain"
+MAX_RESUME_FILES = 2
+MAX_RESUME_BYTES = 40 * 2**20
+
+
+def _tracked_files() -> list[str]:
+    """The paths git tracks in this checkout (a test skips outside a git checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout (an unpacked sdist): nothing is tracked")
+    return [p for p in out.decode().split("\0") if p]
+
+
+def _is_resume_state(path: str) -> bool:
+    return path.endswith(".pt")
+
+
+def _runs_folder_violations(sizes: dict[str, int], allowed: set[str]) -> list[str]:
+    """What breaks the runs folder's rule, for tracked paths under it and their sizes.
+
+    Args:
+        sizes: Tracked path under ``hostchain/`` -> its size in bytes.
+        allowed: The run folders ``.gitignore`` lets git see (``!/hostchain/NAME/``).
+    """
+    found = []
+    folders = {p.split("/")[1] for p in sizes if p.count("/") >= 2}
+    found += [f"{p}: not inside a run folder" for p in sorted(sizes) if p.count("/") < 2]
+    if len(folders) > 1:
+        found.append(f"more than one run folder tracked: {sorted(folders)}")
+    found += [f"{RUNS_FOLDER}/{f}/ is not .gitignore's exception" for f in folders - allowed]
+    resume = {p: n for p, n in sizes.items() if _is_resume_state(p)}
+    if len(resume) > MAX_RESUME_FILES:
+        found.append(f"{len(resume)} resume-state files tracked: {sorted(resume)}")
+    if sum(resume.values()) > MAX_RESUME_BYTES:
+        found.append(f"resume state of {sum(resume.values()) / 2**20:.1f} MiB tracked")
+    found += [f"{p}: a checkpoint" for p in sorted(sizes) if p.endswith(".safetensors")]
+    return found
+
+
+def _gitignore_exceptions() -> set[str]:
+    lines = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    prefix = f"!/{RUNS_FOLDER}/"
+    return {line[len(prefix) :].strip("/") for line in lines if line.startswith(prefix)}
+
+
+def test_of_the_training_runs_only_one_running_folder_is_tracked_with_bounded_resume_state():
+    tracked = [p for p in _tracked_files() if p.startswith(f"{RUNS_FOLDER}/")]
+    sizes = {p: (ROOT / p).stat().st_size for p in tracked if (ROOT / p).is_file()}
+    allowed = _gitignore_exceptions()
+    assert len(allowed) <= 1, f".gitignore lets more than one run folder in: {sorted(allowed)}"
+    assert not _runs_folder_violations(sizes, allowed), _runs_folder_violations(sizes, allowed)
+    ignore = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    assert f"/{RUNS_FOLDER}/*" in ignore  # a new run's files stay local unless let in
+
+
+def test_the_runs_folder_check_catches_each_kind():
+    mib = 2**20
+    assert _runs_folder_violations({"hostchain/run/a.state.pt": 30 * mib}, {"run"}) == []
+    assert _runs_folder_violations(
+        {
+            "hostchain/log.jsonl": 10,
+            "hostchain/run/a.state.pt": 30 * mib,
+            "hostchain/run/b.state.pt": 11 * mib,
+            "hostchain/run/c.pt": 1,
+            "hostchain/old/x.safetensors": 5,
+        },
+        {"run"},
+    ) == [
+        "hostchain/log.jsonl: not inside a run folder",
+        "more than one run folder tracked: ['old', 'run']",
+        "hostchain/old/ is not .gitignore's exception",
+        "3 resume-state files tracked: "
+        "['hostchain/run/a.state.pt', 'hostchain/run/b.state.pt', 'hostchain/run/c.pt']",
+        "resume state of 41.0 MiB tracked",
+        "hostchain/old/x.safetensors: a checkpoint",
+    ]
+
+
+def test_no_console_log_or_checkpoint_outside_the_shipped_models_is_tracked():
+    """Logs (``*.out``) stay local; checkpoints are shipped from retrofit/models/embedded/ only."""
+    offenders = [
+        p
+        for p in _tracked_files()
+        if p.endswith(".out")
+        or (p.endswith(".safetensors") and not p.startswith("retrofit/models/embedded/"))
+    ]
+    assert not offenders, offenders

@@ -9,7 +9,9 @@ slow for this test is made smaller in its page, not special-cased here.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -88,6 +90,28 @@ def test_every_relative_link_of_readme_and_docs_resolves():
             elif anchor and (target.suffix != ".md" or anchor not in _anchors(target)):
                 broken.append(f"{name} (no such heading)")
     assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_every_relative_link_of_readme_and_docs_names_a_tracked_file():
+    """A fresh clone has what a page links: an ignored local file (a training run's) is no link."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout (an unpacked sdist): nothing is tracked")
+    tracked = {ROOT / p for p in out.decode().split("\0") if p}
+    folders = {folder for path in tracked for folder in path.parents}
+    untracked = []
+    for page in PAGES:
+        for link in _links(page):
+            path = link.partition("#")[0]
+            if re.match(r"[a-z]+:", link) or not path:
+                continue
+            target = Path(os.path.normpath(page.parent / path))
+            if target.exists() and target not in tracked and target not in folders:
+                untracked.append(f"{page.relative_to(ROOT)}: {link}")
+    assert not untracked, "links to files git does not track:\n" + "\n".join(untracked)
 
 
 def test_readme_set_up_installs_the_package_alone_and_tests_as_ci_run_does():

@@ -10,6 +10,7 @@ import csv
 import dataclasses
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,15 +22,12 @@ from eval.errors import CheckpointChangedError, MissingExtraError
 from eval.paper import execution
 from eval.paper import spec as spec_module
 from eval.paper.execution import run_suite, run_task
-from eval.paper.executors import (
-    JoblibExecutor,
-    SerialExecutor,
-    make_executor,
-)
+from eval.paper.executors import JoblibExecutor, SerialExecutor, make_executor
 from eval.paper.report import CASE_COLUMNS, build_report
 from eval.paper.spec import baseline_key, make_tasks, state_dict_sha256
-from eval.paper.store import load_rows, runs_dir
+from eval.paper.store import claim_run, load_rows, read_row, run_path, runs_dir, write_row
 from retrofit.files import sha256_file
+from tests.helpers.commands import ROOT
 from tests.helpers.tiny_models import tiny_inference_config, tiny_v3_checkpoint
 
 ROWS = {"max_train_rows": 40, "max_test_rows": 12}
@@ -442,3 +440,143 @@ def test_code_digest_follows_every_module_of_patches_and_retrofit(tmp_path, monk
     with (tmp_path / "patches" / "oattention.py").open("a") as fh:
         fh.write("\n# edited\n")
     assert spec_module.code_sha256() != before
+
+
+def _fake_row(task) -> dict:
+    spec = task.spec
+    return {"key": spec.key, "status": "ok", "dataset": spec.dataset, "seed": spec.seed,
+            "mode": spec.mode, "pid": os.getpid()}  # fmt: skip
+
+
+_HOLDER = """
+import sys
+from eval.paper.store import claim_run
+store, keys = sys.argv[1], sys.argv[2:]
+assert all(claim_run(store, key) for key in keys)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_second_eval_skips_the_runs_another_process_holds_and_takes_over_a_dead_ones(
+    tiny_v3_path, tmp_path
+):
+    """Nothing is computed twice; a killed holder's claims are taken over."""
+    tasks = make_tasks(
+        suite="offline18", model_path=tiny_v3_path, modes=("none", "oattention"),
+        datasets=["qsar_fish"], seeds=[0, 1], n_estimators=1, max_train_rows=40,
+        max_test_rows=12,
+    )  # fmt: skip
+    keys = [t.spec.key for t in tasks]
+    store = tmp_path / "store"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(store), *keys[:3]],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        computed: list[str] = []
+
+        def task_fn(task):
+            computed.append(task.spec.key)
+            return _fake_row(task)
+
+        summary = run_suite(tasks, store, task_fn=task_fn, progress=False)
+        assert summary.claimed_elsewhere == 3 and summary.computed == len(keys) - 3
+        assert computed == keys[3:]
+        assert all((runs_dir(store) / f"{k}.claim").exists() for k in keys[:3])
+    finally:
+        holder.kill()
+        holder.wait()
+    # The holder is gone (kill -9), its claim files remain: they are taken over.
+    summary = run_suite(tasks, store, task_fn=task_fn, progress=False)
+    assert summary.claimed_elsewhere == 0 and summary.skipped == len(keys) - 3
+    assert sorted(computed) == sorted(keys) and len(computed) == len(set(computed))
+    assert sorted(p.name for p in runs_dir(store).iterdir()) == sorted(f"{k}.json" for k in keys)
+
+
+_KILLED_MID_RUN = """
+import os, pickle, signal, sys
+from eval.paper.execution import run_suite
+store, tasks = sys.argv[1], pickle.load(open(sys.argv[2], "rb"))
+done = []
+
+def task_fn(task):
+    if len(done) == 2:  # two runs stored, the third in flight: kill -9
+        os.kill(os.getpid(), signal.SIGKILL)
+    done.append(task.spec.key)
+    return {"key": task.spec.key, "status": "ok", "dataset": task.spec.dataset,
+            "seed": task.spec.seed, "mode": task.spec.mode, "pid": os.getpid()}
+
+run_suite(tasks, store, task_fn=task_fn, progress=False)
+"""
+
+
+def test_a_killed_eval_resumed_to_completion_leaves_no_claim_and_steals_no_live_one(
+    tiny_v3_path, tmp_path
+):
+    """A finished resume removes the killed eval's claims and keeps a live one's."""
+    import pickle
+
+    tasks = make_tasks(
+        suite="offline18", model_path=tiny_v3_path, modes=("none", "oattention"),
+        datasets=["qsar_fish"], seeds=[0, 1], n_estimators=1, max_train_rows=40,
+        max_test_rows=12,
+    )  # fmt: skip
+    keys = [t.spec.key for t in tasks]
+    store = tmp_path / "store"
+    (tmp_path / "tasks.pkl").write_bytes(pickle.dumps(tasks))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_MID_RUN, str(store), str(tmp_path / "tasks.pkl")],
+        cwd=ROOT, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr
+    claims = sorted(p.stem for p in runs_dir(store).glob("*.claim"))
+    assert len(list(runs_dir(store).glob("*.json"))) == 2 and keys[2] in claims
+    # Another live eval holds a claim on a run of another plan (say, another tau).
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(store), "f" * 64],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        summary = run_suite(tasks, store, task_fn=_fake_row, progress=False)
+        assert (summary.skipped, summary.computed) == (2, 2)
+        assert sorted(p.name for p in runs_dir(store).iterdir()) == sorted(
+            [*(f"{k}.json" for k in keys), f"{'f' * 64}.claim"]
+        )
+        assert not claim_run(store, "f" * 64)  # still the holder's
+    finally:
+        holder.kill()
+        holder.wait()
+    run_suite(tasks, store, task_fn=_fake_row, progress=False)  # the holder died: its claim goes
+    assert sorted(p.name for p in runs_dir(store).iterdir()) == sorted(f"{k}.json" for k in keys)
+
+
+def test_a_run_stored_by_another_process_while_planning_is_not_recomputed(
+    tiny_v3_path, tmp_path, monkeypatch
+):
+    """The other process finished and released between our look and claim."""
+    tasks = make_tasks(
+        suite="offline18", model_path=tiny_v3_path, modes=("none",), datasets=["qsar_fish"],
+        seeds=[0], n_estimators=1, max_train_rows=40, max_test_rows=12,
+    )  # fmt: skip
+    store = tmp_path / "store"
+    real_claim = execution.claim_run
+
+    def claim_after_the_other_finished(store_, key):
+        write_row(store_, {**_fake_row(tasks[0]), "pid": -1})  # the other process's row
+        return real_claim(store_, key)
+
+    monkeypatch.setattr(execution, "claim_run", claim_after_the_other_finished)
+    computed = []
+    summary = run_suite(tasks, store, task_fn=computed.append, progress=False)
+    assert computed == [] and summary.computed == 0 and summary.skipped == 1
+    assert read_row(run_path(store, tasks[0].spec.key))["pid"] == -1
+    assert not (runs_dir(store) / f"{tasks[0].spec.key}.claim").exists()
+    assert json.loads(run_path(store, tasks[0].spec.key).read_text())["status"] == "ok"

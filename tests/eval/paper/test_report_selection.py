@@ -181,7 +181,7 @@ def test_a_file_set_killed_while_moving_is_finished_by_the_next_writer(tmp_path:
 
 
 # --------------------------------------------------------------------------- #
-# Issue 33: missing runs apart from failed ones; the printed table; digits
+# Missing runs apart from failed ones; the printed table; digits
 # --------------------------------------------------------------------------- #
 
 

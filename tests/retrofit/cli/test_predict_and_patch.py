@@ -34,17 +34,6 @@ FAST = ["--n-estimators", "1", "--precision", "float32", "--device", "cpu", "--q
 N_TRAIN, N_TEST = 40, 15
 
 
-@pytest.fixture(scope="module")
-def model_arg(request) -> str:
-    """``embedded`` once the shipped host exists (and verifies), else a tiny v3 checkpoint."""
-    try:
-        retrofit.embedded_model_path()
-        return "embedded"
-    except Exception:  # not shipped yet, or mid-update
-        pass
-    return str(request.getfixturevalue("tiny_v3_path"))
-
-
 @pytest.fixture
 def data(tmp_path) -> dict[str, Path]:
     rng = np.random.default_rng(0)

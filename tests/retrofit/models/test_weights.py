@@ -22,6 +22,7 @@ from retrofit.models import loading, saved, weights
 from retrofit.models.saved.save import save_patched
 from retrofit.regressor import OTabPFNRegressor
 from retrofit.settings import resolve_settings
+from tests.helpers.commands import one_error_line, predict_argv, run_cli
 from tests.helpers.tiny_hosts import build_tiny_v2, save_tiny_v2_checkpoint
 from tests.helpers.tiny_models import tiny_v3_checkpoint
 
@@ -321,3 +322,29 @@ def test_a_v2_source_saves_as_a_v2_directory_that_loads_and_fits(cache_dir, no_d
     assert from_dir.patch_report_.host == "TabPFNV2"
     _, direct = _fit_predict(str(source), mode="oattention", tau=0.5)
     assert np.array_equal(prediction, direct)
+
+
+def test_offline_v2_without_hf_hub_offline_fails_fast_in_one_line(
+    csv_data, capsys, monkeypatch, tmp_path
+):
+    """No download is tried, so no retry logging and no wait."""
+    monkeypatch.setattr(weights, "hub_reachable", _REAL_HUB_REACHABLE)  # the real check
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(model_loading, "get_cache_dir", lambda: cache)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    tried = []
+    monkeypatch.setattr(model_loading, "download_model", lambda *a, **k: tried.append(a))
+
+    def unreachable(address, timeout=None):
+        raise OSError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(weights.socket, "create_connection", unreachable)
+    out = tmp_path / "p.csv"
+    code, _, err = run_cli(predict_argv(csv_data, "v2", out), capsys)
+    assert code == 2
+    one_error_line(err, "predict")
+    assert "huggingface.co cannot be reached" in err
+    assert str(cache / "tabpfn-v2-regressor.ckpt") in err
+    assert tried == [] and not out.exists()
