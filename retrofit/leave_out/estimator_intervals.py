@@ -18,6 +18,7 @@ from sklearn.base import clone, is_classifier
 from sklearn.model_selection import KFold, LeaveOneOut
 
 from retrofit.errors import InvalidInputError
+from retrofit.leave_out.cross_val import partition_folds
 from retrofit.leave_out.intervals import (
     PredictionIntervals,
     checked_alpha,
@@ -80,13 +81,7 @@ def _fold_residuals(
 
     Each fold's model is a clone of ``estimator`` fitted on the fold's train rows.
     """
-    folds = list(splitter.split(X, y))
-    held_out = np.concatenate([test for _, test in folds])
-    if np.sort(held_out).tolist() != list(range(len(X))):
-        raise InvalidInputError(
-            f"prediction_intervals: the folds of {type(splitter).__name__} must hold out "
-            "every row exactly once (a partition, as KFold and LeaveOneOut are)"
-        )
+    folds = partition_folds(splitter, X, y, caller="prediction_intervals")
     residuals_N = np.empty(len(X))
     fold_of_row_N = np.empty(len(X), dtype=np.intp)
     mu_query_KQ = np.empty((len(folds), len(X_test)))
