@@ -4,7 +4,8 @@
 model, a target holding text or ``--task classification``,
 :class:`retrofit.OTabPFNClassifier`: :mod:`retrofit.cli.tasks`) on a CSV and
 writes the predictions for a test CSV (or a held-out fraction of the training
-CSV);
+CSV, or with ``--oof K`` every training row out of fold:
+:func:`retrofit.cross_val_predict`);
 ``patch`` saves a retrofitted model as the original weights plus the retrofit
 settings (see :mod:`retrofit.models.saved`), which ``predict --model DIR`` and
 ``OTabPFNRegressor(model_path=DIR)`` (``OTabPFNClassifier`` for a classifier) load.
