@@ -4,8 +4,10 @@ Public API: :func:`patch` / :func:`unpatch` (in place, one patch table per
 host architecture), :class:`PatchReport`, the scikit-learn estimators
 :class:`OTabPFNRegressor` and :class:`OTabPFNClassifier`, model loading
 (:func:`resolve_model`, :func:`load_host`), :func:`embedded_model_path`,
-:func:`row_presence` (train rows of a patched forward marked absent) and the
-regressor's jackknife+/CV+/split-conformal :func:`prediction_intervals`.
+:func:`row_presence` (train rows of a patched forward marked absent),
+:func:`cross_val_predict` (out-of-fold predictions, the folds in one ragged
+batch) and the regressor's jackknife+/CV+/split-conformal
+:func:`prediction_intervals`.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ _EXPORTS: dict[str, str] = {
     "embedded_model_path": "retrofit.models.embedded",
     "PredictionIntervals": "retrofit.leave_out.intervals",
     "prediction_intervals": "retrofit.leave_out.estimator_intervals",
+    "cross_val_predict": "retrofit.leave_out.cross_val",
 }
 
 __all__ = [*errors.__all__, *sorted(_EXPORTS)]

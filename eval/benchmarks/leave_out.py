@@ -6,9 +6,9 @@ Full-O, float32) and the same folds:
 * ``sklearn_refits``: scikit-learn's ``cross_val_predict``, which fits a clone
   of the estimator on each fold's train rows and predicts its held-out rows
   (``k`` fits, ``k`` preprocessings, ``k`` forwards);
-* ``retrofit``: :func:`retrofit.cross_val_predict`, one fit of the
-  preprocessing and the ``k`` fold contexts as one ragged batch with the
-  held-out rows null in each.
+* ``retrofit``: :func:`retrofit.cross_val_predict` (``preprocessing="per_fold"``):
+  each fold fitted and preprocessed on its own train rows, as a refit, and
+  the ``k`` folds' ICL forwards as one ragged batch on the null-padded engine.
 
 Cases: every number of train rows of ``rows`` under ``KFold(k)`` for every
 ``k`` of ``folds``, and leave-one-out at ``loo_rows``. A case times its
@@ -18,8 +18,8 @@ jobs on a shared machine do not), the per-round ratio to ``sklearn_refits``
 with a bootstrap interval, the median peak resident memory a call adds
 (``VmHWM``; Linux only, unknown where the probe read no growth), and the
 out-of-fold RMSE of each peer's predictions and their largest distance from
-the refits' (the transductive preprocessing is fitted on all rows), so a fast
-peer that predicts worse shows. How the cost grows with ``k`` and with rows is read from the
+the refits' (per-fold preprocessing: rounding only), so a fast peer that
+predicts worse shows. How the cost grows with ``k`` and with rows is read from the
 table (and ``bench_leave_out.png``). No test asserts a time.
 """
 
@@ -263,13 +263,14 @@ def _mib(b: float | None) -> str:
 def render_leave_out_markdown(report: dict[str, Any]) -> str:
     """The report as a Markdown table, one row per case and peer."""
     lines = [
-        "# Out-of-fold predictions: one fitted context vs k refits",
+        "# Out-of-fold predictions: the folds as one ragged batch vs k refits",
         "",
         f"Host `{report['model_path']}` ({report['mode']}, {report['n_estimators']} estimators), "
         f"{report['device']}, {report['dtype']}, {report['threads']} torch threads; medians of "
         f"{report['repeats']} interleaved rounds; clock: {report['clock']}. `sklearn_refits` is "
         "scikit-learn's `cross_val_predict` (a clone fitted per fold), `retrofit` is "
-        "`retrofit.cross_val_predict` (one fit, the fold contexts as one ragged batch). "
+        "`retrofit.cross_val_predict` (each fold fitted on its own rows, the folds' ICL "
+        "forwards as one ragged batch). "
         "Ratio: per-round time / `sklearn_refits` time (median, 95% bootstrap interval); "
         "below 1 is faster. Synthetic tables (`eval.benchmarks.batched.ragged_datasets`).",
         "",

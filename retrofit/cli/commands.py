@@ -4,7 +4,8 @@
 model, a target holding text or ``--task classification``,
 :class:`retrofit.OTabPFNClassifier`: :mod:`retrofit.cli.tasks`) on a CSV and
 writes the predictions for a test CSV (or a held-out fraction of the training
-CSV);
+CSV, or with ``--oof K`` every training row out of fold:
+:func:`retrofit.cross_val_predict`);
 ``patch`` saves a retrofitted model as the original weights plus the retrofit
 settings (see :mod:`retrofit.models.saved`), which ``predict --model DIR`` and
 ``OTabPFNRegressor(model_path=DIR)`` (``OTabPFNClassifier`` for a classifier) load.
@@ -128,7 +129,8 @@ def _add_predict(subparsers: Any) -> argparse.ArgumentParser:
         help="fit the retrofitted regressor or classifier on a CSV and write predictions",
         description=(
             "Fit the retrofitted TabPFN regressor (or classifier, see --task) on TRAIN and "
-            "write predictions for TEST (or for a held-out fraction of TRAIN) to OUT as "
+            "write predictions for TEST (or for a held-out fraction of TRAIN, or out of "
+            "fold for every row of TRAIN with --oof K) to OUT as "
             "CSV with the columns 'row' (0-based data row of the file predicted), the "
             "target (when known) and 'prediction' (or one column 'quantile_Q' per "
             "quantile); a classifier writes the predicted label as 'prediction' and one "
@@ -150,6 +152,16 @@ def _add_predict(subparsers: Any) -> argparse.ArgumentParser:
         type=float,
         metavar="F",
         help="instead of --test: predict a random fraction 0 < F < 1 of TRAIN, fit on the rest",
+    )
+    parser.add_argument(
+        "--oof",
+        type=int,
+        metavar="K",
+        help=(
+            "instead of --test: out-of-fold predictions for every row of TRAIN, each from "
+            "the other K-1 of K folds (shuffled by --seed; the folds' contexts run as one "
+            "ragged batch, retrofit.cross_val_predict); a patched mode only, point outputs only"
+        ),
     )
     parser.add_argument("--out", required=True, metavar="PRED.csv", help="predictions file")
     parser.add_argument("--model", default="embedded", metavar="MODEL", help=MODEL_HELP)
@@ -316,8 +328,9 @@ def _check_model_argument(model: str, which: str = "regressor") -> ResolvedModel
 
 def _read_predict_tables(args: argparse.Namespace):
     """The train table, the test table (None with ``--holdout``) and the feature names."""
-    if (args.test is None) == (args.holdout is None):
-        raise CommandError("give exactly one of --test TEST.csv or --holdout F")
+    given = [args.test, args.holdout, args.oof]
+    if sum(value is not None for value in given) != 1:
+        raise CommandError("give exactly one of --test TEST.csv, --holdout F or --oof K")
     train = read_csv_table(args.train, "train", min_rows=2)
     if args.target not in train.columns:
         raise CommandError(
@@ -363,6 +376,19 @@ def _split_predict_data(args: argparse.Namespace, train, test, features, reserve
         )
     X_all = train[features]  # numbers as parsed; text columns stay text, for tabpfn
 
+    if args.oof is not None:
+        K = args.oof
+        if not 2 <= K <= len(y_all):
+            raise CommandError(
+                f"--oof needs 2 <= K <= {len(y_all)} (the rows of {args.train}), got {K}"
+            )
+        if len(y_all) - math.ceil(len(y_all) / K) < 2:
+            raise CommandError(
+                f"--oof {K} of {len(y_all)} rows leaves a fold fewer than 2 train rows; "
+                "give fewer folds or more rows"
+            )
+        rows = np.arange(len(y_all))
+        return X_all, y_all, X_all, y_all, rows
     if args.holdout is not None:
         F = args.holdout
         if not (math.isfinite(F) and 0 < F < 1):
@@ -471,6 +497,10 @@ def _predict(args: argparse.Namespace) -> int:
             "predicted label and one probability column per class"
         )
     output_type, quantiles = _output_request(args)
+    if args.oof is not None and output_type == "quantiles":
+        raise CommandError(
+            "--oof writes one value per row: give --output-type mean, median or mode, not quantiles"
+        )
     columns = ["row", "prediction"] if classify else _output_columns(output_type, quantiles)
     _check_target_name(args.target, columns)
     reserved = {*columns, args.target} if classify else None
@@ -497,7 +527,90 @@ def _predict(args: argparse.Namespace) -> int:
     if args.ignore_pretraining_limits:
         params["ignore_pretraining_limits"] = True
     estimator = (OTabPFNClassifier if classify else OTabPFNRegressor)(**params)
-    status(args, f"fitting on {len(y_train)} rows x {len(features)} features (model {args.model})")
+    out = pd.DataFrame({"row": rows})
+    if y_test is not None:
+        out[args.target] = y_test
+    if args.oof is not None:
+        prediction = _out_of_fold(args, estimator, X_train, y_train, out, output_type, classify)
+    else:
+        prediction = _fit_and_predict(
+            args, estimator, X_train, y_train, X_test, out, output_type, quantiles, classify
+        )
+    path = write_csv_atomic(out, args.out)
+    status(args, f"wrote {len(out)} predictions to {path}")
+
+    if y_test is not None and output_type != "quantiles":
+        known = pd.notna(y_test)
+        if known.any() and classify:
+            accuracy = float(np.mean(prediction[known] == y_test[known]))
+            print(f"accuracy {accuracy:.6g} on {int(known.sum())} rows with a known label")
+        elif known.any():
+            rmse = float(np.sqrt(np.mean((prediction[known] - y_test[known]) ** 2)))
+            print(f"RMSE {rmse:.6g} on {int(known.sum())} rows with a known target")
+    return 0
+
+
+def _out_of_fold(
+    args: argparse.Namespace,
+    estimator: Any,
+    X: Any,
+    y: Any,
+    out: Any,
+    output_type: str,
+    classify: bool,
+) -> Any:
+    """``--oof K``: every row of TRAIN predicted from the other folds; fills ``out``.
+
+    Returns the point predictions (a classifier's labels), for the printed score.
+    """
+    import numpy as np  # lazy: keeps --help light
+    from sklearn.model_selection import KFold  # lazy: keeps --help light
+
+    from retrofit import cross_val_predict  # lazy: keeps --help light
+
+    folds = KFold(args.oof, shuffle=True, random_state=args.seed)
+    what = "class probabilities" if classify else output_type
+    status(
+        args,
+        f"out-of-fold predictions ({what}) for {len(y)} rows x {X.shape[1]} features "
+        f"in {args.oof} folds, one ragged batch (model {args.model})",
+    )
+    if classify:
+        proba = np.asarray(
+            cross_val_predict(estimator, X, y, cv=folds, method="predict_proba"), np.float64
+        )
+        classes = np.unique(np.asarray(y))  # cross_val_predict's columns: every class of y
+        prediction = classes[np.argmax(proba, axis=1)]  # tabpfn's predict
+        out["prediction"] = prediction
+        for k, label in enumerate(classes):
+            out[str(label)] = proba[:, k]
+        return prediction
+    method = "predict" if output_type == "mean" else output_type
+    prediction = np.asarray(cross_val_predict(estimator, X, y, cv=folds, method=method), np.float64)
+    out["prediction"] = prediction
+    return prediction
+
+
+def _fit_and_predict(
+    args: argparse.Namespace,
+    estimator: Any,
+    X_train: Any,
+    y_train: Any,
+    X_test: Any,
+    out: Any,
+    output_type: str,
+    quantiles: list[float],
+    classify: bool,
+) -> Any:
+    """``--test`` and ``--holdout``: one fit on the train rows; fills ``out``.
+
+    Returns the point predictions (a classifier's labels), or None for quantiles.
+    """
+    import numpy as np  # lazy: keeps --help light
+
+    status(
+        args, f"fitting on {len(y_train)} rows x {X_train.shape[1]} features (model {args.model})"
+    )
     estimator.fit(X_train, y_train)
     settings = estimator.settings_
     status(
@@ -507,9 +620,7 @@ def _predict(args: argparse.Namespace) -> int:
     )
     what = "class probabilities" if classify else output_type
     status(args, f"predicting {len(X_test)} rows ({what})")
-    out = pd.DataFrame({"row": rows})
-    if y_test is not None:
-        out[args.target] = y_test
+    prediction = None
     if classify:
         proba = np.asarray(estimator.predict_proba(X_test), dtype=np.float64)
         prediction = estimator.classes_[np.argmax(proba, axis=1)]  # tabpfn's predict
@@ -523,18 +634,7 @@ def _predict(args: argparse.Namespace) -> int:
     else:
         prediction = np.asarray(estimator.predict(X_test, output_type=output_type), np.float64)
         out["prediction"] = prediction
-    path = write_csv_atomic(out, args.out)
-    status(args, f"wrote {len(out)} predictions to {path}")
-
-    if y_test is not None and output_type != "quantiles":
-        known = pd.notna(y_test)
-        if known.any() and classify:
-            accuracy = float(np.mean(prediction[known] == y_test[known]))
-            print(f"accuracy {accuracy:.6g} on {int(known.sum())} rows with a known label")
-        elif known.any():
-            rmse = float(np.sqrt(np.mean((prediction[known] - y_test[known]) ** 2)))
-            print(f"RMSE {rmse:.6g} on {int(known.sum())} rows with a known target")
-    return 0
+    return prediction
 
 
 def _check_patch_out(args: argparse.Namespace) -> Path:

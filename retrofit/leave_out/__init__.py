@@ -1,4 +1,11 @@
 """Leave-out from one fitted context: out-of-fold predictions and prediction intervals.
 
-``intervals`` holds the interval maths (jackknife+, CV+, split conformal) on arrays.
+``cross_val`` holds :func:`cross_val_predict` (the folds as one ragged batch on
+the null-padded engine), ``intervals`` the interval maths (jackknife+, CV+,
+split conformal) on arrays, ``estimator_intervals`` the intervals of an
+estimator.
 """
+
+from retrofit.leave_out.cross_val import cross_val_predict
+
+__all__ = ["cross_val_predict"]

@@ -3,10 +3,13 @@
 :func:`prediction_intervals` gets every fold's model ``mu_{-k}``: the
 held-out rows' predictions give the residuals ``R_i = |y_i - mu_{-k(i)}(X_i)|``,
 the test rows' predictions from every fold give ``mu_{-k}(x)``, and
-:mod:`retrofit.leave_out.intervals` turns them into intervals. Here each
-fold's model is a clone of the estimator fitted on the fold's train rows (k
-refits). Split conformal, for comparison, is one fit on part of the rows and a
-calibration on the rest.
+:mod:`retrofit.leave_out.intervals` turns them into intervals. Each fold's
+model is the context of its train rows in :func:`retrofit.cross_val_predict`'s
+fold engine (:func:`retrofit.leave_out.cross_val.fold_predictions`): fitted
+and preprocessed on those rows as a refit would be, all folds run as one
+ragged batch, each fold's queries its held-out rows and ``X_test``. Split
+conformal, for comparison, is one fit on part of the rows and a calibration
+on the rest.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from sklearn.base import clone, is_classifier
 from sklearn.model_selection import KFold, LeaveOneOut
 
 from retrofit.errors import InvalidInputError
+from retrofit.leave_out.cross_val import checked_fold_estimator, fold_predictions, partition_folds
 from retrofit.leave_out.intervals import (
     PredictionIntervals,
     checked_alpha,
@@ -32,7 +36,11 @@ __all__ = ["FOLD_MODELS", "INTERVAL_METHODS", "prediction_intervals"]
 INTERVAL_METHODS: tuple[str, ...] = ("jackknife+", "cv+", "split")
 
 #: How :func:`prediction_intervals` gets each fold's model (recorded by reports).
-FOLD_MODELS = "k refits: a clone of the estimator fitted on each fold's train rows"
+FOLD_MODELS = (
+    "the fold engine of cross_val_predict: each fold's train rows fitted and preprocessed "
+    "on their own (per_fold), all folds' ICL forwards in one ragged batch, each fold "
+    "predicting its held-out rows and X_test"
+)
 
 
 def _checked_estimator(estimator: Any) -> OTabPFNRegressor:
@@ -78,21 +86,16 @@ def _fold_residuals(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Residuals, the fold of each row, and each fold's predictions of ``X_test``.
 
-    Each fold's model is a clone of ``estimator`` fitted on the fold's train rows.
+    Each fold's model is the fold engine's context of its train rows
+    (:func:`retrofit.leave_out.cross_val.fold_predictions`): all folds in one
+    ragged batch, each predicting its held-out rows followed by ``X_test``.
     """
-    folds = list(splitter.split(X, y))
-    held_out = np.concatenate([test for _, test in folds])
-    if np.sort(held_out).tolist() != list(range(len(X))):
-        raise InvalidInputError(
-            f"prediction_intervals: the folds of {type(splitter).__name__} must hold out "
-            "every row exactly once (a partition, as KFold and LeaveOneOut are)"
-        )
+    folds = partition_folds(splitter, X, y, caller="prediction_intervals")
+    predictions = fold_predictions(estimator, X, y, folds, X_extra=X_test)
     residuals_N = np.empty(len(X))
     fold_of_row_N = np.empty(len(X), dtype=np.intp)
     mu_query_KQ = np.empty((len(folds), len(X_test)))
-    for k, (train, test) in enumerate(folds):
-        model = clone(estimator).fit(X[train], y[train])
-        prediction = model.predict(np.concatenate([X[test], X_test]))
+    for k, ((_, test), prediction) in enumerate(zip(folds, predictions, strict=True)):
         residuals_N[test] = np.abs(y[test] - prediction[: len(test)])
         fold_of_row_N[test] = k
         mu_query_KQ[k] = prediction[len(test) :]
@@ -114,8 +117,9 @@ def prediction_intervals(
     """Prediction intervals at ``1 - alpha`` for the rows of ``X_test``.
 
     Args:
-        estimator: A :class:`retrofit.OTabPFNRegressor` in a patched mode
-            (fitted or not: a clone is fitted on ``X, y``).
+        estimator: A :class:`retrofit.OTabPFNRegressor`, in a patched mode
+            for ``"jackknife+"`` and ``"cv+"`` (the folds share one null-padded
+            batch); fitted or not, it is left unchanged.
         X: Train features, ``(N, F)``.
         y: Train targets, ``(N,)``.
         X_test: Rows to give intervals for, ``(Q, F)``.
@@ -134,7 +138,8 @@ def prediction_intervals(
 
     Raises:
         InvalidInputError: A classifier or a non-retrofit estimator, an
-            unknown method, a ``cv`` given with another method, or a bad alpha.
+            unknown method, a ``cv`` given with another method, a bad alpha,
+            or ``mode="none"`` for ``"jackknife+"`` or ``"cv+"``.
     """
     estimator = _checked_estimator(estimator)
     checked_alpha(alpha)
@@ -166,5 +171,6 @@ def prediction_intervals(
         splitter = KFold(10 if cv is None else cv, shuffle=True, random_state=random_state)
     else:
         splitter = cv
+    checked_fold_estimator(estimator, f"prediction_intervals (method={method!r})")
     residuals_N, fold_of_row_N, mu_query_KQ = _fold_residuals(estimator, X, y, X_test, splitter)
     return cv_plus_intervals(residuals_N, fold_of_row_N, mu_query_KQ, alpha=alpha, method=method)

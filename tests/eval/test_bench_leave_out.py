@@ -12,6 +12,7 @@ from eval.benchmarks.batched import ragged_datasets
 from eval.benchmarks.leave_out import bench_leave_out
 from eval.cli import main
 from retrofit import OTabPFNRegressor
+from tests.helpers.exactness import MODEL_ULPS
 
 
 def test_quick_leave_out_bench_times_every_case_and_stores_the_refits_predictions(
@@ -32,11 +33,20 @@ def test_quick_leave_out_bench_times_every_case_and_stores_the_refits_prediction
     ]
     assert len({c["features"] for c in report["cases"]}) == 1  # growth with rows alone
     assert report["dtype"] == "float32" and report["mode"] == "full-o"
+    y_scale = ragged_datasets(1, min_rows=41, max_rows=41, seed=0)[0][1]
     for case in report["cases"]:
         refits = case["peers"]["sklearn_refits"]
         assert len(refits["s"]) == report["repeats"] == 1
         assert refits["ratio_to_sklearn_refits"] is None
         assert refits["max_abs_diff_to_sklearn_refits"] == 0.0
+        # retrofit.cross_val_predict is in this build, so it is timed beside the refits,
+        # and its predictions are theirs within the float32 model bound (exactness.py).
+        ours = case["peers"]["retrofit"]
+        assert len(ours["s"]) == 1 and ours["ratio_to_sklearn_refits"] is not None
+        scale = max(1.0, float(np.abs(y_scale).max()))
+        bound = MODEL_ULPS[torch.float32] * np.finfo(np.float32).eps * scale
+        assert ours["max_abs_diff_to_sklearn_refits"] <= bound
+    assert "retrofit" not in report["skipped"]
     # The stored out-of-fold RMSE is scikit-learn's k refits of the same estimator.
     X, y, _ = ragged_datasets(1, min_rows=25, max_rows=25, seed=0)[0]
     X, y = X[:24], y[:24]

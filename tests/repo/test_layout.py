@@ -132,16 +132,18 @@ def test_every_room_of_retrofit_imports_only_rooms_on_lower_floors():
     assert not upward, upward
 
 
-# The rooms inside two rooms of retrofit/ and inside the training tooling, floor by
+# The rooms inside three rooms of retrofit/ and inside the training tooling, floor by
 # floor from the bottom, as above. hosts/: one folder per host family over what they
 # share (tabpfn's architectures/, PEFT's tuner folders); a family never imports
 # another. batching/: the device bounds, the padding and chunks, the engine, the one
-# dispatch, then the two front ends, neither of which imports the other.
+# dispatch, then the two front ends, neither of which imports the other. leave_out/:
+# the fold engine and the interval maths, then the intervals of an estimator on both.
 # hosttraining/: the priors, what both tasks share, then one folder per task, neither
 # of which imports the other (no module sits flat beside them).
 INNER_FLOORS: dict[str, tuple[tuple[str, ...], ...]] = {
     "hosttraining": (("priors",), ("common",), ("regression", "classification")),
     "retrofit.hosts": (("common",), ("v2", "v3")),
+    "retrofit.leave_out": (("cross_val", "intervals"), ("estimator_intervals",)),
     "retrofit.batching": (
         ("bounds",),
         ("chunks", "padding"),

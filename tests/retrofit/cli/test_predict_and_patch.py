@@ -473,6 +473,7 @@ def test_offline_v3_is_one_line_naming_where_to_put_the_file(data, capsys, monke
                 "--quantiles",
                 "--categorical",
                 "--ignore-pretraining-limits",
+                "--oof",
             ],
         ),
         ("patch", ["--model", "--mode", "--tau", "--support", "--eps-den", "--out", "--force"]),

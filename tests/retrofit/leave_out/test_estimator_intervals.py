@@ -3,8 +3,9 @@
 A tiny random v3 regressor (perturbed zero-inits, ``tiny_v3_path``), Full-O,
 float32. Split conformal is checked against its definition computed here
 (fit on the fit rows, residuals on the calibration rows); jackknife+ and CV+
-against the array maths fed with the fold engine's predictions and against
-refits of the estimator on each fold's rows.
+against the array maths fed with refits of the estimator on each fold's rows
+(the fold engine equals them within the model bound); the folds run as one
+batch of the fold engine, which refuses ``mode="none"``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from sklearn.linear_model import Ridge
 from sklearn.model_selection import KFold, LeaveOneOut, ShuffleSplit
 
 import retrofit
+import retrofit.batching.engine
 from retrofit import OTabPFNClassifier, OTabPFNRegressor
 from retrofit.errors import InvalidInputError
 from retrofit.leave_out.estimator_intervals import prediction_intervals
@@ -126,3 +128,30 @@ def test_a_splitter_that_is_not_a_partition_is_refused(tiny_v3_path):
     cv = ShuffleSplit(3, test_size=0.2, random_state=0)
     with pytest.raises(InvalidInputError, match="every row exactly once"):
         prediction_intervals(_regressor(tiny_v3_path), X, y, X_test, method="cv+", cv=cv)
+
+
+def test_the_folds_models_are_one_batch_of_the_fold_engine(tiny_v3_path, monkeypatch):
+    X, y, X_test = _table(n=16, q=5)
+    calls = []
+    engine = retrofit.batching.engine.run_padded
+
+    def spy(estimator, X_train_list, y_train_list, X_test_list, *args, **kwargs):
+        calls.append([(len(X), len(Xt)) for X, Xt in zip(X_train_list, X_test_list, strict=True)])
+        return engine(estimator, X_train_list, y_train_list, X_test_list, *args, **kwargs)
+
+    monkeypatch.setattr("retrofit.batching.regression.run_padded", spy)
+    prediction_intervals(_regressor(tiny_v3_path), X, y, X_test, method="cv+", cv=4)
+    # Four folds of 12 train rows, each predicting its 4 held-out rows and the 5 test rows.
+    assert calls == [[(12, 9)] * 4]
+
+
+@pytest.mark.parametrize("method", ["jackknife+", "cv+"])
+def test_mode_none_is_refused_for_the_fold_methods_and_split_still_runs(tiny_v3_path, method):
+    X, y, X_test = _table(n=16, q=5)
+    estimator = OTabPFNRegressor(
+        mode="none", model_path=str(tiny_v3_path), device="cpu", n_estimators=1, random_state=0
+    )
+    with pytest.raises(InvalidInputError, match=r"mode='none'.*use mode='full-o'"):
+        prediction_intervals(estimator, X, y, X_test, method=method)
+    split = prediction_intervals(estimator, X, y, X_test, method="split", alpha=0.25)
+    assert np.isfinite(split.width_Q).all()

@@ -1,0 +1,297 @@
+"""Out-of-fold predictions of a retrofit estimator: ``cross_val_predict`` on the padded engine.
+
+:func:`cross_val_predict` is scikit-learn's ``cross_val_predict`` for
+:class:`retrofit.OTabPFNRegressor` and :class:`retrofit.OTabPFNClassifier`:
+the same signature's core (``estimator, X, y, *, groups, cv, method``), the
+same folds (``cv`` through ``sklearn.model_selection.check_cv``) and the same
+return value, every row predicted from a context that did not contain it.
+Instead of ``k`` clones fitted and run one after the other, the ``k`` folds
+are the datasets of one ragged batch through the null-padded engine
+(:func:`retrofit.batching.engine.run_padded`, by way of the batching front
+ends): each fold's train rows are its context, its held-out rows its queries,
+and the ICL forwards of all folds run fused per length bucket.
+
+Preprocessing. ``preprocessing="per_fold"`` (the only mode of this build, so
+the default): each fold's context is fitted and preprocessed on its own train
+rows, exactly as a clone fitted on them would be (X-side preprocessing, target
+transform and statistics, class encoding), so the result equals
+scikit-learn's ``cross_val_predict`` with ``k`` refits of the same estimator
+(an integer ``random_state``) within the padded path's rounding bound. What the
+batch shares is the model, the patching and the fused ICL forwards. A
+transductive mode (X-side preprocessing fitted once on all rows) is not in this
+build.
+
+:func:`partition_folds` is the one check that a splitter's test folds hold out
+every row exactly once, and :func:`fold_predictions` the fold engine itself;
+:mod:`retrofit.leave_out.estimator_intervals` builds jackknife+ and CV+ on
+both.
+
+Shape letters: N rows of ``X``, Q extra query rows, C classes of ``y``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.base import is_classifier
+from sklearn.model_selection import check_cv
+from sklearn.preprocessing import LabelEncoder
+from sklearn.utils import _safe_indexing
+
+from retrofit.batching.classification import predict_batched_labels, predict_proba_batched
+from retrofit.batching.engine import models_of
+from retrofit.batching.regression import predict_batched
+from retrofit.classifier import OTabPFNClassifier
+from retrofit.errors import BatchInputError, InvalidInputError
+from retrofit.hosts.common.base import supports_padded_icl
+from retrofit.regressor import OTabPFNRegressor
+
+__all__ = [
+    "CLASSIFIER_METHODS",
+    "PREPROCESSING_MODES",
+    "REGRESSOR_METHODS",
+    "Fold",
+    "checked_fold_estimator",
+    "cross_val_predict",
+    "fold_predictions",
+    "partition_folds",
+]
+
+#: ``(train_rows, held_out_rows)`` of one fold, as a splitter's ``split`` yields them.
+Fold = tuple[np.ndarray, np.ndarray]
+
+#: The regressor's methods: ``predict`` (the mean) and the output types of
+#: ``TabPFNRegressor.predict(output_type=...)`` that give one value per row
+#: (``quantiles``, ``full`` and ``main`` give several and are not offered).
+REGRESSOR_METHODS: tuple[str, ...] = ("predict", "mean", "median", "mode")
+
+#: The classifier's methods.
+CLASSIFIER_METHODS: tuple[str, ...] = ("predict", "predict_proba")
+
+#: The values of ``preprocessing``: each fold fitted and preprocessed on its own rows.
+PREPROCESSING_MODES: tuple[str, ...] = ("per_fold",)
+
+
+def checked_fold_estimator(estimator: Any, caller: str) -> OTabPFNRegressor | OTabPFNClassifier:
+    """``estimator`` if the fold engine can run it: a retrofit estimator not in ``mode="none"``.
+
+    Raises:
+        InvalidInputError: Another estimator, or ``mode="none"`` (padding a
+            fold's context with null rows needs a patched host).
+    """
+    if not isinstance(estimator, OTabPFNRegressor | OTabPFNClassifier):
+        raise InvalidInputError(
+            f"{caller} needs a retrofit.OTabPFNRegressor or OTabPFNClassifier, got "
+            f"{type(estimator).__name__}: wrap the host in one of them"
+        )
+    if estimator.mode == "none":
+        raise InvalidInputError(
+            f"{caller}: mode='none' is the unpatched host, whose folds cannot share one "
+            "null-padded batch; use mode='full-o' or 'oattention' (or sklearn's "
+            "cross_val_predict for k refits)"
+        )
+    return estimator
+
+
+def partition_folds(
+    splitter: Any, X: Any, y: Any, groups: Any = None, *, caller: str
+) -> list[Fold]:
+    """The folds of ``splitter`` on ``X``, refused unless their test rows partition the rows.
+
+    Args:
+        splitter: Any scikit-learn splitter (``split(X, y, groups)``).
+        X: The rows, ``(N, F)``.
+        y: The targets, ``(N,)`` (stratified splitters read them).
+        groups: Group labels for group splitters, or None.
+        caller: The entry point named in the error.
+
+    Returns:
+        ``(train_rows, held_out_rows)`` per fold, in the splitter's order.
+
+    Raises:
+        InvalidInputError: A row held out twice or never (``ShuffleSplit``,
+            ``TimeSeriesSplit``), as scikit-learn's ``cross_val_predict`` refuses.
+    """
+    folds = [(np.asarray(train), np.asarray(test)) for train, test in splitter.split(X, y, groups)]
+    held_out = np.concatenate([test for _, test in folds]) if folds else np.empty(0, int)
+    if np.sort(held_out).tolist() != list(range(len(X))):
+        raise InvalidInputError(
+            f"{caller}: the folds of {type(splitter).__name__} must hold out every row "
+            "exactly once (a partition, as KFold and LeaveOneOut are)"
+        )
+    return folds
+
+
+def _stacked(X: Any, X_extra: Any) -> Any:
+    """``X_extra``'s rows after ``X``'s, in ``X``'s kind (array or DataFrame)."""
+    if isinstance(X, pd.DataFrame):
+        return pd.concat([X, pd.DataFrame(X_extra, columns=X.columns)], ignore_index=True)
+    return np.concatenate([np.asarray(X), np.asarray(X_extra)])
+
+
+def fold_predictions(
+    estimator: OTabPFNRegressor | OTabPFNClassifier,
+    X: Any,
+    y: Any,
+    folds: Sequence[Fold],
+    *,
+    method: str = "predict",
+    X_extra: Any = None,
+) -> list[Any]:
+    """Each fold's predictions from its own train rows, all folds in one ragged batch.
+
+    Trusts its caller (:func:`cross_val_predict`,
+    :func:`retrofit.leave_out.estimator_intervals.prediction_intervals`) to
+    have checked the estimator, the method and the folds.
+
+    Args:
+        estimator: A retrofit estimator in a patched mode.
+        X: The rows, ``(N, F)``, an array or a DataFrame.
+        y: The targets or labels, ``(N,)``.
+        folds: ``(train_rows, held_out_rows)`` per fold.
+        method: One of :data:`REGRESSOR_METHODS` or :data:`CLASSIFIER_METHODS`.
+        X_extra: Rows ``(Q, F)`` every fold predicts too, after its held-out
+            rows; None: none.
+
+    Returns:
+        Per fold, what the estimator's ``method`` returns for the fold's
+        held-out rows followed by ``X_extra``'s, from a context of the fold's
+        train rows: ``(n_held_out + Q,)`` values, or ``(n_held_out + Q, C_k)``
+        probabilities over the fold's own classes ``C_k``.
+
+    Raises:
+        InvalidInputError: A fold the batch refuses (fewer than two train
+            rows, a missing target), named by its index; or a model without a
+            null-padded ICL stage.
+    """
+    host = estimator.batched_host()
+    if not all(supports_padded_icl(model) for model in models_of(host)):
+        raise InvalidInputError(
+            "the folds need a patched host with a null-padded ICL stage; this model has "
+            "none (a saved unpatched model?): give mode='full-o' or 'oattention'"
+        )
+    X_train_list = [_safe_indexing(X, train) for train, _ in folds]
+    y_train_list = [_safe_indexing(y, train) for train, _ in folds]
+    X_test_list = [_safe_indexing(X, test) for _, test in folds]
+    if X_extra is not None:
+        X_test_list = [_stacked(X_test, X_extra) for X_test in X_test_list]
+    try:
+        if isinstance(estimator, OTabPFNClassifier):
+            run = predict_proba_batched if method == "predict_proba" else predict_batched_labels
+            batch = run(host, X_train_list, y_train_list, X_test_list, padded=True)
+        else:
+            output_type = "mean" if method == "predict" else method
+            batch = predict_batched(
+                host, X_train_list, y_train_list, X_test_list, output_type=output_type, padded=True
+            )
+    except BatchInputError as err:
+        raise InvalidInputError(
+            f"cross-validation folds (dataset i is fold i in split order): {err}"
+        ) from None
+    return batch.results
+
+
+def _checked_method(estimator: OTabPFNRegressor | OTabPFNClassifier, method: str) -> str:
+    if isinstance(estimator, OTabPFNClassifier):
+        if method in REGRESSOR_METHODS and method not in CLASSIFIER_METHODS:
+            raise InvalidInputError(
+                f"cross_val_predict: method {method!r} is a regressor output type; "
+                f"a classifier takes one of {', '.join(CLASSIFIER_METHODS)}"
+            )
+        allowed = CLASSIFIER_METHODS
+    else:
+        allowed = REGRESSOR_METHODS
+    if method not in allowed:
+        raise InvalidInputError(
+            f"cross_val_predict: unknown method {method!r} for {type(estimator).__name__}; "
+            f"use one of {', '.join(allowed)}"
+        )
+    return method
+
+
+def _aligned_probabilities(
+    probas: list[np.ndarray], y: Any, folds: Sequence[Fold]
+) -> list[np.ndarray]:
+    """Each fold's probabilities in the columns of every class of ``y`` (0 where it has none).
+
+    scikit-learn's ``cross_val_predict`` does the same for a fold whose train
+    rows lack a class (its ``_enforce_prediction_order``); tabpfn sorts the
+    classes as ``LabelEncoder`` does.
+    """
+    encoder = LabelEncoder().fit(np.asarray(y))
+    aligned = []
+    for proba_MC, (train, _) in zip(probas, folds, strict=True):
+        own = encoder.transform(np.unique(np.asarray(_safe_indexing(y, train))))
+        full = np.zeros((proba_MC.shape[0], len(encoder.classes_)), dtype=proba_MC.dtype)
+        full[:, own] = proba_MC
+        aligned.append(full)
+    return aligned
+
+
+def cross_val_predict(
+    estimator: OTabPFNRegressor | OTabPFNClassifier,
+    X: Any,
+    y: Any,
+    *,
+    groups: Any = None,
+    cv: int | Any = 5,
+    method: str = "predict",
+    preprocessing: str = "per_fold",
+) -> np.ndarray:
+    """Every row's prediction from a context that did not contain it (scikit-learn's semantics).
+
+    Args:
+        estimator: An :class:`~retrofit.OTabPFNRegressor` or
+            :class:`~retrofit.OTabPFNClassifier` in a patched mode (fitted or
+            not; it is left unchanged, as scikit-learn clones it).
+        X: Features, ``(N, F)``: an array or a DataFrame.
+        y: Targets (regressor) or labels (classifier), ``(N,)``.
+        groups: Group labels for a group splitter (``GroupKFold``), or None.
+        cv: A number of folds (as scikit-learn: ``KFold`` unshuffled, and
+            ``StratifiedKFold`` for a classifier on class labels) or any
+            splitter whose test folds partition the rows (``LeaveOneOut()``
+            included).
+        method: Regressor: ``"predict"`` (the mean), or ``"mean"``,
+            ``"median"``, ``"mode"`` (``predict(output_type=...)``).
+            Classifier: ``"predict"`` (labels) or ``"predict_proba"``.
+        preprocessing: ``"per_fold"``: each fold's context is fitted and
+            preprocessed on its own train rows, as a refit would be; all folds'
+            ICL forwards run in one ragged batch. The only mode of this build
+            (a transductive one, preprocessing fitted once on all rows, is not
+            in it).
+
+    Returns:
+        ``(N,)`` predictions, or ``(N, C)`` probabilities with the sorted
+        classes of ``y`` as columns (0 for a class a fold's train rows lack),
+        in the order of ``X``'s rows.
+
+    Raises:
+        InvalidInputError: Another estimator, ``mode="none"``, an unknown
+            method or preprocessing mode, a regressor output type asked of a
+            classifier, folds that do not partition the rows, or a fold the
+            estimator cannot fit.
+    """
+    estimator = checked_fold_estimator(estimator, "cross_val_predict")
+    method = _checked_method(estimator, method)
+    if preprocessing not in PREPROCESSING_MODES:
+        raise InvalidInputError(
+            f"cross_val_predict: unknown preprocessing {preprocessing!r}; this build has "
+            + ", ".join(repr(m) for m in PREPROCESSING_MODES)
+        )
+    if len(X) != len(y):
+        raise InvalidInputError(
+            f"cross_val_predict: X has {len(X)} rows and y {len(y)} values; give one per row"
+        )
+    splitter = check_cv(cv, y, classifier=is_classifier(estimator))
+    folds = partition_folds(splitter, X, y, groups, caller="cross_val_predict")
+    predictions = fold_predictions(estimator, X, y, folds, method=method)
+    if method == "predict_proba":
+        predictions = _aligned_probabilities(predictions, y, folds)
+    # As scikit-learn: the folds' predictions in split order, then put back in row order.
+    held_out_N = np.concatenate([test for _, test in folds])
+    order_N = np.empty(len(held_out_N), dtype=np.intp)
+    order_N[held_out_N] = np.arange(len(held_out_N))
+    return np.concatenate([np.asarray(p) for p in predictions])[order_N]
