@@ -114,8 +114,26 @@ def curve_series(checkpoint: Path, metric: str) -> dict[str, Any]:
     }
 
 
-def plot_curve(series: dict[str, Any], png: Path, title: str, *, metric: str, ylabel: str) -> None:
-    """One panel per suite: the host's ``metric`` against tables seen, baselines as lines."""
+def plot_curve(
+    series: dict[str, Any],
+    png: Path,
+    title: str,
+    *,
+    metric: str,
+    ylabel: str,
+    ymax: float | None = None,
+) -> None:
+    """One panel per suite: the host's ``metric`` against tables seen, baselines as lines.
+
+    Args:
+        series: :func:`curve_series`' result.
+        png: The image to write.
+        title: The figure's title.
+        metric: The score drawn.
+        ylabel: The y axis' label.
+        ymax: Top of the y axis (None: matplotlib's choice); a baseline above it
+            is named in the legend with its value instead of drawn.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -127,7 +145,12 @@ def plot_curve(series: dict[str, Any], png: Path, title: str, *, metric: str, yl
         for weights, points in series["suites"][suite].items():
             ax.plot(points["tasks_seen"], points[metric], marker="o", label=f"host ({weights})")
         for i, (name, value) in enumerate(series["baselines"][suite].items()):
-            ax.axhline(value, linestyle="--", color=f"C{i + 2}", label=name)
+            if ymax is not None and value > ymax:
+                ax.plot([], [], linestyle="--", color=f"C{i + 2}", label=f"{name} ({value:.3g})")
+            else:
+                ax.axhline(value, linestyle="--", color=f"C{i + 2}", label=name)
+        if ymax is not None:
+            ax.set_ylim(0.0, ymax)
         ax.set_xlabel("synthetic tables seen")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{suite} prior's held-out tasks")

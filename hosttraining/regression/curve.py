@@ -7,7 +7,9 @@ on the same tasks once (``<out>.heldout_baselines.json``; see
 :mod:`hosttraining.regression.heldout`). This command reads both and draws one
 panel per suite: the host's relative RMSE (RMSE over the context-mean
 predictor's; 1 is predicting the mean) against tables seen, the baselines as
-horizontal lines, the same picture as ``hosttraining.classification.curve``.
+horizontal lines, the same picture as ``hosttraining.classification.curve``;
+the y axis ends a little above the host's worst point (at least at 1.2), and a
+baseline beyond it is named in the legend with its value.
 
 ``python -m hosttraining.regression.curve --checkpoint X --png curve.png`` also prints
 the series it drew as JSON.
@@ -44,7 +46,17 @@ def curve_series(checkpoint: Path) -> dict[str, Any]:
 
 def plot_curve(series: dict[str, Any], png: Path, title: str) -> None:
     """One panel per suite: the host's relative RMSE against tables seen, baselines as lines."""
-    heldout.plot_curve(series, png, title, metric=METRIC, ylabel="held-out relative RMSE")
+    top = max(
+        [v for s in series["suites"].values() for w in s.values() for v in w[METRIC]] or [1.0]
+    )
+    heldout.plot_curve(
+        series,
+        png,
+        title,
+        metric=METRIC,
+        ylabel="held-out relative RMSE",
+        ymax=max(1.2, top * 1.05),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

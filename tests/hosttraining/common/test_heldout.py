@@ -59,3 +59,6 @@ def test_a_curve_scores_each_suite_writes_baselines_once_and_reads_back(tmp_path
     png = tmp_path / "curve.png"
     plot_curve(series, png, "t", metric="m", ylabel="m")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    capped = tmp_path / "capped.png"  # the baselines above the axis' top are named, not drawn
+    plot_curve(series, capped, "t", metric="m", ylabel="m", ymax=1.5)
+    assert capped.read_bytes() != png.read_bytes()

@@ -7,7 +7,12 @@ import torch
 
 from hosttraining.common.loop import TINY_MODEL_CONFIG, build_model
 from hosttraining.priors.tabicl import TabICLPriorConfig
-from hosttraining.regression.heldout import BASELINE_NAMES, METRIC, RegressionHeldoutCurve
+from hosttraining.regression.heldout import (
+    BASELINE_NAMES,
+    MEDIAN,
+    METRIC,
+    RegressionHeldoutCurve,
+)
 
 SHAPE = TabICLPriorConfig(min_rows=150, max_rows=200, test_rows=50, max_features=6)
 
@@ -23,6 +28,7 @@ def test_both_suites_score_the_host_in_eval_mode_and_the_baselines_learn() -> No
     scores = curve(model)
     assert model.training  # scored in eval mode, handed back as it came
     assert all(np.isfinite(scores[s][METRIC]) for s in curve.suites)
+    assert all(set(scores[s]) == {METRIC, MEDIAN} for s in curve.suites)
     # The score follows the weights: a perturbed output projection changes it.
     with torch.no_grad():
         for p in model.output_projection.parameters():
@@ -34,3 +40,4 @@ def test_both_suites_score_the_host_in_eval_mode_and_the_baselines_learn() -> No
     # The project's held-out tasks are low-noise: random forest explains most of their variance.
     assert baselines["project"]["rf"][METRIC] < 0.8
     assert all(np.isfinite(v[METRIC]) for s in baselines.values() for v in s.values())
+    assert all(set(v) == {METRIC, MEDIAN} for s in baselines.values() for v in s.values())
