@@ -25,22 +25,30 @@ tabicl draws from the global numpy, torch and Python generators. A batch is a
 function of the step's generator alone (:func:`hosttraining.priors.batch_stream.batch_rng`):
 the global generators are seeded from it and restored afterwards, so drawing
 inline leaves the trainer's own generators as they were, and worker processes
-draw the same batches.
+draw the same batches. One more input had to go: tabicl 2.2.0's graph
+``RandomDataset.sample`` walks its feature groups (``"x"``, ``"y"``) in the
+order of a Python ``set`` of strings, which follows the process's string-hash
+seed (``PYTHONHASHSEED``), so the same seed gave one of two tables in two
+processes (a resumed run's batches and held-out tasks were not its first
+process's). While it draws, that module's ``set`` is one that iterates sorted
+(:func:`_sorted_feature_groups`).
 
 Shape suffixes as in :mod:`hosttraining.priors.classes`.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dataclasses
 import random
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch
 from tabicl.prior import PriorDataset
+from tabicl.prior.graph_lib import _dataset as _graph_dataset
 from tabicl.prior.graph_lib._config import PriorConfig as _GraphConfig
 
 from hosttraining.priors.classes import ClassBatch, class_batch, renumbered_by_context
@@ -98,6 +106,24 @@ def _global_generators_seeded(seed: int) -> Iterator[None]:
             random.setstate(py_state)
 
 
+def _sorted_set(items: Iterable[str]) -> list[str]:
+    return sorted(builtins.set(items))
+
+
+@contextlib.contextmanager
+def _sorted_feature_groups() -> Iterator[None]:
+    """Make tabicl's graph dataset walk its feature groups in sorted order, not hash order.
+
+    ``set`` is looked up in the module's globals before the builtins; its one
+    use there is ``list(set(spec.group ...))``, so a sorted list serves.
+    """
+    _graph_dataset.set = _sorted_set  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        del _graph_dataset.set  # type: ignore[attr-defined]
+
+
 def _draw_tables(
     seed: int, rows: int, num_train: int, cfg: TabICLPriorConfig, *, regression: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -118,7 +144,7 @@ def _draw_tables(
         n_jobs=1,
         device="cpu",
     )
-    with _global_generators_seeded(seed), warnings.catch_warnings():
+    with _global_generators_seeded(seed), _sorted_feature_groups(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         x_BRH, y_BR, d_B, _, train_B = dataset.get_batch()
     if not bool((train_B == num_train).all()):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -17,6 +21,7 @@ from hosttraining.priors.tabicl import (
     sample_tabicl_regression_batch,
 )
 
+ROOT = Path(__file__).resolve().parents[3]
 SMALL = TabICLPriorConfig(min_rows=60, max_rows=100, test_rows=20, max_features=6)
 
 
@@ -99,3 +104,28 @@ def test_held_out_tabicl_regression_tables_carry_signal_a_random_forest_finds() 
         rf = RandomForestRegressor(n_estimators=50, random_state=0, n_jobs=1)
         rel.append(relative_rmse(rf.fit(task.x_ND[:n], task.y_N[:n]).predict(task.x_ND[n:]), task))
     assert np.mean(rel) < 0.8, rel
+
+
+def test_a_steps_tables_do_not_depend_on_the_processes_string_hash_seed() -> None:
+    """tabicl walks its feature groups in set order; the adapter makes that order sorted."""
+    code = (
+        "import hashlib, numpy as np\n"
+        "from hosttraining.priors.tabicl import TabICLPriorConfig, sample_tabicl_batch, "
+        "sample_tabicl_regression_batch\n"
+        "cfg = TabICLPriorConfig(min_rows=60, max_rows=100, test_rows=20, max_features=6)\n"
+        "h = hashlib.sha256()\n"
+        "for i in range(3):\n"
+        "    for draw in (sample_tabicl_batch, sample_tabicl_regression_batch):\n"
+        "        b = draw(np.random.default_rng([9, i]), cfg)\n"
+        "        h.update(b.x_RBC.numpy().tobytes()); h.update(b.y_test_TB.numpy().tobytes())\n"
+        "print(h.hexdigest())\n"
+    )
+    digests = set()
+    for hash_seed in ("0", "1"):  # two seeds whose orders of {"x", "y"} differ
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "OMP_NUM_THREADS": "1"}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        digests.add(done.stdout.strip())
+    assert len(digests) == 1, digests
