@@ -59,7 +59,6 @@ import argparse
 import dataclasses
 import functools
 import json
-import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -75,18 +74,25 @@ from hosttraining.classification.quality import (
     heldout_class_tasks,
     host_scores,
 )
+from hosttraining.common import heldout
+from hosttraining.common.flags import (
+    add_recipe_arguments,
+    add_table_arguments,
+    command_line,
+    sized_model_config,
+    table_shape,
+    train_config,
+)
 from hosttraining.common.in_prior import HELDOUT_KEY
 from hosttraining.common.loop import (
     DEFAULT_MODEL_CONFIG,
     TINY_MODEL_CONFIG,
-    TrainConfig,
     add_device_arguments,
     build_model,
     checked_device,
     inference_config_dict,
     train,
 )
-from hosttraining.common.optim import OPTIMIZERS
 from hosttraining.priors.batch_stream import Sampler
 from hosttraining.priors.classes import (
     CLASS_PRIOR_V2,
@@ -98,7 +104,7 @@ from hosttraining.priors.classes import (
 from hosttraining.priors.tabicl import TabICLPriorConfig, heldout_tabicl_tasks, sample_tabicl_batch
 from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
-from retrofit.files import sha256_file, write_text_atomic
+from retrofit.files import sha256_file
 from retrofit.models.checkpoints import load_checkpoint
 
 __all__ = [
@@ -212,13 +218,11 @@ class ClassificationObjective:
         return record
 
 
-@dataclasses.dataclass
-class HeldoutCurve:
-    """Held-out prior tasks a run scores itself on at every checkpoint (its curve).
+class HeldoutCurve(heldout.HeldoutCurve):
+    """The classifier's curve: log loss and accuracy on held-out class-prior tasks.
 
     Attributes:
-        suites: Name -> fixed held-out tasks (seed keys at
-            :data:`hosttraining.common.in_prior.HELDOUT_KEY`, which no training seed reaches).
+        suites: Name -> fixed held-out tasks ``(x_ND, labels_N, num_train)``.
     """
 
     suites: dict[str, list[Task]]
@@ -231,18 +235,20 @@ class HeldoutCurve:
             suites["tabicl"] = heldout_tabicl_tasks(count, prior, HELDOUT_KEY)
         return cls(suites)
 
-    def __call__(self, model: torch.nn.Module) -> dict[str, Any]:
-        """The host's mean log loss and accuracy per suite."""
-        return {name: host_scores(model, tasks) for name, tasks in self.suites.items()}  # type: ignore[arg-type]
+    def score(self, model: torch.nn.Module, tasks: Sequence[Task]) -> dict[str, float]:
+        """The host's mean log loss and accuracy."""
+        return host_scores(model, tasks)  # type: ignore[arg-type]
 
-    def baselines(self) -> dict[str, Any]:
-        """Class frequencies, logistic regression and random forest on the same tasks."""
-        names = ("prior", "logreg", "rf")
-        return {name: baseline_scores(tasks, names) for name, tasks in self.suites.items()}
+    def baseline(self, tasks: Sequence[Task]) -> dict[str, dict[str, float]]:
+        """Class frequencies, logistic regression and random forest."""
+        return baseline_scores(tasks, ("prior", "logreg", "rf"))
 
 
 DEFAULT_INIT = "retrofit/models/embedded/tabpfn_v3_embedded_regressor.safetensors"
 """The warm start of the recipe, relative to the repository root."""
+
+
+_MODULE = "hosttraining.classification.train"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -260,33 +266,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--minutes", type=float, default=100.0, help="wall-clock cap of this run")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup-steps", type=int, default=300)
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
-    p.add_argument("--muon-lr", type=float, default=None, help="Muon's peak lr (default: --lr)")
-    p.add_argument("--grad-clip", type=float, default=1.0)
-    p.add_argument(
-        "--lawa-every", type=int, default=0, help="steps between averaged snapshots (0: none)"
-    )
-    p.add_argument("--lawa-keep", type=int, default=5, help="snapshots in the average")
-    p.add_argument(
-        "--eval-tasks",
-        type=int,
-        default=0,
-        help="held-out prior tasks per suite scored at every checkpoint (0: none)",
-    )
+    add_recipe_arguments(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     add_device_arguments(p)
-    p.add_argument(
-        "--time-aware-schedule",
-        action="store_true",
-        help="let the wall clock advance the cosine (a run of unknown speed anneals before "
-        "--minutes; its weights then depend on the machine's speed)",
-    )
     p.add_argument("--log-every", type=int, default=25)
     p.add_argument("--checkpoint-minutes", type=float, default=10.0)
     p.add_argument("--model", choices=("default", "tiny"), default="default")
-    p.add_argument("--embed-dim", type=int, default=None, help="overrides the preset's width")
-    p.add_argument("--nlayers", type=int, default=None, help="overrides the preset's ICL depth")
     p.add_argument(
         "--init-from",
         default=DEFAULT_INIT,
@@ -299,26 +285,11 @@ def _parser() -> argparse.ArgumentParser:
         help="the project's class prior version (1: cut regression tasks; 2: plus linear "
         "tasks) or TabICL's graph-SCM prior (needs the training extra)",
     )
-    tabicl = TabICLPriorConfig()
-    p.add_argument("--tables", type=int, default=tabicl.tables, help="tabicl: tables per step")
-    p.add_argument("--min-rows", type=int, default=tabicl.min_rows, help="tabicl: fewest rows")
-    p.add_argument("--max-rows", type=int, default=tabicl.max_rows, help="tabicl: most rows")
-    p.add_argument("--test-rows", type=int, default=tabicl.test_rows, help="tabicl: query rows")
-    p.add_argument(
-        "--max-features", type=int, default=tabicl.max_features, help="tabicl: most features"
-    )
+    max_rows = TabICLPriorConfig().max_rows
+    add_table_arguments(p, which="tabicl", max_rows=max_rows, max_rows_help="tabicl: most rows")
     p.add_argument("--n-estimators", type=int, default=4, help="stored N_ESTIMATORS")
     p.add_argument("--no-resume", action="store_true", help="ignore an existing state file")
     return p
-
-
-def _command(argv: Sequence[str] | None) -> str:
-    """This run's command line, with the output's file name only (no absolute path)."""
-    words = list(sys.argv[1:] if argv is None else argv)
-    for i, word in enumerate(words[:-1]):
-        if word == "--out":
-            words[i + 1] = Path(words[i + 1]).name
-    return shlex.join(["python", "-m", "hosttraining.classification.train", *words])
 
 
 def _run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
@@ -329,39 +300,15 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         raise CommandError(f"--init-from {init}: no such checkpoint")
     device, workers = checked_device(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    model_config = dict(
-        CLASSIFIER_MODEL_CONFIG if args.model == "default" else TINY_CLASSIFIER_CONFIG
+    model_config = sized_model_config(
+        CLASSIFIER_MODEL_CONFIG if args.model == "default" else TINY_CLASSIFIER_CONFIG, args
     )
-    if args.embed_dim is not None:
-        model_config["embed_dim"] = args.embed_dim
-    if args.nlayers is not None:
-        model_config["nlayers"] = args.nlayers
     prior = _prior(args)
-    cfg = TrainConfig(
-        steps=args.steps,
-        max_minutes=args.minutes,
-        lr=args.lr,
-        warmup_steps=min(args.warmup_steps, max(1, args.steps // 10)),
-        seed=args.seed,
-        threads=args.threads,
-        device=device,
-        workers=workers,
-        time_aware_schedule=args.time_aware_schedule,
-        log_every=args.log_every,
-        checkpoint_every_s=args.checkpoint_minutes * 60,
-        optimizer=args.optimizer,
-        muon_lr=args.muon_lr,
-        grad_clip=args.grad_clip,
-        lawa_every=args.lawa_every,
-        lawa_keep=args.lawa_keep,
-    )
+    cfg = train_config(args, device, workers)
     curve = None
     if args.eval_tasks > 0:
         curve = HeldoutCurve.for_prior(prior, args.eval_tasks)
-        baselines_path = args.out.with_name(args.out.name + ".heldout_baselines.json")
-        if not baselines_path.exists():
-            record = {"tasks_per_suite": args.eval_tasks, **curve.baselines()}
-            write_text_atomic(baselines_path, json.dumps(record, indent=2) + "\n")
+        curve.write_baselines(args.out, args.eval_tasks)
     summary = train(
         args.out,
         cfg,
@@ -369,7 +316,9 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         inference_config=inference_config_dict(n_estimators=args.n_estimators),
         log=lambda line: print(line, file=sys.stderr, flush=True),
         resume=not args.no_resume,
-        objective=ClassificationObjective(prior=prior, init_from=init, command=_command(argv)),
+        objective=ClassificationObjective(
+            prior=prior, init_from=init, command=command_line(_MODULE, argv)
+        ),
         evaluate=curve,
     )
     print(json.dumps(summary))
@@ -378,13 +327,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
 
 def _prior(args: argparse.Namespace) -> ClassPriorConfig | TabICLPriorConfig:
     if args.prior == "tabicl":
-        return TabICLPriorConfig(
-            tables=args.tables,
-            min_rows=args.min_rows,
-            max_rows=args.max_rows,
-            test_rows=args.test_rows,
-            max_features=args.max_features,
-        )
+        return table_shape(args, args.max_rows)
     return CLASS_PRIOR_V2 if args.prior == "2" else ClassPriorConfig()
 
 

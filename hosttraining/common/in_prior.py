@@ -40,7 +40,13 @@ from tabpfn.checkpoint import Checkpoint
 
 from hosttraining.common.loop import build_model
 from hosttraining.common.run_files import load_state
-from hosttraining.priors.regression import PRIOR_V2, PriorConfig, sample_batch, sample_task
+from hosttraining.priors.regression import (
+    PRIOR_V2,
+    HeldoutTask,
+    PriorConfig,
+    sample_batch,
+    sample_task,
+)
 from retrofit.cli.console import OneLineArgumentParser, run_main
 
 __all__ = [
@@ -49,28 +55,15 @@ __all__ = [
     "evaluate",
     "heldout_batches",
     "heldout_tasks",
+    "host_predict",
     "main",
     "model_from_state",
     "prior_nll",
+    "relative_rmse",
 ]
 
 HELDOUT_KEY = 2**31 - 26
 """First seed word of every held-out draw; training seeds must be smaller."""
-
-
-class HeldoutTask:
-    """One held-out task: features, z-normalised target, context size.
-
-    Attributes:
-        x_ND: Features (float32 values, as the model receives them).
-        y_N: Target, normalised on the context.
-        num_train: Context rows (the first ``num_train``).
-    """
-
-    def __init__(self, x_ND: np.ndarray, y_N: np.ndarray, num_train: int) -> None:
-        self.x_ND = x_ND
-        self.y_N = y_N
-        self.num_train = num_train
 
 
 def heldout_tasks(count: int = 40) -> list[HeldoutTask]:
@@ -102,7 +95,8 @@ def heldout_batches(count: int = 8, prior: PriorConfig = PRIOR_V2) -> list[Any]:
     return [sample_batch(np.random.default_rng([HELDOUT_KEY, 1, i]), prior) for i in range(count)]
 
 
-def _rel_rmse(pred_T: np.ndarray, task: HeldoutTask) -> float:
+def relative_rmse(pred_T: np.ndarray, task: HeldoutTask) -> float:
+    """RMSE of ``pred_T`` on the task's query rows over the context-mean predictor's RMSE."""
     y_test = task.y_N[task.num_train :]
     # The context mean is 0 after normalisation, so this is RMSE / RMSE(mean).
     base = float(np.sqrt(np.mean((y_test - task.y_N[: task.num_train].mean()) ** 2)))
@@ -110,7 +104,8 @@ def _rel_rmse(pred_T: np.ndarray, task: HeldoutTask) -> float:
 
 
 @torch.no_grad()
-def _host_predict(model: tabpfn_v3.TabPFNV3, task: HeldoutTask) -> np.ndarray:
+def host_predict(model: tabpfn_v3.TabPFNV3, task: HeldoutTask) -> np.ndarray:
+    """The mean of the host's bar distribution on the task's query rows (features as given)."""
     criterion = FullSupportBarDistribution(model.regression_borders.clone())
     x_RBC = torch.from_numpy(task.x_ND[:, None, :])
     y_NB = torch.from_numpy(task.y_N[: task.num_train, None].astype(np.float32))
@@ -124,8 +119,8 @@ def _baselines(task: HeldoutTask, seed: int) -> dict[str, float]:
     rf = RandomForestRegressor(n_estimators=100, random_state=seed, n_jobs=1)
     hgb = HistGradientBoostingRegressor(random_state=seed)
     return {
-        "rf": _rel_rmse(rf.fit(x_tr, y_tr).predict(x_te), task),
-        "hgb": _rel_rmse(hgb.fit(x_tr, y_tr).predict(x_te), task),
+        "rf": relative_rmse(rf.fit(x_tr, y_tr).predict(x_te), task),
+        "hgb": relative_rmse(hgb.fit(x_tr, y_tr).predict(x_te), task),
     }
 
 
@@ -164,7 +159,7 @@ def evaluate(
         tasks = heldout_tasks(num_tasks)
         host, rf, hgb = [], [], []
         for i, task in enumerate(tasks):
-            host.append(_rel_rmse(_host_predict(model, task), task))
+            host.append(relative_rmse(host_predict(model, task), task))
             if i not in _BASELINE_CACHE:  # baselines do not depend on the host
                 _BASELINE_CACHE[i] = _baselines(task, seed=i)
             rf.append(_BASELINE_CACHE[i]["rf"])

@@ -31,6 +31,7 @@ from tabpfn.checkpoint import Checkpoint, save_as_safetensors
 from tabpfn.inference_config import InferenceConfig
 from tabpfn.preprocessing import PreprocessorConfig
 
+from hosttraining.common import heldout
 from hosttraining.common.averaging import average_state_dicts, lawa_update
 from hosttraining.common.errors import RunFileError
 from hosttraining.common.optim import build_optimizers
@@ -435,7 +436,7 @@ def train(
     )
     state_path = out.with_name(out.name + ".state.pt")
     log_path = out.with_name(out.name + ".log.jsonl")
-    evals_path = out.with_name(out.name + ".evals.jsonl")
+    evals_path = heldout.evals_path(out)
     step, tasks_seen, prior_wall = 0, 0, 0.0
     lawa: list[dict[str, torch.Tensor]] = []  # the averaging window, oldest first
     resumed_at: list[int] = []  # steps a run continued from its state file

@@ -42,10 +42,12 @@ from scipy.special import ndtr, ndtri
 
 __all__ = [
     "PRIOR_V2",
+    "HeldoutTask",
     "PriorConfig",
     "TaskBatch",
     "batch_shape",
     "log_uniform",
+    "normalise_on_context",
     "quantile_normal",
     "random_units",
     "real_marginal",
@@ -107,6 +109,21 @@ class TaskBatch:
     def num_train(self) -> int:
         """Number of context rows."""
         return int(self.y_train_NB.shape[0])
+
+
+class HeldoutTask:
+    """One held-out regression task: features, z-normalised target, context size.
+
+    Attributes:
+        x_ND: Features (float32 values, as the model receives them).
+        y_N: Target, normalised on the context.
+        num_train: Context rows (the first ``num_train``).
+    """
+
+    def __init__(self, x_ND: np.ndarray, y_N: np.ndarray, num_train: int) -> None:
+        self.x_ND = x_ND
+        self.y_N = y_N
+        self.num_train = num_train
 
 
 # ---------------------------------------------------------------------------
@@ -651,7 +668,7 @@ def sample_task(
     """
     if version == 2:
         x_ND, y_N = _sample_task_v2(rng, n, d, num_train, low_noise)
-        return x_ND, _normalise_on_context(y_N, num_train)
+        return x_ND, normalise_on_context(y_N, num_train)
     if version != 1 or low_noise:
         raise ValueError(f"no prior version {version} (low_noise={low_noise})")
     if rng.random() < 0.4:
@@ -669,7 +686,7 @@ def sample_task(
     elif view < 0.45:
         x_ND = robust_squash(x_ND, num_train)
 
-    return x_ND, _normalise_on_context(y_N, num_train)
+    return x_ND, normalise_on_context(y_N, num_train)
 
 
 def random_units(rng: np.random.Generator, x_ND: np.ndarray) -> np.ndarray:
@@ -688,7 +705,8 @@ def stack_features(xs: list[np.ndarray]) -> torch.Tensor:
     return torch.nan_to_num(x_RBC, nan=0.0).clamp(-1e8, 1e8)
 
 
-def _normalise_on_context(y_N: np.ndarray, num_train: int) -> np.ndarray:
+def normalise_on_context(y_N: np.ndarray, num_train: int) -> np.ndarray:
+    """``y_N`` z-normalised with its first ``num_train`` rows' statistics, clipped to +-100."""
     mu = y_N[:num_train].mean()
     sd = y_N[:num_train].std()
     y_N = (y_N - mu) / (sd if sd > 1e-12 else 1.0)

@@ -137,7 +137,8 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
     }
     inf = header["inference_config"]
     prior = training.get("prior", {})
-    cmd = (
+    # A recipe run records its own command line; the shipped host's is rebuilt from its fields.
+    cmd = training.get("command") or (
         f"python -m hosttraining.regression.pretrain --seed {training.get('seed')} "
         f"--steps {training.get('steps_planned')} --minutes {training.get('max_minutes')} "
         f"--threads {training.get('threads')} --p-large {prior.get('p_large')} "

@@ -100,3 +100,49 @@ def test_pretrain_refuses_an_unusable_device_or_worker_count(tmp_path, capsys, f
 
 def test_pretrain_rejects_a_name_tabpfn_would_read_as_v2(tmp_path):
     assert pretrain.main(["--out", str(tmp_path / "host.safetensors"), "--steps", "1"]) == 2
+
+
+def test_the_recipe_trains_on_the_mixed_prior_resumes_and_scores_its_held_out_curve(
+    tmp_path, capsys
+):
+    out = tmp_path / "reg_v3.safetensors"
+    common = ["--out", str(out), "--model", "tiny", "--threads", "1", "--log-every", "1",
+              "--prior", "mix", "--tabicl-share", "0.5", "--tables", "2", "--min-rows", "60",
+              "--max-rows", "100", "--test-rows", "20", "--max-features", "4",
+              "--optimizer", "muon", "--grad-clip", "2", "--lawa-every", "1", "--lawa-keep", "2",
+              "--nlayers", "2", "--eval-tasks", "1", "--checkpoint-minutes", "0"]  # fmt: skip
+    assert pretrain.main([*common, "--steps", "2"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["prior_source"] == "mix" and summary["optimizer"] == "muon"
+    assert summary["prior"]["tabicl_share"] == 0.5 and summary["grad_clip"] == 2.0
+    assert "--prior mix" in summary["command"] and str(tmp_path) not in summary["command"]
+    header = Checkpoint(out).load()
+    assert header["config"]["nlayers"] == 2 and header["training"]["prior_source"] == "mix"
+    assert Checkpoint(out.with_name("reg_v3.lawa.safetensors")).load()["training"]["lawa"]
+    baselines_file = out.with_name(out.name + ".heldout_baselines.json")
+    baselines = json.loads(baselines_file.read_text())
+    assert {s: set(baselines[s]) for s in ("project", "tabicl")} == {
+        "project": {"ridge", "rf", "hgb"}, "tabicl": {"ridge", "rf", "hgb"}
+    }  # fmt: skip
+    first_baselines = baselines_file.read_text()
+
+    # Started again with more steps it resumes; the curve goes on, the baselines stay.
+    assert pretrain.main([*common, "--steps", "3"]) == 0
+    assert "resumed from" in capsys.readouterr().err
+    assert Checkpoint(out).load()["training"]["resumed_at_steps"] == [2]
+    evals = [json.loads(x) for x in out.with_name(out.name + ".evals.jsonl").open()]
+    assert [(e["step"], e["weights"]) for e in evals] == [
+        (1, "raw"), (1, "lawa"), (2, "raw"), (2, "lawa"), (3, "raw"), (3, "lawa")
+    ]  # fmt: skip
+    assert all(np.isfinite(e[s]["rel_rmse"]) for e in evals for s in ("project", "tabicl"))
+    assert baselines_file.read_text() == first_baselines
+    log = [json.loads(x) for x in out.with_name(out.name + ".log.jsonl").open()]
+    assert [r["tasks_seen"] for r in log] == [2, 4, 6]  # two tables a step
+
+
+def test_pretrain_refuses_a_tabicl_share_outside_zero_to_one(tmp_path, capsys):
+    argv = ["--out", str(tmp_path / "host_v3.safetensors"), "--steps", "1", "--prior", "mix",
+            "--tabicl-share", "1.5"]  # fmt: skip
+    assert pretrain.main(argv) == 2
+    assert "--tabicl-share" in capsys.readouterr().err
+    assert not (tmp_path / "host_v3.safetensors").exists()

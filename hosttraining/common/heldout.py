@@ -1,0 +1,162 @@
+"""A run's held-out curve: its score on fixed held-out prior tasks against tables seen.
+
+The anchor (the modded-nanoTabPFN speedrun) reports quality against synthetic
+datasets seen. A training run given a :class:`HeldoutCurve` scores its raw and
+its averaged weights on fixed held-out tasks of each prior at every checkpoint
+(``<out>.evals.jsonl``, written by :func:`hosttraining.common.loop.train`) and
+its baselines on the same tasks once (``<out>.heldout_baselines.json``,
+:meth:`HeldoutCurve.write_baselines`). :func:`curve_series` reads both back and
+:func:`plot_curve` draws one panel per suite, the baselines as horizontal lines.
+Each task says what its curve scores (the classifier: log loss; the regressor:
+relative RMSE); this module only knows a metric's name.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from retrofit.errors import CommandError
+from retrofit.files import write_text_atomic
+
+__all__ = ["HeldoutCurve", "baselines_path", "curve_series", "evals_path", "plot_curve"]
+
+
+def evals_path(checkpoint: str | Path) -> Path:
+    """Where a run writes its curve (one JSON line per checkpoint and weights)."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.with_name(checkpoint.name + ".evals.jsonl")
+
+
+def baselines_path(checkpoint: str | Path) -> Path:
+    """Where a run writes its baselines on the curve's tasks."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.with_name(checkpoint.name + ".heldout_baselines.json")
+
+
+class HeldoutCurve(abc.ABC):
+    """Held-out prior tasks a run scores itself on at every checkpoint (its curve).
+
+    Attributes:
+        suites: Name -> fixed held-out tasks (seed keys at
+            :data:`hosttraining.common.in_prior.HELDOUT_KEY`, which no training
+            seed reaches).
+    """
+
+    def __init__(self, suites: dict[str, list[Any]]) -> None:
+        self.suites = suites
+
+    @abc.abstractmethod
+    def score(self, model: torch.nn.Module, tasks: Sequence[Any]) -> dict[str, float]:
+        """The host's mean scores on ``tasks``; must leave the model as it found it."""
+
+    @abc.abstractmethod
+    def baseline(self, tasks: Sequence[Any]) -> dict[str, dict[str, float]]:
+        """Each baseline's mean scores on ``tasks``."""
+
+    def __call__(self, model: torch.nn.Module) -> dict[str, Any]:
+        """The host's scores per suite."""
+        return {name: self.score(model, tasks) for name, tasks in self.suites.items()}
+
+    def baselines(self) -> dict[str, Any]:
+        """The baselines' scores per suite."""
+        return {name: self.baseline(tasks) for name, tasks in self.suites.items()}
+
+    def write_baselines(self, checkpoint: str | Path, tasks_per_suite: int) -> None:
+        """Write :func:`baselines_path` unless it exists (a resumed run keeps the first)."""
+        path = baselines_path(checkpoint)
+        if not path.exists():
+            record = {"tasks_per_suite": tasks_per_suite, **self.baselines()}
+            write_text_atomic(path, json.dumps(record, indent=2) + "\n")
+
+
+def curve_series(checkpoint: Path, metric: str) -> dict[str, Any]:
+    """The curve of a run: per suite and weights, ``tasks_seen`` and ``metric`` lists.
+
+    Args:
+        checkpoint: The run's ``--out`` checkpoint.
+        metric: The score key the curve follows (``"log_loss"``, ``"rel_rmse"``).
+
+    Returns:
+        ``{"suites": {suite: {"raw": {...}, "lawa": {...}}}, "baselines": {...}}``
+        with the baselines' ``metric`` per suite.
+
+    Raises:
+        CommandError: If the run wrote no curve (it ran without ``--eval-tasks``).
+    """
+    evals, base = evals_path(checkpoint), baselines_path(checkpoint)
+    if not evals.is_file() or not base.is_file():
+        raise CommandError(
+            f"{checkpoint.name}: no {evals.name} or {base.name}; "
+            "train with --eval-tasks N to record a curve"
+        )
+    records = [json.loads(line) for line in evals.read_text().splitlines() if line.strip()]
+    baselines = json.loads(base.read_text())
+    suites: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for record in records:
+        for suite in (k for k in record if k in baselines):
+            series = suites.setdefault(suite, {}).setdefault(
+                record["weights"], {"tasks_seen": [], metric: []}
+            )
+            series["tasks_seen"].append(record["tasks_seen"])
+            series[metric].append(record[suite][metric])
+    return {
+        "suites": suites,
+        "baselines": {
+            suite: {name: scores[metric] for name, scores in baselines[suite].items()}
+            for suite in suites
+        },
+    }
+
+
+def plot_curve(
+    series: dict[str, Any],
+    png: Path,
+    title: str,
+    *,
+    metric: str,
+    ylabel: str,
+    ymax: float | None = None,
+) -> None:
+    """One panel per suite: the host's ``metric`` against tables seen, baselines as lines.
+
+    Args:
+        series: :func:`curve_series`' result.
+        png: The image to write.
+        title: The figure's title.
+        metric: The score drawn.
+        ylabel: The y axis' label.
+        ymax: Top of the y axis (None: matplotlib's choice); a baseline above it
+            is named in the legend with its value instead of drawn.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    suites = list(series["suites"])
+    fig, axes = plt.subplots(1, len(suites), figsize=(5.2 * len(suites), 3.6), dpi=110)
+    for ax, suite in zip([axes] if len(suites) == 1 else axes, suites, strict=True):
+        for weights, points in series["suites"][suite].items():
+            ax.plot(points["tasks_seen"], points[metric], marker="o", label=f"host ({weights})")
+        for i, (name, value) in enumerate(series["baselines"][suite].items()):
+            if ymax is not None and value > ymax:
+                ax.plot([], [], linestyle="--", color=f"C{i + 2}", label=f"{name} ({value:.3g})")
+            else:
+                ax.axhline(value, linestyle="--", color=f"C{i + 2}", label=name)
+        if ymax is not None:
+            ax.set_ylim(0.0, ymax)
+        ax.set_xlabel("synthetic tables seen")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{suite} prior's held-out tasks")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(png)
+    plt.close(fig)

@@ -1,0 +1,64 @@
+"""The held-out curve both tasks share: scores per suite, baselines once, the series read back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+import torch
+
+from hosttraining.common.heldout import (
+    HeldoutCurve,
+    baselines_path,
+    curve_series,
+    evals_path,
+    plot_curve,
+)
+from retrofit.errors import CommandError
+
+
+class _SumCurve(HeldoutCurve):
+    """Scores a linear model by its output on each task; the baseline counts the tasks."""
+
+    def score(self, model: torch.nn.Module, tasks: Sequence[float]) -> dict[str, float]:
+        with torch.no_grad():
+            return {"m": float(sum(model(torch.tensor([[t]])).item() for t in tasks))}
+
+    def baseline(self, tasks: Sequence[float]) -> dict[str, dict[str, float]]:
+        return {"count": {"m": float(len(tasks))}}
+
+
+def test_a_curve_scores_each_suite_writes_baselines_once_and_reads_back(tmp_path: Path) -> None:
+    curve = _SumCurve({"a": [1.0, 2.0], "b": [3.0]})
+    model = torch.nn.Linear(1, 1, bias=False)
+    torch.nn.init.constant_(model.weight, 2.0)
+    assert curve(model) == {"a": {"m": 6.0}, "b": {"m": 6.0}}
+
+    out = tmp_path / "run_v3.safetensors"
+    with pytest.raises(CommandError, match="--eval-tasks"):
+        curve_series(out, "m")
+    curve.write_baselines(out, tasks_per_suite=2)
+    first = baselines_path(out).read_text()
+    assert json.loads(first) == {"tasks_per_suite": 2, "a": {"count": {"m": 2.0}},
+                                 "b": {"count": {"m": 1.0}}}  # fmt: skip
+    _SumCurve({"a": [1.0]}).write_baselines(out, tasks_per_suite=1)  # a resume keeps the first
+    assert baselines_path(out).read_text() == first
+
+    records = []
+    for step, weight in ((1, 2.0), (2, 0.5)):
+        torch.nn.init.constant_(model.weight, weight)
+        for which in ("raw", "lawa"):
+            records.append({"step": step, "tasks_seen": 2 * step, "weights": which, **curve(model)})
+    evals_path(out).write_text("".join(json.dumps(r) + "\n" for r in records))
+    series = curve_series(out, "m")
+    assert series["suites"]["a"]["raw"] == {"tasks_seen": [2, 4], "m": [6.0, 1.5]}
+    assert series["suites"]["b"]["lawa"] == {"tasks_seen": [2, 4], "m": [6.0, 1.5]}
+    assert series["baselines"] == {"a": {"count": 2.0}, "b": {"count": 1.0}}
+    png = tmp_path / "curve.png"
+    plot_curve(series, png, "t", metric="m", ylabel="m")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    capped = tmp_path / "capped.png"  # the baselines above the axis' top are named, not drawn
+    plot_curve(series, capped, "t", metric="m", ylabel="m", ymax=1.5)
+    assert capped.read_bytes() != png.read_bytes()
