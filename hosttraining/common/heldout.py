@@ -5,7 +5,9 @@ datasets seen. A training run given a :class:`HeldoutCurve` scores its raw and
 its averaged weights on fixed held-out tasks of each prior at every checkpoint
 (``<out>.evals.jsonl``, written by :func:`hosttraining.common.loop.train`) and
 its baselines on the same tasks once (``<out>.heldout_baselines.json``,
-:meth:`HeldoutCurve.write_baselines`). :func:`curve_series` reads both back and
+:meth:`HeldoutCurve.write_baselines`, with a fingerprint of each suite's tasks
+so that a resumed process that would draw other tasks is refused instead of
+scoring them against the first tasks' baselines). :func:`curve_series` reads both back and
 :func:`plot_curve` draws one panel per suite, the baselines as horizontal lines.
 Each task says what its curve scores (the classifier: log loss; the regressor:
 relative RMSE); this module only knows a metric's name.
@@ -14,17 +16,29 @@ relative RMSE); this module only knows a metric's name.
 from __future__ import annotations
 
 import abc
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from retrofit.errors import CommandError
 from retrofit.files import write_text_atomic
 
-__all__ = ["HeldoutCurve", "baselines_path", "curve_series", "evals_path", "plot_curve"]
+__all__ = [
+    "TASKS_KEY",
+    "HeldoutCurve",
+    "baselines_path",
+    "curve_series",
+    "evals_path",
+    "plot_curve",
+]
+
+#: The baselines file's key for its tasks' fingerprints (suite -> digest).
+TASKS_KEY = "tasks"
 
 
 def evals_path(checkpoint: str | Path) -> Path:
@@ -51,6 +65,10 @@ class HeldoutCurve(abc.ABC):
     def __init__(self, suites: dict[str, list[Any]]) -> None:
         self.suites = suites
 
+    def fingerprints(self) -> dict[str, str]:
+        """Per suite, a digest of its tasks' values (equal digests: the same tasks)."""
+        return {name: _digest(tasks) for name, tasks in self.suites.items()}
+
     @abc.abstractmethod
     def score(self, model: torch.nn.Module, tasks: Sequence[Any]) -> dict[str, float]:
         """The host's mean scores on ``tasks``; must leave the model as it found it."""
@@ -68,11 +86,55 @@ class HeldoutCurve(abc.ABC):
         return {name: self.baseline(tasks) for name, tasks in self.suites.items()}
 
     def write_baselines(self, checkpoint: str | Path, tasks_per_suite: int) -> None:
-        """Write :func:`baselines_path` unless it exists (a resumed run keeps the first)."""
+        """Write :func:`baselines_path` unless it exists (a resumed run keeps the first).
+
+        The file records each suite's :meth:`fingerprints`. A resumed process
+        whose tasks differ (another table shape or ``--eval-tasks`` than the
+        run's first process drew them with) would put points of other tasks on
+        the curve beside the first tasks' baselines, so it is refused. A file
+        written before fingerprints were recorded is kept as it is.
+
+        Raises:
+            CommandError: If the file holds other tasks' fingerprints.
+        """
         path = baselines_path(checkpoint)
-        if not path.exists():
-            record = {"tasks_per_suite": tasks_per_suite, **self.baselines()}
-            write_text_atomic(path, json.dumps(record, indent=2) + "\n")
+        fingerprints = self.fingerprints()
+        if path.exists():
+            recorded = json.loads(path.read_text()).get(TASKS_KEY, fingerprints)
+            changed = sorted(s for s in recorded.keys() | fingerprints.keys()
+                             if recorded.get(s) != fingerprints.get(s))  # fmt: skip
+            if changed:
+                raise CommandError(
+                    f"{path.name}: the held-out tasks of {', '.join(changed)} differ from the "
+                    "run's first process; resume with its table shape and --eval-tasks, "
+                    "or train into a new --out"
+                )
+            return
+        record = {"tasks_per_suite": tasks_per_suite, TASKS_KEY: fingerprints, **self.baselines()}
+        write_text_atomic(path, json.dumps(record, indent=2) + "\n")
+
+
+def _digest(value: Any) -> str:
+    """SHA-256 (16 hex digits) of a value made of arrays, numbers, sequences and plain objects."""
+    sha = hashlib.sha256()
+
+    def feed(v: Any) -> None:
+        if isinstance(v, np.ndarray):
+            sha.update(f"array{v.dtype.str}{v.shape}".encode())
+            sha.update(np.ascontiguousarray(v).tobytes())
+        elif isinstance(v, list | tuple):
+            sha.update(f"seq{len(v)}".encode())
+            for item in v:
+                feed(item)
+        elif hasattr(v, "__dict__"):
+            for key, item in sorted(vars(v).items()):
+                sha.update(key.encode())
+                feed(item)
+        else:
+            sha.update(repr(v).encode())
+
+    feed(value)
+    return sha.hexdigest()[:16]
 
 
 def curve_series(checkpoint: Path, metric: str) -> dict[str, Any]:

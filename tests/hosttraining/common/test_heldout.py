@@ -6,10 +6,12 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from hosttraining.common.heldout import (
+    TASKS_KEY,
     HeldoutCurve,
     baselines_path,
     curve_series,
@@ -41,9 +43,13 @@ def test_a_curve_scores_each_suite_writes_baselines_once_and_reads_back(tmp_path
         curve_series(out, "m")
     curve.write_baselines(out, tasks_per_suite=2)
     first = baselines_path(out).read_text()
-    assert json.loads(first) == {"tasks_per_suite": 2, "a": {"count": {"m": 2.0}},
-                                 "b": {"count": {"m": 1.0}}}  # fmt: skip
-    _SumCurve({"a": [1.0]}).write_baselines(out, tasks_per_suite=1)  # a resume keeps the first
+    assert json.loads(first) == {
+        "tasks_per_suite": 2,
+        TASKS_KEY: curve.fingerprints(),
+        "a": {"count": {"m": 2.0}},
+        "b": {"count": {"m": 1.0}},
+    }
+    _SumCurve({"a": [1.0, 2.0], "b": [3.0]}).write_baselines(out, 2)  # a resume keeps the first
     assert baselines_path(out).read_text() == first
 
     records = []
@@ -62,3 +68,40 @@ def test_a_curve_scores_each_suite_writes_baselines_once_and_reads_back(tmp_path
     capped = tmp_path / "capped.png"  # the baselines above the axis' top are named, not drawn
     plot_curve(series, capped, "t", metric="m", ylabel="m", ymax=1.5)
     assert capped.read_bytes() != png.read_bytes()
+
+
+def test_a_resumed_process_that_draws_other_held_out_tasks_is_refused(tmp_path: Path) -> None:
+    """Other tasks than the first process's would be drawn against the first tasks' baselines."""
+    out = tmp_path / "run_v3.safetensors"
+    _SumCurve({"a": [1.0, 2.0], "b": [3.0]}).write_baselines(out, tasks_per_suite=2)
+    first = baselines_path(out).read_text()
+    with pytest.raises(CommandError, match="held-out tasks of b differ"):
+        _SumCurve({"a": [1.0, 2.0], "b": [3.5]}).write_baselines(out, tasks_per_suite=2)
+    with pytest.raises(CommandError, match="held-out tasks of a, b differ"):
+        _SumCurve({"a": [1.0]}).write_baselines(out, tasks_per_suite=1)
+    assert baselines_path(out).read_text() == first
+
+
+def test_a_baselines_file_without_fingerprints_is_kept_as_it_is(tmp_path: Path) -> None:
+    """A run whose first process wrote no fingerprints cannot be checked, so it resumes."""
+    out = tmp_path / "run_v3.safetensors"
+    legacy = json.dumps({"tasks_per_suite": 1, "a": {"count": {"m": 1.0}}})
+    baselines_path(out).write_text(legacy)
+    _SumCurve({"a": [9.0]}).write_baselines(out, tasks_per_suite=1)
+    assert baselines_path(out).read_text() == legacy
+
+
+def test_fingerprints_follow_the_tasks_values_arrays_and_objects_included() -> None:
+    class Task:
+        def __init__(self, x: np.ndarray, n: int) -> None:
+            self.x_ND, self.num_train = x, n
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    same = _SumCurve({"s": [Task(x, 1)]}).fingerprints()
+    assert same == _SumCurve({"s": [Task(x.copy(), 1)]}).fingerprints()
+    assert same != _SumCurve({"s": [Task(x, 2)]}).fingerprints()
+    assert same != _SumCurve({"s": [Task(x.astype(np.float64), 1)]}).fingerprints()
+    assert same != _SumCurve({"s": [Task(x.reshape(3, 2), 1)]}).fingerprints()
+    moved = x.copy()
+    moved[1, 2] += 1
+    assert same != _SumCurve({"s": [Task(moved, 1)]}).fingerprints()
