@@ -259,6 +259,53 @@ def test_no_module_imports_a_private_name_of_another_module():
     assert not private, private
 
 
+LAYOUT = ROOT / "docs" / "layout.md"
+
+
+def _layout_paths() -> tuple[set[str], set[str]]:
+    """The folders and module files docs/layout.md's maps name, as paths from the root.
+
+    In each code block a line that starts with a name ending in ``/`` is a folder from
+    the root; an indented line's first name ending in ``/`` or ``.py`` lies in that folder.
+    """
+    text = LAYOUT.read_text(encoding="utf-8")
+    folders: set[str] = set()
+    files: set[str] = set()
+    for block in re.findall(r"^```\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL):
+        folder = ""
+        for line in block.splitlines():
+            name = (line.split() or [""])[0]
+            if not line.startswith(" ") and name.endswith("/"):
+                folder = name
+                folders.add(name)
+            elif line.startswith(" ") and name.endswith("/"):
+                folders.add(folder + name)
+            elif line.startswith(" ") and name.endswith(".py"):
+                files.add(folder + name)
+    return folders, files
+
+
+def test_every_folder_and_module_docs_layout_names_exists():
+    folders, files = _layout_paths()
+    assert len(files) > 100, "docs/layout.md's file-by-file map was not read"
+    # The runs' work folder is local: a clone has it only while a run folder is tracked.
+    named = (folders - {f"{RUNS_FOLDER}/"}) | files
+    missing = sorted(path for path in named if not (ROOT / path).exists())
+    assert not missing, f"docs/layout.md names what does not exist: {missing}"
+
+
+def test_docs_layout_names_every_module_of_the_packages():
+    """The map is the present tree: a new module gets its line, a moved one its new folder."""
+    _, files = _layout_paths()
+    modules = {
+        p.relative_to(ROOT).as_posix()
+        for package in PACKAGES
+        for p in (ROOT / package).rglob("*.py")
+        if p.name != "__init__.py"
+    }
+    assert not sorted(modules - files), f"docs/layout.md lacks {sorted(modules - files)}"
+
+
 TESTS = ROOT / "tests"
 TEST_FOLDERS_BESIDE_THE_PACKAGES = ("helpers", "repo", "tabpfn_suite")
 
