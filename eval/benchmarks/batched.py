@@ -54,7 +54,7 @@ from retrofit import OTabPFNRegressor
 from retrofit.batching.bounds import DEFAULT_MAX_PADDED_FRACTION, default_max_padded_fraction
 from retrofit.batching.regression import predict_batched
 from retrofit.files import write_json_atomic, write_text_atomic
-from retrofit.models.embedded import embedded_model_path
+from retrofit.models.loading import resolve_model
 
 __all__ = [
     "DEFAULT_SIZES",
@@ -295,7 +295,9 @@ def bench_batched(
     ).fit(first[0], first[1])
     template = estimator.batched_host()
     plain = {k: v for k, v in template.get_params(deep=False).items() if k != "model_path"}
-    host_file = str(embedded_model_path()) if model_path == "embedded" else model_path
+    # Plain tabpfn's loop loads what the patched estimator loaded: the one resolver turns
+    # "embedded", an alias or a saved directory into the checkpoint tabpfn reads.
+    host_file = resolve_model(model_path).tabpfn_model_path("regressor")
     loops = {
         "tabpfn_loop": lambda: TabPFNRegressor(model_path=host_file, **plain),
         "ours_loop": lambda: clone(estimator),

@@ -29,7 +29,7 @@ from tabpfn import TabPFNRegressor
 from eval.benchmarks.batched import ragged_datasets
 from eval.benchmarks.timing import paired_ratio
 from retrofit import OTabPFNRegressor
-from retrofit.models.embedded import embedded_model_path
+from retrofit.models.loading import resolve_model
 
 __all__ = ["FIT_LOOP_TARGETS", "bench_fit_loop"]
 
@@ -45,7 +45,9 @@ def _peers(seed: int, n_estimators: int | str) -> dict[str, Any]:
         "random_state": seed,
     }
     return {
-        "tabpfn": TabPFNRegressor(model_path=str(embedded_model_path()), **common),
+        "tabpfn": TabPFNRegressor(
+            model_path=resolve_model("embedded").tabpfn_model_path("regressor"), **common
+        ),
         "none": OTabPFNRegressor(mode="none", model_path="embedded", **common),
         "full-o": OTabPFNRegressor(mode="full-o", model_path="embedded", **common),
     }

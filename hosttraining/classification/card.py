@@ -30,7 +30,15 @@ from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.files import sha256_file, write_text_atomic
 from retrofit.models import embedded
 
-__all__ = ["CARD_NAME", "LOSS_CURVE_NAME", "main", "training_command", "write_class_card"]
+__all__ = [
+    "CARD_NAME",
+    "LOSS_CURVE_NAME",
+    "RENAMED_TRAINERS",
+    "main",
+    "recorded_trainer_name",
+    "training_command",
+    "write_class_card",
+]
 
 CARD_NAME = "CLASSIFIER_MODEL_CARD.md"
 """File name of the card (the regressor's, in the same folder, is ``MODEL_CARD.md``)."""
@@ -47,10 +55,23 @@ _SUITES = {
 _MODELS = ("host", "prior", "logreg", "rf", "hgb")
 
 
+# Trainer modules renamed since a shipped checkpoint recorded its command (the tooling's
+# package hostgen/ became hosttraining/). The header cannot change without changing the
+# file's SHA-256, so the card names today's module and says what the record holds.
+RENAMED_TRAINERS: dict[str, str] = {"hostgen.train_classifier": "hosttraining.classification.train"}
+
+
 def training_command(checkpoint: Path, training: dict[str, Any]) -> str:
-    """The training command of a training record (rebuilt when the record lacks it)."""
+    """The training command of a training record, naming today's trainer module.
+
+    A recorded command runs under the module's present name; a record without
+    a command has it rebuilt from its fields.
+    """
     if training.get("command"):
-        return str(training["command"])
+        command = str(training["command"])
+        for old, new in RENAMED_TRAINERS.items():
+            command = command.replace(f" -m {old} ", f" -m {new} ")
+        return command
     init = training.get("init_from")
     return (
         f"python -m hosttraining.classification.train --out {checkpoint.name} "
@@ -59,6 +80,12 @@ def training_command(checkpoint: Path, training: dict[str, Any]) -> str:
         f"--lr {training.get('lr')} --init-from "
         + (f"retrofit/models/embedded/{init}" if init else "none")
     )
+
+
+def recorded_trainer_name(training: dict[str, Any]) -> str | None:
+    """The old trainer module a record's command names, where it was renamed since."""
+    recorded = str(training.get("command") or "")
+    return next((old for old in RENAMED_TRAINERS if f" -m {old} " in recorded), None)
 
 
 def _quality_lines(quality: Path | None) -> list[str]:
@@ -124,6 +151,7 @@ def write_class_card(checkpoint: Path, log_path: Path, quality: Path | None, out
 
     header = Checkpoint(checkpoint).load()
     training = header.get("training", {})
+    old = recorded_trainer_name(training)
     config, inf = header["config"], header["inference_config"]
     plot_loss_curve(
         read_log(log_path),
@@ -162,7 +190,8 @@ def write_class_card(checkpoint: Path, log_path: Path, quality: Path | None, out
         "",
         "## Training",
         "",
-        f"- command: `{training_command(checkpoint, training)}`",
+        f"- command: `{training_command(checkpoint, training)}`"
+        + (f" (recorded as `{old}`, the trainer's name then)" if old else ""),
         f"- seed {training.get('seed')}, {training.get('steps_done')} of "
         f"{training.get('steps_planned')} planned steps (stopped by "
         f"{training.get('stopped_by')}), {training.get('tasks_seen', 0):,} synthetic tasks, "

@@ -21,6 +21,7 @@ README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 PAGES = [README, *sorted(DOCS.glob("*.md"))]
 CPU_INDEX = "--index-url https://download.pytorch.org/whl/cpu"
+README_MAX_LINES = 300
 
 
 def _blocks(language: str, text: str) -> list[str]:
@@ -114,9 +115,17 @@ def test_every_relative_link_of_readme_and_docs_names_a_tracked_file():
     assert not untracked, "links to files git does not track:\n" + "\n".join(untracked)
 
 
-def test_readme_set_up_installs_the_package_alone_and_tests_as_ci_run_does():
+def test_readme_is_a_users_page_of_at_most_300_lines():
+    """Detail lives in docs/; README keeps what a user needs first (its slack is for them)."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines: move detail to docs/"
+
+
+def test_readme_set_up_clones_shallow_installs_the_package_alone_and_tests_as_ci_run_does():
     section = _section("Set-up on a fresh machine")
-    install, tests = _blocks("bash", section)[:2]
+    clone, install, tests = _blocks("bash", section)[:3]
+    # The tree of main alone: the history holds the lab's old files (docs/history.md).
+    assert clone.startswith("git clone --depth 1 ") and "docs/history.md" in section
     # The main job: torch first, the package with the runner's extra (not the test
     # extra), eval, report; the commands install from the configured registries only
     # (CI reaches no other index), and the text tells a user elsewhere how to get the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -42,3 +43,26 @@ def test_the_card_of_a_shipped_host_below_the_bar_says_so(tmp_path: Path) -> Non
         "- where it stands: log loss 0.200 on `offline_cls6` (18 cases) against logistic "
         "regression's 0.300: it clears the bar (beat logistic regression)"
     ]
+
+
+def test_a_recorded_command_of_a_renamed_trainer_runs_under_todays_module_name() -> None:
+    """The shipped checkpoint recorded ``hostgen.train_classifier``, a module gone since."""
+    record = {"command": "python -m hostgen.train_classifier --out c.safetensors --seed 4"}
+    assert class_card.training_command(Path("c.safetensors"), record) == (
+        "python -m hosttraining.classification.train --out c.safetensors --seed 4"
+    )
+    assert class_card.recorded_trainer_name(record) == "hostgen.train_classifier"
+    today = {"command": "python -m hosttraining.classification.train --out c.safetensors"}
+    assert class_card.recorded_trainer_name(today) is None
+    assert class_card.training_command(Path("c.safetensors"), today) == today["command"]
+    for new in class_card.RENAMED_TRAINERS.values():
+        assert importlib.util.find_spec(new) is not None, new
+
+
+def test_the_shipped_classifier_card_names_no_trainer_module_but_as_recorded() -> None:
+    card_path = embedded.embedded_model_path("classifier").parent / class_card.CARD_NAME
+    card = card_path.read_text(encoding="utf-8")
+    for old in class_card.RENAMED_TRAINERS:
+        card = card.replace(f"(recorded as `{old}`, the trainer's name then)", "")
+        assert f"python -m {old} " not in card
+    assert "python -m hosttraining.classification.train " in card

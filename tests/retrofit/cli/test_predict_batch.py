@@ -1,4 +1,4 @@
-"""``tabpfn-retrofit predict-batch`` and ``bench --batched`` on a tiny v3 checkpoint."""
+"""``tabpfn-retrofit predict-batch`` on a tiny v3 checkpoint."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 import torch
 
-from eval.benchmarks.batched import bench_batched, ragged_datasets
 from eval.cli import main
 from retrofit import OTabPFNRegressor
 
@@ -155,41 +154,6 @@ def test_a_padded_share_bound_outside_0_1_is_refused_before_any_dataset(
     assert _run(manifest, out, checkpoint, "--max-padded-fraction", bound) == 2
     assert "max_padded_fraction must be in [0, 1)" in capsys.readouterr().err
     assert list(out.iterdir()) == []
-
-
-def test_ragged_datasets_have_ragged_and_same_shapes():
-    ragged = ragged_datasets(6, min_rows=20, max_rows=400, seed=1)
-    same = ragged_datasets(4, min_rows=20, max_rows=400, seed=1, same_shape=True)
-    assert len({d[0].shape for d in ragged}) > 1
-    assert len({d[0].shape for d in same}) == 1 and len({d[2].shape for d in same}) == 1
-    assert all(20 <= len(d[0]) <= 400 and len(d[1]) == len(d[0]) for d in ragged)
-
-
-def test_bench_batched_reports_every_peer_and_the_padding(tmp_path, checkpoint):
-    report = bench_batched(
-        tmp_path,
-        sizes=[3],
-        min_rows=20,
-        max_rows=80,
-        repeats=1,
-        model_path=str(checkpoint),
-        n_estimators=1,
-    )
-    ragged, same = report["cases"]
-    # Both refitting loops (plain tabpfn's and ours) are timed in each case; a CPU's bound is 5 %.
-    loops = {"loop", "tabpfn_loop", "ours_loop"}
-    assert set(ragged["peers"]) == loops | {"batched", "batched_wide"}
-    assert set(same["peers"]) == loops | {"padded_same_shape", "tabpfn_same_shape"}
-    assert set(same["padding"]) == {"padded_same_shape"}
-    same_pad = same["padding"]["padded_same_shape"]
-    assert same_pad["padded_rows"] == same_pad["real_rows"]
-    assert 0 <= ragged["padding"]["batched"]["padded_row_fraction"] <= 0.05
-    assert 0 <= ragged["padding"]["batched_wide"]["padded_row_fraction"] <= 0.25
-    for case in report["cases"]:
-        for row in case["peers"].values():
-            assert row["median_s_per_dataset"] > 0
-    assert (tmp_path / "bench_batched.json").is_file()
-    assert "padded rows" in (tmp_path / "bench_batched.md").read_text()
 
 
 def test_a_directory_given_as_the_manifest_says_so_in_one_line(tmp_path, checkpoint, capsys):

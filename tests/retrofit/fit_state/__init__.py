@@ -1,0 +1,1 @@
+"""Tests of ``retrofit.fit_state``: the fit-state file of both estimators."""
