@@ -398,8 +398,8 @@ def _add_oof_gap(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-train-rows",
         type=int,
-        default=200,
-        help="train rows kept per case, a seeded prefix (default 200; 0: all)",
+        default=0,
+        help="train rows kept per case, a seeded prefix (default 0: all)",
     )
     p.add_argument("--n-estimators", type=int, default=None, help="default: the checkpoint's")
     p.add_argument("--datasets", nargs="+", default=None, help="subset of the suite")

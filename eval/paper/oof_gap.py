@@ -1,8 +1,8 @@
 """How far transductive out-of-fold predictions are from k true refits, on a suite.
 
 ``tabpfn-retrofit oof-gap``: for every case of a suite (each dataset under
-each split seed, :func:`eval.paper.datasets.split`; the train part cut to its
-first ``max_train_rows`` rows, a seeded subsample since the split is
+each split seed, :func:`eval.paper.datasets.split`; the whole train part,
+or its first ``max_train_rows`` rows, a seeded subsample since the split is
 shuffled), the out-of-fold predictions of the case's train rows under one
 splitter (``KFold(folds)`` shuffled by the seed; ``StratifiedKFold`` for a
 classification suite) four ways, the retrofit estimators in Full-O, float32:
@@ -132,7 +132,7 @@ def oof_gap(
     suite: str = "offline18",
     model_path: str = "embedded",
     folds: int = 5,
-    max_train_rows: int | None = 200,
+    max_train_rows: int | None = None,
     n_estimators: int | str = "auto",
     datasets: Sequence[str] | None = None,
     seeds: Sequence[int] | None = None,
