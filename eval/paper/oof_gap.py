@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import os
 import time
-import traceback
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,11 +39,10 @@ from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.model_selection import cross_val_predict as sklearn_cross_val_predict
 
 from eval.markdown import markdown_table
-from eval.paper.datasets import load_dataset, split, suite_cases
+from eval.paper.case_loop import CaseSplit, measure_cases, selected_cases, write_report
+from eval.paper.datasets import Case
 from eval.paper.estimators import ESTIMATORS, suite_task
-from eval.paper.protocol import SUITE_SOURCE
 from eval.provenance import provenance_dict
-from retrofit.files import write_json_atomic, write_text_atomic
 from retrofit.leave_out.cross_val import cross_val_predict
 
 __all__ = ["PAIRS", "PEERS", "case_gap", "oof_gap", "render_gap_markdown", "summarise"]
@@ -161,36 +158,22 @@ def oof_gap(
     task = suite_task(suite)
     if threads:
         torch.set_num_threads(threads)
-    cases = [
-        c
-        for c in suite_cases(suite)
-        if (datasets is None or c.dataset in datasets) and (seeds is None or c.seed in seeds)
-    ][:max_cases]
-    rows = []
-    for case in cases:
-        row: dict[str, Any] = {"dataset": case.dataset, "seed": case.seed, "status": "ok"}
-        try:
-            X, _, y, _ = split(load_dataset(case.dataset, SUITE_SOURCE[suite]), case.seed)
-            X, y = X[:max_train_rows], y[:max_train_rows]
-            row["train_rows"] = len(X)
-            splitter = StratifiedKFold if task == "classification" else KFold
-            row.update(
-                case_gap(
-                    X,
-                    y,
-                    task=task,
-                    make=lambda mode, seed=case.seed: _estimator(
-                        task, model_path, mode, n_estimators, seed
-                    ),
-                    cv=splitter(folds, shuffle=True, random_state=case.seed),
-                )
-            )
-        except Exception as exc:  # recorded, never dropped
-            row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
-            row["traceback"] = traceback.format_exc(limit=5)
-        rows.append(row)
-        if progress:
-            progress(_progress_line(row))
+    splitter = StratifiedKFold if task == "classification" else KFold
+
+    def measure(case: Case, data: CaseSplit) -> dict[str, Any]:
+        X, _, y, _ = data
+        X, y = X[:max_train_rows], y[:max_train_rows]
+        gap = case_gap(
+            X,
+            y,
+            task=task,
+            make=lambda mode: _estimator(task, model_path, mode, n_estimators, case.seed),
+            cv=splitter(folds, shuffle=True, random_state=case.seed),
+        )
+        return {"train_rows": len(X), **gap}
+
+    cases = selected_cases(suite, datasets, seeds, max_cases)
+    rows = measure_cases(suite, cases, measure, progress_line=_progress_line, progress=progress)
     report: dict[str, Any] = {
         "suite": suite,
         "task": task,
@@ -209,18 +192,13 @@ def oof_gap(
             command="tabpfn-retrofit oof-gap", suite=suite, threads_set=threads
         ),
     }
-    out = Path(out_dir)
-    write_json_atomic(out / "oof_gap.json", report)
-    write_text_atomic(out / "oof_gap.md", render_gap_markdown(report))
+    write_report(out_dir, "oof_gap", report, render_gap_markdown)
     return report
 
 
 def _progress_line(row: dict[str, Any]) -> str:
-    head = f"{row['dataset']} seed {row['seed']}"
-    if row["status"] != "ok":
-        return f"{head}: failed ({row['error']})"
     gaps = "; ".join(f"{pair} {d:.3g}" for pair, d in row["largest_difference"].items())
-    return f"{head}: largest difference {gaps}"
+    return f"largest difference {gaps}"
 
 
 def summarise(rows: list[dict[str, Any]], task: str) -> dict[str, Any]:

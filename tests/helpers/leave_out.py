@@ -17,7 +17,7 @@ from tabpfn.preprocessing import PreprocessorConfig
 
 from retrofit import OTabPFNClassifier, OTabPFNRegressor
 from retrofit.leave_out.transductive import X_SIDE_ATTRIBUTES
-from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps
+from tests.helpers.exactness import CLASSIFIER_PROBA_ULPS, MODEL_ULPS, assert_within_ulps
 from tests.helpers.tiny_hosts import tiny_classifier_specs, tiny_host_specs
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "DTYPES",
     "MODES",
     "ROW_DEPENDENT",
+    "assert_probabilities_close",
     "assert_regression_close",
     "fold_classifier",
     "fold_regressor",
@@ -81,6 +82,17 @@ def assert_regression_close(got: np.ndarray, want: np.ndarray, dtype: torch.dtyp
     assert got.shape == want.shape and got.dtype == want.dtype
     assert_within_ulps(
         torch.from_numpy(got), torch.from_numpy(want), ulps=MODEL_ULPS[dtype], dtype=dtype
+    )
+
+
+def assert_probabilities_close(got: np.ndarray, want: np.ndarray, dtype: torch.dtype) -> None:
+    """Out-of-fold probabilities equal within ``CLASSIFIER_PROBA_ULPS`` of the inference dtype."""
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert_within_ulps(
+        torch.from_numpy(got),
+        torch.from_numpy(want),
+        ulps=CLASSIFIER_PROBA_ULPS[dtype],
+        dtype=torch.float32,  # tabpfn's probabilities are float32 in every precision
     )
 
 
