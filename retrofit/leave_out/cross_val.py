@@ -23,9 +23,14 @@ context is fitted and preprocessed on its own train rows, exactly as a clone
 fitted on them would be, so the result equals scikit-learn's
 ``cross_val_predict`` with ``k`` refits of the same estimator (an integer
 ``random_state``) within the padded path's rounding bound. Either way the
-batch shares the model, the patching and the fused ICL forwards. Measured on
-the offline suites (``tabpfn-retrofit oof-gap``, ``results/leave_out/``):
-see the README's leave-out section.
+batch shares the model, the patching and the fused ICL forwards. Measured
+(``tabpfn-retrofit oof-gap``, ``results/leave_out/{offline18,offline_cls6}``:
+every case, all train rows, ``k = 5``, the embedded hosts in Full-O, float32):
+transductive's per-case largest difference from ``k`` refits averages 0.022
+of the target's std (at most 0.11; RMSE +0.044 %) on offline18 and 0.045 in
+probability (at most 0.21; log loss -0.00013) on offline_cls6; ``per_fold``'s
+is 0 on offline18 and at most 3e-7 (float32 rounding) on offline_cls6. tabpfn
+itself run ``k`` times is 0.019 std and 0.0095 from the patched refits.
 
 :func:`partition_folds` is the one check that a splitter's test folds hold out
 every row exactly once, and :func:`fold_predictions` the fold engine itself;
