@@ -21,6 +21,8 @@ since the tiny hosts' own transforms nothing):
   rows (``ROW_DEPENDENT``) and agrees with it, within the bound, where it does
   not (the tiny hosts' own config);
 * the feature pipelines are fitted once, not once per fold;
+* a fold whose train targets are constant is answered without the model, as
+  its refit is, and a class a fold's train rows lack gets probability 0;
 * refused in one line naming ``preprocessing="per_fold"``: X steps that read
   labels (row subsampling, importance-chosen features) and a ``random_state``
   that is not an integer.
@@ -155,6 +157,21 @@ def test_the_feature_pipelines_are_fitted_once_not_once_per_fold(
     monkeypatch.setattr(TabPFNEnsemblePreprocessor, "fit_transform_ensemble_members", spy)
     cross_val_predict(_regressor(tiny_v3_path), X, y, cv=KFold(4), preprocessing=preprocessing)
     assert len(calls) == fits
+
+
+def test_a_fold_with_a_constant_target_or_a_missing_class_is_answered_as_its_refit(
+    tiny_v3_path,
+):
+    X, y, labels = leave_out_table()
+    constant = y.copy()
+    constant[6:] = 1.0  # fold 0's train rows: tabpfn answers them without the model
+    got = cross_val_predict(_regressor(tiny_v3_path), X, constant, cv=KFold(4))
+    np.testing.assert_array_equal(got[:6], np.ones(6))
+    labels = labels.copy()
+    labels[:2] = 3  # a fourth class only in fold 0's held-out rows
+    proba = cross_val_predict(_classifier(), X, labels, cv=KFold(4), method="predict_proba")
+    assert proba.shape == (len(X), 4)
+    assert (proba[:6, 3] == 0).all() and (proba[6:, 3] > 0).all()
 
 
 @pytest.mark.parametrize(
