@@ -44,6 +44,7 @@ from eval.benchmarks.batched import ragged_datasets
 from eval.benchmarks.machine import environment
 from eval.benchmarks.timing import paired_ratio, timed_with_peak
 from eval.locations import DEFAULT_OUTPUT_ROOT, default_output
+from eval.paper.estimators import cpu_float32_estimator
 from eval.provenance import provenance_dict
 from retrofit import OTabPFNRegressor
 from retrofit.files import write_json_atomic, write_text_atomic
@@ -211,15 +212,7 @@ def bench_leave_out(
     env_start = environment()
 
     def make() -> OTabPFNRegressor:
-        return OTabPFNRegressor(
-            mode="full-o",
-            model_path=model_path,
-            device="cpu",
-            n_estimators=n_estimators,
-            inference_precision=torch.float32,
-            ignore_pretraining_limits=True,
-            random_state=seed,
-        )
+        return cpu_float32_estimator("regression", model_path, n_estimators=n_estimators, seed=seed)
 
     ours, skipped = _retrofit_cross_val_predict()
     plan: list[tuple[int, Splitter]] = [

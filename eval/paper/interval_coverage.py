@@ -29,7 +29,7 @@ from sklearn.model_selection import KFold
 
 from eval.paper.case_loop import CaseSplit, measure_cases, selected_cases, write_report
 from eval.paper.datasets import Case
-from eval.paper.estimators import suite_task
+from eval.paper.estimators import cpu_float32_estimator, suite_task
 from eval.provenance import provenance_dict
 from retrofit.leave_out.estimator_intervals import FOLD_MODELS, prediction_intervals
 from retrofit.regressor import OTabPFNRegressor
@@ -38,18 +38,6 @@ __all__ = ["METHODS", "case_coverage", "interval_coverage", "render_coverage_mar
 
 #: The interval methods compared, in the order of the tables.
 METHODS: tuple[str, ...] = ("jackknife+", "cv+", "split")
-
-
-def _regressor(model_path: str, n_estimators: int | str, seed: int) -> OTabPFNRegressor:
-    return OTabPFNRegressor(
-        mode="full-o",
-        model_path=model_path,
-        device="cpu",
-        n_estimators=n_estimators,
-        inference_precision=torch.float32,
-        ignore_pretraining_limits=True,
-        random_state=seed,
-    )
 
 
 def case_coverage(
@@ -132,7 +120,9 @@ def interval_coverage(
             y_train,
             X_test,
             y_test,
-            make=lambda: _regressor(model_path, n_estimators, case.seed),
+            make=lambda: cpu_float32_estimator(
+                "regression", model_path, n_estimators=n_estimators, seed=case.seed
+            ),
             alpha=alpha,
             folds=folds,
             seed=case.seed,

@@ -41,7 +41,7 @@ from sklearn.model_selection import cross_val_predict as sklearn_cross_val_predi
 from eval.markdown import markdown_table
 from eval.paper.case_loop import CaseSplit, measure_cases, selected_cases, write_report
 from eval.paper.datasets import Case
-from eval.paper.estimators import ESTIMATORS, suite_task
+from eval.paper.estimators import cpu_float32_estimator, suite_task
 from eval.provenance import provenance_dict
 from retrofit.leave_out.cross_val import cross_val_predict
 
@@ -60,18 +60,6 @@ PAIRS: tuple[tuple[str, str], ...] = (
 
 #: The reference of every metric change.
 REFERENCE = "sklearn_refits"
-
-
-def _estimator(task: str, model_path: str, mode: str, n_estimators: int | str, seed: int) -> Any:
-    return ESTIMATORS[task](
-        mode=mode,
-        model_path=model_path,
-        device="cpu",
-        n_estimators=n_estimators,
-        inference_precision=torch.float32,
-        ignore_pretraining_limits=True,
-        random_state=seed,
-    )
 
 
 def _peer_predictions(
@@ -167,7 +155,9 @@ def oof_gap(
             X,
             y,
             task=task,
-            make=lambda mode: _estimator(task, model_path, mode, n_estimators, case.seed),
+            make=lambda mode: cpu_float32_estimator(
+                task, model_path, mode=mode, n_estimators=n_estimators, seed=case.seed
+            ),
             cv=splitter(folds, shuffle=True, random_state=case.seed),
         )
         return {"train_rows": len(X), **gap}
