@@ -1,7 +1,7 @@
 """The evaluation runner's commands on the console script ``tabpfn-retrofit``.
 
 :func:`add_subcommands` registers ``exactness``, ``ablation``, ``eval``,
-``report``, ``bench`` and ``intervals``; ``pyproject.toml`` declares it in the
+``report``, ``bench``, ``intervals`` and ``oof-gap``; ``pyproject.toml`` declares it in the
 ``tabpfn_retrofit.commands`` entry-point group, through which the library's
 console (:mod:`retrofit.cli.program`) finds it without importing eval.
 :func:`main` (``python -m eval``) runs the same parser from the library's and
@@ -386,6 +386,62 @@ def _run_intervals(args: argparse.Namespace) -> int:
     return 1 if report["summary"]["failed"] else 0
 
 
+def _add_oof_gap(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "oof-gap",
+        help="out-of-fold predictions on a suite: transductive and per-fold cross_val_predict "
+        "against k refits and tabpfn run k times",
+    )
+    p.add_argument("--suite", default="offline18", choices=sorted(SUITE_TASK))
+    p.add_argument("--model", default="embedded", metavar="MODEL", help=retrofit_cli.MODEL_HELP)
+    p.add_argument("--folds", type=int, default=5, help="k of the splitter (default 5)")
+    p.add_argument(
+        "--max-train-rows",
+        type=int,
+        default=0,
+        help="train rows kept per case, a seeded prefix (default 0: all)",
+    )
+    p.add_argument("--n-estimators", type=int, default=None, help="default: the checkpoint's")
+    p.add_argument("--datasets", nargs="+", default=None, help="subset of the suite")
+    p.add_argument("--seeds", nargs="+", type=int, default=None, help="subset of seeds")
+    p.add_argument("--cases", type=int, default=None, help="at most this many cases (default all)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: keep)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help=f"output directory (default {default_output('oof_gap')}; results/ only if named)",
+    )
+    p.set_defaults(handler=_run_oof_gap)
+
+
+def _run_oof_gap(args: argparse.Namespace) -> int:
+    require_extra("eval", needed_by="this command")
+    from eval.paper.oof_gap import oof_gap
+    from retrofit.models.loading import resolve_model
+
+    _ = resolve_model(args.model).checkpoint  # an unknown alias is one line before any work
+    if args.folds < 2:
+        raise CommandError(f"--folds must be >= 2, got {args.folds}")
+    if args.cases is not None and args.cases < 1:
+        raise CommandError(f"--cases must be >= 1, got {args.cases}")
+    out = args.out or str(default_output("oof_gap"))
+    report = oof_gap(
+        out,
+        suite=args.suite,
+        model_path=args.model,
+        folds=args.folds,
+        max_train_rows=args.max_train_rows or None,
+        n_estimators=args.n_estimators or "auto",
+        datasets=args.datasets,
+        seeds=args.seeds,
+        max_cases=args.cases,
+        threads=args.threads,
+        progress=lambda line: print(line, flush=True),
+    )
+    print(f"wrote {out}/oof_gap.json and oof_gap.md")
+    return 1 if report["summary"]["failed"] else 0
+
+
 SUBCOMMANDS: list[program.CommandGroup] = [
     _add_exactness,
     _add_ablation,
@@ -393,6 +449,7 @@ SUBCOMMANDS: list[program.CommandGroup] = [
     _add_report,
     _add_bench,
     _add_intervals,
+    _add_oof_gap,
 ]
 
 

@@ -6,7 +6,8 @@ host architecture), :class:`PatchReport`, the scikit-learn estimators
 (:func:`resolve_model`, :func:`load_host`), :func:`embedded_model_path`,
 :func:`row_presence` (train rows of a patched forward marked absent),
 :func:`cross_val_predict` (out-of-fold predictions, the folds in one ragged
-batch) and the regressor's jackknife+/CV+/split-conformal
+batch; the feature preprocessing fitted once on all rows by default, or per
+fold) and the regressor's jackknife+/CV+/split-conformal
 :func:`prediction_intervals`.
 """
 

@@ -11,8 +11,9 @@ when used, so a missing helper breaks only the feature that uses it, never
 Four kinds of names:
 
 * :data:`PRIVATE_NAMES`: functions and values imported from tabpfn modules
-  (the helpers of ragged ``predict_batched``, the model-cache probe and the
-  architecture name of a fit state's in-memory model), each
+  (the helpers of ragged ``predict_batched``, the model-cache probe, the
+  architecture name of a fit state's in-memory model and an ensemble member's
+  label transform for transductive leave-out), each
   available here under the name without its leading underscore;
 * :data:`PRIVATE_METHODS`: private methods and attributes of tabpfn's classes
   that the retrofit calls, overrides (``retrofit/estimator_base.py`` for both
@@ -41,6 +42,7 @@ __all__ = [
     "PRIVATE_NAMES",
     "RAGGED_BATCHING",
     "TABPFN_VERSION",
+    "TRANSDUCTIVE_LEAVE_OUT",
     "MissingTabPFNName",
     "batch_member_inputs",
     "check_input_shape_matches",
@@ -62,6 +64,7 @@ __all__ = [
     "require",
     "resolve_architecture_name",
     "should_save_peak_mem",
+    "transform_labels_one",
     "translate_batched_logits",
     "usable_output_types",
     "uses_majority_downsample",
@@ -70,6 +73,9 @@ __all__ = [
 
 #: The feature that the helpers of ragged batching serve (named in the error).
 RAGGED_BATCHING = "ragged predict_batched"
+
+#: The feature that fits each fold's y side over a shared X side (named in the error).
+TRANSDUCTIVE_LEAVE_OUT = "cross_val_predict(preprocessing='transductive')"
 
 #: tabpfn modules internal to its ``predict``; import from them only here.
 PRIVATE_MODULES: tuple[str, ...] = (
@@ -121,6 +127,13 @@ PRIVATE_NAMES: dict[str, tuple[str, str, str]] = {
         "tabpfn.model_loading",
         "_resolve_architecture_name",
         "fit states of ModelSpecs models",
+    ),
+    # fit's y side of one ensemble member: a regressor's target transform, a
+    # classifier's class permutation.
+    "transform_labels_one": (
+        "tabpfn.preprocessing.transform",
+        "_transform_labels_one",
+        TRANSDUCTIVE_LEAVE_OUT,
     ),
 }
 
@@ -236,6 +249,7 @@ validate_num_classes = _resolve("validate_num_classes")
 default_save_peak_memory_factor = _resolve("default_save_peak_memory_factor")
 get_built_model_cache_size = _resolve("get_built_model_cache_size")
 resolve_architecture_name = _resolve("resolve_architecture_name")
+transform_labels_one = _resolve("transform_labels_one")
 
 
 def missing_names(feature: str | None = None) -> list[MissingTabPFNName]:

@@ -12,12 +12,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from eval.benchmarks import TARGETS
 from eval.benchmarks.timing import paired_ratio, time_interleaved
 from eval.paper.datasets import load_dataset, split
-from retrofit import OTabPFNRegressor
+from eval.paper.estimators import cpu_float32_estimator
 from retrofit.settings import MODES
 
 __all__ = ["DEFAULT_ESTIMATOR_CASES", "bench_estimator"]
@@ -34,14 +33,8 @@ def _fit_predict(
     mode: str, data: tuple[Any, Any, Any], *, seed: int, model_path: str, n_estimators: int | str
 ) -> Any:
     X_train, y_train, X_test = data
-    est = OTabPFNRegressor(
-        mode=mode,
-        model_path=model_path,
-        n_estimators=n_estimators,
-        device="cpu",
-        random_state=seed,
-        inference_precision=torch.float32,
-        ignore_pretraining_limits=True,
+    est = cpu_float32_estimator(
+        "regression", model_path, mode=mode, n_estimators=n_estimators, seed=seed
     )
     return est.fit(X_train, y_train).predict(X_test)
 

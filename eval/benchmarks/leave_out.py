@@ -6,9 +6,12 @@ Full-O, float32) and the same folds:
 * ``sklearn_refits``: scikit-learn's ``cross_val_predict``, which fits a clone
   of the estimator on each fold's train rows and predicts its held-out rows
   (``k`` fits, ``k`` preprocessings, ``k`` forwards);
-* ``retrofit``: :func:`retrofit.cross_val_predict` (``preprocessing="per_fold"``):
+* ``per_fold``: :func:`retrofit.cross_val_predict` (``preprocessing="per_fold"``):
   each fold fitted and preprocessed on its own train rows, as a refit, and
-  the ``k`` folds' ICL forwards as one ragged batch on the null-padded engine.
+  the ``k`` folds' ICL forwards as one ragged batch on the null-padded engine;
+* ``transductive``: :func:`retrofit.cross_val_predict`'s default: the feature
+  pipelines fitted once on all rows, each fold's target side on its train
+  rows, the same ragged batch.
 
 Cases: every number of train rows of ``rows`` under ``KFold(k)`` for every
 ``k`` of ``folds``, and leave-one-out at ``loo_rows``. A case times its
@@ -41,12 +44,14 @@ from eval.benchmarks.batched import ragged_datasets
 from eval.benchmarks.machine import environment
 from eval.benchmarks.timing import paired_ratio, timed_with_peak
 from eval.locations import DEFAULT_OUTPUT_ROOT, default_output
+from eval.paper.estimators import cpu_float32_estimator
 from eval.provenance import provenance_dict
 from retrofit import OTabPFNRegressor
 from retrofit.files import write_json_atomic, write_text_atomic
 
 __all__ = [
     "BASELINE",
+    "RETROFIT_PEERS",
     "bench_leave_out",
     "bench_leave_out_command",
     "render_leave_out_markdown",
@@ -54,6 +59,9 @@ __all__ = [
 
 #: The peer every ratio is taken to.
 BASELINE = "sklearn_refits"
+
+#: The peers of ``retrofit.cross_val_predict``, named by its ``preprocessing``.
+RETROFIT_PEERS: tuple[str, ...] = ("transductive", "per_fold")
 
 Splitter = KFold | LeaveOneOut
 
@@ -82,11 +90,12 @@ def _peers(
 
     peers = {BASELINE: sklearn_refits}
     if ours is not None:
+        for preprocessing in RETROFIT_PEERS:
 
-        def retrofit_oof() -> None:
-            last["retrofit"] = ours(make(), X, y, cv=cv)
+            def retrofit_oof(preprocessing: str = preprocessing) -> None:
+                last[preprocessing] = ours(make(), X, y, cv=cv, preprocessing=preprocessing)
 
-        peers["retrofit"] = retrofit_oof
+            peers[preprocessing] = retrofit_oof
     return peers
 
 
@@ -203,15 +212,7 @@ def bench_leave_out(
     env_start = environment()
 
     def make() -> OTabPFNRegressor:
-        return OTabPFNRegressor(
-            mode="full-o",
-            model_path=model_path,
-            device="cpu",
-            n_estimators=n_estimators,
-            inference_precision=torch.float32,
-            ignore_pretraining_limits=True,
-            random_state=seed,
-        )
+        return cpu_float32_estimator("regression", model_path, n_estimators=n_estimators, seed=seed)
 
     ours, skipped = _retrofit_cross_val_predict()
     plan: list[tuple[int, Splitter]] = [
@@ -232,7 +233,7 @@ def bench_leave_out(
         "repeats": repeats,
         "threads": torch.get_num_threads(),
         "clock": "time.process_time (CPU time of every thread of the process)",
-        "skipped": {"retrofit": skipped} if skipped else {},
+        "skipped": {peer: skipped for peer in RETROFIT_PEERS} if skipped else {},
         "cases": [],
     }
     for n, cv in plan:
@@ -268,9 +269,10 @@ def render_leave_out_markdown(report: dict[str, Any]) -> str:
         f"Host `{report['model_path']}` ({report['mode']}, {report['n_estimators']} estimators), "
         f"{report['device']}, {report['dtype']}, {report['threads']} torch threads; medians of "
         f"{report['repeats']} interleaved rounds; clock: {report['clock']}. `sklearn_refits` is "
-        "scikit-learn's `cross_val_predict` (a clone fitted per fold), `retrofit` is "
-        "`retrofit.cross_val_predict` (each fold fitted on its own rows, the folds' ICL "
-        "forwards as one ragged batch). "
+        "scikit-learn's `cross_val_predict` (a clone fitted per fold); `per_fold` and "
+        "`transductive` are `retrofit.cross_val_predict` with that `preprocessing` (each "
+        "fold fitted on its own rows, or the feature pipelines fitted once on all rows and "
+        "each fold's target side on its own), the folds' ICL forwards as one ragged batch. "
         "Ratio: per-round time / `sklearn_refits` time (median, 95% bootstrap interval); "
         "below 1 is faster. Synthetic tables (`eval.benchmarks.batched.ragged_datasets`).",
         "",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 from sklearn.metrics import log_loss, roc_auc_score
 
 from eval.paper.protocol import SUITE_TASK
@@ -24,6 +25,7 @@ __all__ = [
     "METRICS",
     "check_host_task",
     "classification_metrics",
+    "cpu_float32_estimator",
     "metric_fields",
     "regression_metrics",
     "suite_task",
@@ -40,6 +42,25 @@ ESTIMATORS: dict[str, type] = {
     "classification": OTabPFNClassifier,
 }
 """The retrofit estimator a task's runs fit."""
+
+
+def cpu_float32_estimator(
+    task: str, model_path: str, *, mode: str = "full-o", n_estimators: int | str = "auto", seed: int
+) -> OTabPFNRegressor | OTabPFNClassifier:
+    """The task's retrofit estimator of the leave-out measurements: CPU, float32, any row count.
+
+    ``ignore_pretraining_limits``: the suites' and benchmarks' tables may pass
+    tabpfn's CPU row limit; ``seed`` is the integer ``random_state``.
+    """
+    return ESTIMATORS[task](
+        mode=mode,
+        model_path=model_path,
+        device="cpu",
+        n_estimators=n_estimators,
+        inference_precision=torch.float32,
+        ignore_pretraining_limits=True,
+        random_state=seed,
+    )
 
 
 def suite_task(suite: str) -> str:

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import os
 import time
-import traceback
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,11 +27,10 @@ import torch
 from scipy.stats import binomtest
 from sklearn.model_selection import KFold
 
-from eval.paper.datasets import load_dataset, split, suite_cases
-from eval.paper.estimators import suite_task
-from eval.paper.protocol import SUITE_SOURCE
+from eval.paper.case_loop import CaseSplit, measure_cases, selected_cases, write_report
+from eval.paper.datasets import Case
+from eval.paper.estimators import cpu_float32_estimator, suite_task
 from eval.provenance import provenance_dict
-from retrofit.files import write_json_atomic, write_text_atomic
 from retrofit.leave_out.estimator_intervals import FOLD_MODELS, prediction_intervals
 from retrofit.regressor import OTabPFNRegressor
 
@@ -41,18 +38,6 @@ __all__ = ["METHODS", "case_coverage", "interval_coverage", "render_coverage_mar
 
 #: The interval methods compared, in the order of the tables.
 METHODS: tuple[str, ...] = ("jackknife+", "cv+", "split")
-
-
-def _regressor(model_path: str, n_estimators: int | str, seed: int) -> OTabPFNRegressor:
-    return OTabPFNRegressor(
-        mode="full-o",
-        model_path=model_path,
-        device="cpu",
-        n_estimators=n_estimators,
-        inference_precision=torch.float32,
-        ignore_pretraining_limits=True,
-        random_state=seed,
-    )
 
 
 def case_coverage(
@@ -125,37 +110,27 @@ def interval_coverage(
         raise ValueError(f"suite {suite!r} classifies; intervals need a regression suite")
     if threads:
         torch.set_num_threads(threads)
-    cases = [
-        c
-        for c in suite_cases(suite)
-        if (datasets is None or c.dataset in datasets) and (seeds is None or c.seed in seeds)
-    ]
-    rows = []
-    for case in cases:
-        row: dict[str, Any] = {"dataset": case.dataset, "seed": case.seed, "status": "ok"}
-        try:
-            X_train, X_test, y_train, y_test = split(
-                load_dataset(case.dataset, SUITE_SOURCE[suite]), case.seed
-            )
-            X_train, y_train = X_train[:max_train_rows], y_train[:max_train_rows]
-            X_test, y_test = X_test[:max_test_rows], y_test[:max_test_rows]
-            row.update(train_rows=len(X_train), test_rows=len(X_test))
-            row["methods"] = case_coverage(
-                X_train,
-                y_train,
-                X_test,
-                y_test,
-                make=lambda seed=case.seed: _regressor(model_path, n_estimators, seed),
-                alpha=alpha,
-                folds=folds,
-                seed=case.seed,
-            )
-        except Exception as exc:  # recorded, never dropped
-            row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
-            row["traceback"] = traceback.format_exc(limit=5)
-        rows.append(row)
-        if progress:
-            progress(_progress_line(row))
+
+    def measure(case: Case, data: CaseSplit) -> dict[str, Any]:
+        X_train, X_test, y_train, y_test = data
+        X_train, y_train = X_train[:max_train_rows], y_train[:max_train_rows]
+        X_test, y_test = X_test[:max_test_rows], y_test[:max_test_rows]
+        methods = case_coverage(
+            X_train,
+            y_train,
+            X_test,
+            y_test,
+            make=lambda: cpu_float32_estimator(
+                "regression", model_path, n_estimators=n_estimators, seed=case.seed
+            ),
+            alpha=alpha,
+            folds=folds,
+            seed=case.seed,
+        )
+        return {"train_rows": len(X_train), "test_rows": len(X_test), "methods": methods}
+
+    cases = selected_cases(suite, datasets, seeds)
+    rows = measure_cases(suite, cases, measure, progress_line=_progress_line, progress=progress)
     report: dict[str, Any] = {
         "suite": suite,
         "model_path": model_path,
@@ -175,21 +150,16 @@ def interval_coverage(
             command="tabpfn-retrofit intervals", suite=suite, threads_set=threads
         ),
     }
-    out = Path(out_dir)
-    write_json_atomic(out / "interval_coverage.json", report)
-    write_text_atomic(out / "interval_coverage.md", render_coverage_markdown(report))
+    write_report(out_dir, "interval_coverage", report, render_coverage_markdown)
     return report
 
 
 def _progress_line(row: dict[str, Any]) -> str:
-    head = f"{row['dataset']} seed {row['seed']}"
-    if row["status"] != "ok":
-        return f"{head}: failed ({row['error']})"
     parts = [
         f"{m} {r['coverage']:.3f} cover, width {r['mean_width']:.3g}"
         for m, r in row["methods"].items()
     ]
-    return f"{head}: " + "; ".join(parts)
+    return "; ".join(parts)
 
 
 def summarise(rows: list[dict[str, Any]], alpha: float) -> dict[str, Any]:

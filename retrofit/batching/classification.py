@@ -76,7 +76,13 @@ from retrofit.batching.dispatch import (
     tabpfn_batched,
     takes_padded_path,
 )
-from retrofit.batching.engine import BatchedPrediction, Progress, models_of, run_padded
+from retrofit.batching.engine import (
+    BatchedPrediction,
+    DatasetFit,
+    Progress,
+    models_of,
+    run_padded,
+)
 from retrofit.batching.padding import DEFAULT_MAX_ROWS_PER_FORWARD, PaddingStats
 from retrofit.errors import UnsupportedArchitectureError
 from retrofit.hosts.common.base import decodes_classes, icl_stage_for
@@ -117,6 +123,7 @@ def _classify(
     max_bucket_bytes: int | str | None,
     progress: Progress | None,
     padded: bool | None,
+    fit: DatasetFit | None,
 ) -> BatchedPrediction:
     """:func:`predict_proba_batched` and :func:`predict_batched_labels`, by ``method``."""
     y_train_list = check_batch_lists(X_train_list, y_train_list, X_test_list, numeric=False)
@@ -155,6 +162,7 @@ def _classify(
         max_rows,
         max_bucket_bytes,
         progress,
+        fit,
     )
     results = []
     for i, (worker, data) in enumerate(run.fitted):
@@ -197,6 +205,7 @@ def predict_proba_batched(
     max_bucket_bytes: int | str | None = "auto",
     progress: Progress | None = None,
     padded: bool | None = None,
+    fit: DatasetFit | None = None,
 ) -> BatchedPrediction:
     """Class probabilities for several independent datasets, ragged ones in fused ICL forwards.
 
@@ -218,6 +227,9 @@ def predict_proba_batched(
             ``predict_proba_batched`` otherwise
             (:func:`~retrofit.batching.dispatch.takes_padded_path`). True: the
             padded path for any input; False: always tabpfn's.
+        fit: The padded path's fit of each dataset
+            (:data:`~retrofit.batching.engine.DatasetFit`); None: tabpfn's
+            ``fit`` on the dataset's own rows.
 
     Returns:
         The :class:`~retrofit.batching.engine.BatchedPrediction`; its
@@ -249,6 +261,7 @@ def predict_proba_batched(
         max_bucket_bytes=max_bucket_bytes,
         progress=progress,
         padded=padded,
+        fit=fit,
     )
 
 
@@ -263,6 +276,7 @@ def predict_batched_labels(
     max_bucket_bytes: int | str | None = "auto",
     progress: Progress | None = None,
     padded: bool | None = None,
+    fit: DatasetFit | None = None,
 ) -> BatchedPrediction:
     """Labels per dataset, as ``predict`` returns them; otherwise as :func:`predict_proba_batched`.
 
@@ -282,4 +296,5 @@ def predict_batched_labels(
         max_bucket_bytes=max_bucket_bytes,
         progress=progress,
         padded=padded,
+        fit=fit,
     )

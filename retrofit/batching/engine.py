@@ -75,20 +75,28 @@ from retrofit.tabpfn_surface import (
 
 __all__ = [
     "BatchedPrediction",
+    "DatasetFit",
     "EmbeddedDataset",
     "PaddedRun",
     "check_class_limit",
     "failing_dataset",
     "models_of",
     "run_padded",
+    "worker_for",
 ]
 
-#: The estimators whose datasets the padded path fits (``_worker_for``).
+#: The estimators whose datasets the padded path fits (:func:`worker_for`).
 Estimator = TabPFNRegressor | TabPFNClassifier
 
 
 #: ``progress(phase, done, total)``; phases ``"embed"`` (per dataset) and ``"icl"``.
 Progress = Callable[[str, int, int], None]
+
+#: ``fit(index, X_train, y_train, random_state)``: dataset ``index``'s fitted
+#: worker. The default fits a :func:`worker_for` on the dataset's own rows
+#: (:func:`_fitted_worker`); :mod:`retrofit.leave_out.transductive` hands in
+#: workers whose X side was fitted once on all rows.
+DatasetFit = Callable[[int, Any, Any, Any], Estimator]
 
 
 @dataclasses.dataclass
@@ -144,7 +152,7 @@ class EmbeddedDataset:
     save_peak_mem: bool
 
 
-def _worker_for(estimator: Estimator, random_state: Any) -> Estimator:
+def worker_for(estimator: Estimator, random_state: Any) -> Estimator:
     """A plain tabpfn estimator with ``estimator``'s tabpfn parameters, sharing its model.
 
     Always ``TabPFNRegressor`` or ``TabPFNClassifier`` itself (whichever
@@ -162,13 +170,13 @@ def _worker_for(estimator: Estimator, random_state: Any) -> Estimator:
 
 
 def _fitted_worker(estimator: Estimator, X: Any, y: Any, random_state: Any) -> Estimator:
-    """:func:`_worker_for` fitted on one dataset; a classifier's class count checked too.
+    """:func:`worker_for` fitted on one dataset; a classifier's class count checked too.
 
     Raises:
         ValueError: tabpfn's ``fit`` refuses the dataset, or it has more
             classes than the model scores (:func:`check_class_limit`).
     """
-    worker = _worker_for(estimator, random_state)
+    worker = worker_for(estimator, random_state)
     worker.fit(X, y)
     if isinstance(worker, TabPFNClassifier):
         check_class_limit(worker)
@@ -218,6 +226,7 @@ def _embed_dataset(
     X_test: Any,
     cast: dict[tuple[int, torch.dtype], torch.nn.Module],
     random_state: Any,
+    fit: DatasetFit,
 ) -> tuple[EmbeddedDataset | None, Estimator]:
     """Fits one dataset and runs its members' stages before ICL, as ``predict`` does.
 
@@ -227,9 +236,9 @@ def _embed_dataset(
     ``cast`` holds the models already cast to a forced dtype in this batch
     (keyed by identity and dtype; shared by every dataset, since the workers
     use the same model objects). Returns ``(None, worker)`` for a constant
-    target (answered analytically).
+    target (answered analytically). ``fit`` gives the dataset's fitted worker.
     """
-    worker = _fitted_worker(estimator, X, y, random_state)
+    worker = fit(index, X, y, random_state)
     if _is_constant_target(worker):
         return None, worker
     if uses_majority_downsample(worker):
@@ -373,13 +382,16 @@ def run_padded(
     max_rows: int,
     max_bucket_bytes: int | str | None,
     progress: Progress | None,
+    fit: DatasetFit | None = None,
 ) -> PaddedRun:
     """Fits every dataset, runs its stages before ICL alone and the ICL stage padded.
 
     The task-independent part of the padded path, shared by regression
     (:func:`~retrofit.batching.regression.predict_batched`) and classification
     (:func:`retrofit.batching.classification.predict_proba_batched`); the caller has
-    checked the lists and refused per-dataset state.
+    checked the lists and refused per-dataset state. ``fit`` fits each
+    dataset's worker (:data:`DatasetFit`); None: tabpfn's ``fit`` on the
+    dataset's own rows.
 
     Raises:
         BatchInputError: A dataset's fit or test cleaning fails (named).
@@ -392,6 +404,10 @@ def run_padded(
     # dataset after dataset as tabpfn's predict_batched consumes its clone's: the
     # caller's object is left as it was, and two identical calls agree.
     random_state = copy.deepcopy(estimator.get_params(deep=False)["random_state"])
+    if fit is None:
+
+        def fit(index: int, X: Any, y: Any, random_state: Any) -> Estimator:
+            return _fitted_worker(estimator, X, y, random_state)
 
     n_data = len(X_train_list)
     fitted: list[tuple[Estimator, EmbeddedDataset | None]] = []
@@ -399,7 +415,7 @@ def run_padded(
     cast: dict[tuple[int, torch.dtype], torch.nn.Module] = {}
     for i, (X, y, X_test) in enumerate(zip(X_train_list, y_train_list, X_test_list, strict=True)):
         try:
-            data, worker = _embed_dataset(estimator, i, X, y, X_test, cast, random_state)
+            data, worker = _embed_dataset(estimator, i, X, y, X_test, cast, random_state, fit)
         except (ValueError, TypeError) as err:
             raise BatchInputError(f"dataset {i}: {err}") from err
         fitted.append((worker, data))

@@ -29,7 +29,13 @@ from retrofit.batching.dispatch import (
     tabpfn_batched,
     takes_padded_path,
 )
-from retrofit.batching.engine import BatchedPrediction, EmbeddedDataset, Progress, run_padded
+from retrofit.batching.engine import (
+    BatchedPrediction,
+    DatasetFit,
+    EmbeddedDataset,
+    Progress,
+    run_padded,
+)
 from retrofit.batching.padding import (
     DEFAULT_MAX_ROWS_PER_FORWARD,
     PaddingStats,
@@ -80,6 +86,7 @@ def predict_batched(
     max_bucket_bytes: int | str | None = "auto",
     progress: Progress | None = None,
     padded: bool | None = None,
+    fit: DatasetFit | None = None,
 ) -> BatchedPrediction:
     """Predicts for several independent datasets, ragged ones in fused ICL forwards.
 
@@ -108,6 +115,9 @@ def predict_batched(
             (:func:`~retrofit.batching.dispatch.takes_padded_path`). True: the
             padded path for same-shape input too (benchmarks); False: always
             tabpfn's.
+        fit: The padded path's fit of each dataset
+            (:data:`~retrofit.batching.engine.DatasetFit`); None: tabpfn's
+            ``fit`` on the dataset's own rows.
 
     Returns:
         The :class:`~retrofit.batching.engine.BatchedPrediction`; its ``results`` are what
@@ -157,6 +167,7 @@ def predict_batched(
         max_rows,
         max_bucket_bytes,
         progress,
+        fit,
     )
     results: list[Any] = []
     for i, (worker, data) in enumerate(run.fitted):

@@ -163,6 +163,16 @@ def _add_predict(subparsers: Any) -> argparse.ArgumentParser:
             "ragged batch, retrofit.cross_val_predict); a patched mode only, point outputs only"
         ),
     )
+    parser.add_argument(
+        "--oof-preprocessing",
+        choices=("transductive", "per_fold"),
+        default=None,
+        help=(
+            "with --oof: transductive (default) fits the feature preprocessing once on all "
+            "rows, no label, and each fold's target side on its train rows; per_fold refits "
+            "everything per fold, as k refits would"
+        ),
+    )
     parser.add_argument("--out", required=True, metavar="PRED.csv", help="predictions file")
     parser.add_argument("--model", default="embedded", metavar="MODEL", help=MODEL_HELP)
     parser.add_argument("--task", **_TASK_ARGUMENT)
@@ -501,6 +511,8 @@ def _predict(args: argparse.Namespace) -> int:
         raise CommandError(
             "--oof writes one value per row: give --output-type mean, median or mode, not quantiles"
         )
+    if args.oof is None and args.oof_preprocessing is not None:
+        raise CommandError("--oof-preprocessing goes with --oof K")
     columns = ["row", "prediction"] if classify else _output_columns(output_type, quantiles)
     _check_target_name(args.target, columns)
     reserved = {*columns, args.target} if classify else None
@@ -569,15 +581,20 @@ def _out_of_fold(
     from retrofit import cross_val_predict  # lazy: keeps --help light
 
     folds = KFold(args.oof, shuffle=True, random_state=args.seed)
+    preprocessing = args.oof_preprocessing or "transductive"
     what = "class probabilities" if classify else output_type
     status(
         args,
         f"out-of-fold predictions ({what}) for {len(y)} rows x {X.shape[1]} features "
-        f"in {args.oof} folds, one ragged batch (model {args.model})",
+        f"in {args.oof} folds, one ragged batch, {preprocessing} preprocessing "
+        f"(model {args.model})",
     )
     if classify:
         proba = np.asarray(
-            cross_val_predict(estimator, X, y, cv=folds, method="predict_proba"), np.float64
+            cross_val_predict(
+                estimator, X, y, cv=folds, method="predict_proba", preprocessing=preprocessing
+            ),
+            np.float64,
         )
         classes = np.unique(np.asarray(y))  # cross_val_predict's columns: every class of y
         prediction = classes[np.argmax(proba, axis=1)]  # tabpfn's predict
@@ -586,7 +603,10 @@ def _out_of_fold(
             out[str(label)] = proba[:, k]
         return prediction
     method = "predict" if output_type == "mean" else output_type
-    prediction = np.asarray(cross_val_predict(estimator, X, y, cv=folds, method=method), np.float64)
+    prediction = np.asarray(
+        cross_val_predict(estimator, X, y, cv=folds, method=method, preprocessing=preprocessing),
+        np.float64,
+    )
     out["prediction"] = prediction
     return prediction
 

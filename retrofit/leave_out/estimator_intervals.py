@@ -89,9 +89,11 @@ def _fold_residuals(
     Each fold's model is the fold engine's context of its train rows
     (:func:`retrofit.leave_out.cross_val.fold_predictions`): all folds in one
     ragged batch, each predicting its held-out rows followed by ``X_test``.
+    Per-fold preprocessing, always: jackknife+ and CV+ are defined on refits
+    (each fold's model blind to its held-out rows, features included).
     """
     folds = partition_folds(splitter, X, y, caller="prediction_intervals")
-    predictions = fold_predictions(estimator, X, y, folds, X_extra=X_test)
+    predictions = fold_predictions(estimator, X, y, folds, X_extra=X_test, preprocessing="per_fold")
     residuals_N = np.empty(len(X))
     fold_of_row_N = np.empty(len(X), dtype=np.intp)
     mu_query_KQ = np.empty((len(folds), len(X_test)))

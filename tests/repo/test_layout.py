@@ -137,13 +137,18 @@ def test_every_room_of_retrofit_imports_only_rooms_on_lower_floors():
 # share (tabpfn's architectures/, PEFT's tuner folders); a family never imports
 # another. batching/: the device bounds, the padding and chunks, the engine, the one
 # dispatch, then the two front ends, neither of which imports the other. leave_out/:
-# the fold engine and the interval maths, then the intervals of an estimator on both.
+# the transductive fold fit, then the fold engine and the interval maths, then the
+# intervals of an estimator on both.
 # hosttraining/: the priors, what both tasks share, then one folder per task, neither
 # of which imports the other (no module sits flat beside them).
 INNER_FLOORS: dict[str, tuple[tuple[str, ...], ...]] = {
     "hosttraining": (("priors",), ("common",), ("regression", "classification")),
     "retrofit.hosts": (("common",), ("v2", "v3")),
-    "retrofit.leave_out": (("cross_val", "intervals"), ("estimator_intervals",)),
+    "retrofit.leave_out": (
+        ("transductive",),
+        ("cross_val", "intervals"),
+        ("estimator_intervals",),
+    ),
     "retrofit.batching": (
         ("bounds",),
         ("chunks", "padding"),

@@ -289,4 +289,4 @@ def test_the_console_script_enters_through_the_library_and_lists_the_runners_com
     assert shown.returncode == 0, shown.stderr
     listed = re.findall(r"^    ([\w-]+)", shown.stdout, flags=re.MULTILINE)
     assert listed == ["predict", "predict-batch", "patch", "exactness", "ablation", "eval",
-                      "report", "bench", "intervals"]  # fmt: skip
+                      "report", "bench", "intervals", "oof-gap"]  # fmt: skip

@@ -81,6 +81,10 @@ PINNED = {
         "(num_classes, max_num_classes)",
         "76f854724900e6e6f1dc3aeb4aa1a08726215ed2a48b2d1c9738270250a7dde7",
     ),
+    "tabpfn.preprocessing.transform._transform_labels_one": (
+        "(config, y_train)",
+        "e48934dcb3be18309d96a1292fc3e4699705a466e805df14c3941dc917f587c6",
+    ),
     "tabpfn.base.initialize_model_variables_helper": (  # what the override delegates to
         "(calling_instance, model_type)",
         "b09a14a42950a5bd8194f3d824abf02801eb289991cd33a22ed77311087972c5",

@@ -56,14 +56,16 @@ def _settings(**kwargs):
     return {**base, "random_state": 0, **kwargs}
 
 
-@pytest.mark.parametrize("output_type", ["mean", "median"])
+@pytest.mark.parametrize(("output_type", "preprocessing"), [("mean", None), ("median", "per_fold")])
 def test_oof_writes_every_train_row_as_cross_val_predict_and_prints_the_rmse(
-    tmp_path, train, tiny_v3_path, capsys, output_type
+    tmp_path, train, tiny_v3_path, capsys, output_type, preprocessing
 ):
     out = tmp_path / "oof.csv"
     frame = pd.read_csv(train).drop(columns="label")
     frame.to_csv(train, index=False)
     extra = ["--oof", "4", "--output-type", output_type]
+    if preprocessing is not None:
+        extra += ["--oof-preprocessing", preprocessing]
     assert _oof(train, "y", tiny_v3_path, out, *extra) == 0
     written = pd.read_csv(out)
     assert list(written.columns) == ["row", "y", "prediction"]
@@ -76,6 +78,7 @@ def test_oof_writes_every_train_row_as_cross_val_predict_and_prints_the_rmse(
         frame["y"].to_numpy(),
         cv=KFold(4, shuffle=True, random_state=0),
         method=method,
+        preprocessing=preprocessing or "transductive",  # the command's default
     )
     # The CSV keeps 17 significant digits: a float64 round-trips exactly.
     np.testing.assert_array_equal(written["prediction"].to_numpy(), want)
@@ -123,6 +126,7 @@ def test_oof_classifies_with_every_class_as_a_column(tmp_path, train, classifier
         ),
         (["--oof", "4", "--output-type", "quantiles"], "--oof writes one value per row"),
         (["--oof", "4", "--mode", "none"], "mode='none'"),
+        (["--holdout", "0.2", "--oof-preprocessing", "per_fold"], "goes with --oof K"),
     ],
 )
 def test_oof_refusals_are_one_line_and_write_nothing(

@@ -155,3 +155,21 @@ def test_mode_none_is_refused_for_the_fold_methods_and_split_still_runs(tiny_v3_
         prediction_intervals(estimator, X, y, X_test, method=method)
     split = prediction_intervals(estimator, X, y, X_test, method="split", alpha=0.25)
     assert np.isfinite(split.width_Q).all()
+
+
+def test_jackknife_plus_and_cv_plus_fit_each_fold_on_its_own_rows_features_included(
+    tiny_v3_path, monkeypatch
+):
+    """jackknife+ and CV+ are defined on refits: per-fold preprocessing, never transductive."""
+    X, y, X_test = _table(n=12)
+    asked = []
+    engine = retrofit.leave_out.estimator_intervals.fold_predictions
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs["preprocessing"])
+        return engine(*args, **kwargs)
+
+    monkeypatch.setattr("retrofit.leave_out.estimator_intervals.fold_predictions", spy)
+    prediction_intervals(_regressor(tiny_v3_path), X, y, X_test, method="jackknife+")
+    prediction_intervals(_regressor(tiny_v3_path), X, y, X_test, method="cv+", cv=3)
+    assert asked == ["per_fold", "per_fold"]
