@@ -39,14 +39,13 @@ import torch
 from sklearn.model_selection import KFold, LeaveOneOut
 from sklearn.model_selection import cross_val_predict as sklearn_cross_val_predict
 
-import retrofit
 from eval.benchmarks.batched import ragged_datasets
 from eval.benchmarks.machine import environment
 from eval.benchmarks.timing import paired_ratio, timed_with_peak
 from eval.locations import DEFAULT_OUTPUT_ROOT, default_output
 from eval.paper.estimators import cpu_float32_estimator
 from eval.provenance import provenance_dict
-from retrofit import OTabPFNRegressor
+from retrofit import OTabPFNRegressor, cross_val_predict
 from retrofit.files import write_json_atomic, write_text_atomic
 
 __all__ = [
@@ -66,36 +65,25 @@ RETROFIT_PEERS: tuple[str, ...] = ("transductive", "per_fold")
 Splitter = KFold | LeaveOneOut
 
 
-def _retrofit_cross_val_predict() -> tuple[Callable[..., np.ndarray] | None, str | None]:
-    """The library's ``cross_val_predict``, or why it cannot be timed in this build."""
-    found = getattr(retrofit, "cross_val_predict", None)
-    if found is None:
-        return None, (
-            "retrofit.cross_val_predict is not in this build of retrofit: only "
-            "scikit-learn's k refits were timed"
-        )
-    return found, None
-
-
 def _peers(
     make: Callable[[], OTabPFNRegressor],
     X: np.ndarray,
     y: np.ndarray,
     cv: Splitter,
-    ours: Callable[..., np.ndarray] | None,
     last: dict[str, np.ndarray],
 ) -> dict[str, Callable[[], None]]:
     def sklearn_refits() -> None:
         last[BASELINE] = sklearn_cross_val_predict(make(), X, y, cv=cv)
 
     peers = {BASELINE: sklearn_refits}
-    if ours is not None:
-        for preprocessing in RETROFIT_PEERS:
+    for preprocessing in RETROFIT_PEERS:
 
-            def retrofit_oof(preprocessing: str = preprocessing) -> None:
-                last[preprocessing] = ours(make(), X, y, cv=cv, preprocessing=preprocessing)
+        def retrofit_oof(preprocessing: str = preprocessing) -> None:
+            last[preprocessing] = cross_val_predict(
+                make(), X, y, cv=cv, preprocessing=preprocessing
+            )
 
-            peers[preprocessing] = retrofit_oof
+        peers[preprocessing] = retrofit_oof
     return peers
 
 
@@ -146,13 +134,12 @@ def _case(
     y: np.ndarray,
     cv: Splitter,
     *,
-    ours: Callable[..., np.ndarray] | None,
     repeats: int,
     seed: int,
     progress: Callable[[str], None] | None,
 ) -> dict[str, Any]:
     last: dict[str, np.ndarray] = {}
-    peers = _peers(make, X, y, cv, ours, last)
+    peers = _peers(make, X, y, cv, last)
     seconds, peaks = _time_case(peers, repeats=repeats, rng=random.Random(seed), progress=progress)
     rows = {}
     for name, spent in seconds.items():
@@ -214,7 +201,6 @@ def bench_leave_out(
     def make() -> OTabPFNRegressor:
         return cpu_float32_estimator("regression", model_path, n_estimators=n_estimators, seed=seed)
 
-    ours, skipped = _retrofit_cross_val_predict()
     plan: list[tuple[int, Splitter]] = [
         (n, KFold(k, shuffle=True, random_state=seed)) for n in rows for k in folds
     ]
@@ -222,7 +208,7 @@ def bench_leave_out(
         plan.append((loo_rows, LeaveOneOut()))
     # One untimed round on a small table first: thread pools, kernel tables, the load.
     X0, y0, _ = ragged_datasets(1, min_rows=30, max_rows=30, seed=seed)[0]
-    for peer in _peers(make, X0, y0, KFold(2), ours, {}).values():
+    for peer in _peers(make, X0, y0, KFold(2), {}).values():
         peer()
     report: dict[str, Any] = {
         "model_path": model_path,
@@ -233,16 +219,13 @@ def bench_leave_out(
         "repeats": repeats,
         "threads": torch.get_num_threads(),
         "clock": "time.process_time (CPU time of every thread of the process)",
-        "skipped": {peer: skipped for peer in RETROFIT_PEERS} if skipped else {},
         "cases": [],
     }
     for n, cv in plan:
         X, y = _table(n, seed)
         if progress:
             progress(f"{n} rows x {X.shape[1]} features, {type(cv).__name__}")
-        report["cases"].append(
-            _case(make, X, y, cv, ours=ours, repeats=repeats, seed=seed, progress=progress)
-        )
+        report["cases"].append(_case(make, X, y, cv, repeats=repeats, seed=seed, progress=progress))
     report["environment"] = {"start": env_start, "end": environment()}
     report["provenance"] = provenance_dict(
         benchmark="eval.benchmarks.leave_out",
@@ -277,8 +260,6 @@ def render_leave_out_markdown(report: dict[str, Any]) -> str:
         "below 1 is faster. Synthetic tables (`eval.benchmarks.batched.ragged_datasets`).",
         "",
     ]
-    for peer, why in report["skipped"].items():
-        lines += [f"Not timed: `{peer}`: {why}.", ""]
     lines += [
         "| rows | features | cv | peer | s | ratio to sklearn_refits | peak MiB | OOF RMSE "
         "| max abs diff to refits |",

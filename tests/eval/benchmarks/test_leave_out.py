@@ -39,8 +39,8 @@ def test_quick_leave_out_bench_times_every_case_and_stores_the_refits_prediction
         assert len(refits["s"]) == report["repeats"] == 1
         assert refits["ratio_to_sklearn_refits"] is None
         assert refits["max_abs_diff_to_sklearn_refits"] == 0.0
-        # retrofit.cross_val_predict is in this build, so both of its preprocessings are
-        # timed beside the refits; per_fold's predictions are theirs within the float32
+        # Both of retrofit.cross_val_predict's preprocessings are timed beside the
+        # refits; per_fold's predictions are theirs within the float32
         # model bound (exactness.py). transductive's differ by what its shared feature
         # pipelines change (oof-gap measures that), nothing here with the tiny host's.
         assert set(case["peers"]) == {"sklearn_refits", "transductive", "per_fold"}
@@ -49,7 +49,6 @@ def test_quick_leave_out_bench_times_every_case_and_stores_the_refits_prediction
         scale = max(1.0, float(np.abs(y_scale).max()))
         bound = MODEL_ULPS[torch.float32] * np.finfo(np.float32).eps * scale
         assert case["peers"]["per_fold"]["max_abs_diff_to_sklearn_refits"] <= bound
-    assert not report["skipped"]
     # The stored out-of-fold RMSE is scikit-learn's k refits of the same estimator.
     X, y, _ = ragged_datasets(1, min_rows=25, max_rows=25, seed=0)[0]
     X, y = X[:24], y[:24]
