@@ -10,13 +10,15 @@ panel per suite: the host's log loss against tables seen, with class
 frequencies, logistic regression and random forest as horizontal lines.
 
 ``python -m hosttraining.classification.curve --checkpoint X --png curve.png`` also prints
-the series it drew as JSON.
+the series it drew as JSON; ``--versus Y`` draws the runs X and Y (each by its
+averaged weights, named by its folder) against each other on the tasks they share.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -61,12 +63,28 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--checkpoint", type=Path, required=True, help="the run's --out checkpoint")
     p.add_argument("--png", type=Path, required=True, help="the image to write")
+    p.add_argument(
+        "--versus",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="CHECKPOINT",
+        help="another run scored on the same held-out tasks: each run's averaged weights "
+        "in one picture, named by folder (repeatable)",
+    )
     return p
 
 
 def _run(args: argparse.Namespace) -> int:
-    series = curve_series(args.checkpoint)
-    plot_curve(series, args.png, title=args.checkpoint.name)
+    if args.versus:
+        series = heldout.compare_series([args.checkpoint, *args.versus], METRIC)
+        title = " vs ".join(path.parent.name for path in [args.checkpoint, *args.versus])
+        for suite, why in series["left_out"].items():
+            print(f"{suite} prior's tasks left out: {why}", file=sys.stderr)
+    else:
+        series = curve_series(args.checkpoint)
+        title = args.checkpoint.name
+    plot_curve(series, args.png, title=title)
     print(json.dumps(series))
     return 0
 

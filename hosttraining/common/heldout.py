@@ -8,7 +8,9 @@ its baselines on the same tasks once (``<out>.heldout_baselines.json``,
 :meth:`HeldoutCurve.write_baselines`, with a fingerprint of each suite's tasks
 so that a resumed process that would draw other tasks is refused instead of
 scoring them against the first tasks' baselines). :func:`curve_series` reads both back and
-:func:`plot_curve` draws one panel per suite, the baselines as horizontal lines.
+:func:`plot_curve` draws one panel per suite, the baselines as horizontal lines;
+:func:`compare_series` puts several runs scored on the same tasks in one picture
+(a recipe against another, a width against another, at equal tables seen).
 Each task says what its curve scores (the classifier: log loss; the regressor:
 relative RMSE); this module only knows a metric's name.
 """
@@ -29,9 +31,11 @@ from retrofit.errors import CommandError
 from retrofit.files import write_text_atomic
 
 __all__ = [
+    "BASELINE_RTOL",
     "TASKS_KEY",
     "HeldoutCurve",
     "baselines_path",
+    "compare_series",
     "curve_series",
     "evals_path",
     "plot_curve",
@@ -174,6 +178,87 @@ def curve_series(checkpoint: Path, metric: str) -> dict[str, Any]:
             for suite in suites
         },
     }
+
+
+def compare_series(checkpoints: Sequence[Path], metric: str) -> dict[str, Any]:
+    """Several runs' curves in :func:`curve_series`' shape, one line per run.
+
+    Each run is named by its folder and drawn by its averaged weights (its raw
+    ones where it kept no average), so that :func:`plot_curve` draws the runs
+    against each other with the baselines they share. A suite is drawn only
+    where every run scored the same tasks: the same fingerprints where both
+    runs recorded them, else baselines equal to within
+    :data:`BASELINE_RTOL` (the same fits on another CPU).
+
+    Args:
+        checkpoints: The runs' ``--out`` checkpoints, in different folders.
+        metric: The score key the curves follow.
+
+    Returns:
+        ``{"suites": {suite: {run: {...}}}, "baselines": {...}, "left_out":
+        {suite: why}}``.
+
+    Raises:
+        CommandError: If two runs share a folder name, or no suite is left
+            that every run scored on the same tasks.
+    """
+    runs, tasks = {}, {}
+    for checkpoint in checkpoints:
+        name = checkpoint.parent.name
+        if name in runs:
+            raise CommandError(f"two runs in folders named {name!r}: a curve names runs by folder")
+        runs[name] = curve_series(checkpoint, metric)
+        tasks[name] = json.loads(baselines_path(checkpoint).read_text()).get(TASKS_KEY, {})
+    first, reference = next(iter(runs.items()))
+    shared, left_out = [], {}
+    for suite in reference["suites"]:
+        other = next(
+            (
+                name
+                for name, series in runs.items()
+                if suite not in series["suites"]
+                or not _same_tasks(
+                    (tasks[first].get(suite), reference["baselines"][suite]),
+                    (tasks[name].get(suite), series["baselines"][suite]),
+                )
+            ),
+            None,
+        )
+        if other is None:
+            shared.append(suite)
+        else:
+            left_out[suite] = f"{other} scored other tasks than {first}"
+    if not shared:
+        raise CommandError(
+            f"no held-out suite that every run scored on the same tasks ({left_out}): "
+            "their curves cannot share an axis"
+        )
+    return {
+        "suites": {
+            suite: {
+                name: series["suites"][suite].get("lawa", series["suites"][suite].get("raw"))
+                for name, series in runs.items()
+            }
+            for suite in shared
+        },
+        "baselines": {suite: reference["baselines"][suite] for suite in shared},
+        "left_out": left_out,
+    }
+
+
+BASELINE_RTOL = 1e-4
+"""Baselines of the same tasks fitted on two CPUs agree to this (relative); other tasks do not."""
+
+
+def _same_tasks(
+    a: tuple[str | None, dict[str, float]], b: tuple[str | None, dict[str, float]]
+) -> bool:
+    """Whether two runs' ``(fingerprint, baselines)`` of one suite are the same tasks."""
+    if a[0] is not None and b[0] is not None:
+        return a[0] == b[0]
+    return a[1].keys() == b[1].keys() and all(
+        abs(a[1][k] - b[1][k]) <= BASELINE_RTOL * abs(a[1][k]) for k in a[1]
+    )
 
 
 def plot_curve(

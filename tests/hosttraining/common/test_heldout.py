@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from hosttraining.common import heldout
 from hosttraining.common.heldout import (
     TASKS_KEY,
     HeldoutCurve,
@@ -105,3 +106,53 @@ def test_fingerprints_follow_the_tasks_values_arrays_and_objects_included() -> N
     moved = x.copy()
     moved[1, 2] += 1
     assert same != _SumCurve({"s": [Task(moved, 1)]}).fingerprints()
+
+
+def _run_files(folder: Path, points: list[float], baselines: dict, tasks: dict | None) -> Path:
+    """A run's evals and baselines files as training writes them; returns its checkpoint path."""
+    folder.mkdir()
+    checkpoint = folder / "host.safetensors"
+    lines = [
+        {"step": i, "tasks_seen": 2 * i, "weights": w, **{s: {"m": v + d} for s in baselines}}
+        for i, v in enumerate(points, start=1)
+        for w, d in (("raw", 0.01), ("lawa", 0.0))
+    ]
+    heldout.evals_path(checkpoint).write_text("".join(json.dumps(x) + "\n" for x in lines))
+    record = {s: {name: {"m": value} for name, value in b.items()} for s, b in baselines.items()}
+    if tasks is not None:
+        record[heldout.TASKS_KEY] = tasks
+    heldout.baselines_path(checkpoint).write_text(json.dumps(record))
+    return checkpoint
+
+
+def test_runs_compare_by_averaged_weights_on_the_suites_whose_tasks_they_share(
+    tmp_path: Path,
+) -> None:
+    base = {"project": {"rf": 0.3}, "tabicl": {"rf": 0.5}}
+    narrow = _run_files(tmp_path / "narrow", [0.9, 0.6], base, None)
+    # The same project tasks fitted on another CPU; other tabicl tasks.
+    near = {"project": {"rf": 0.3 * (1 + 0.5 * heldout.BASELINE_RTOL)}, "tabicl": {"rf": 0.7}}
+    wide = _run_files(tmp_path / "wide", [0.8, 0.5, 0.4], near, {"project": "a", "tabicl": "b"})
+
+    series = heldout.compare_series([narrow, wide], "m")
+    assert list(series["suites"]) == ["project"]
+    assert series["suites"]["project"] == {
+        "narrow": {"tasks_seen": [2, 4], "m": [0.9, 0.6]},
+        "wide": {"tasks_seen": [2, 4, 6], "m": [0.8, 0.5, 0.4]},
+    }
+    assert series["baselines"] == {"project": {"rf": 0.3}}
+    assert series["left_out"] == {"tabicl": "wide scored other tasks than narrow"}
+    heldout.plot_curve(series, tmp_path / "cmp.png", "narrow vs wide", metric="m", ylabel="m")
+    assert (tmp_path / "cmp.png").stat().st_size > 0
+
+    # Fingerprints decide where both runs recorded them, whatever the baselines say.
+    same = _run_files(tmp_path / "same", [0.7], base, {"project": "a", "tabicl": "c"})
+    assert heldout.compare_series([wide, same], "m")["left_out"] == {
+        "tabicl": "same scored other tasks than wide"
+    }
+    far = {"project": {"rf": 0.3 * (1 + 2 * heldout.BASELINE_RTOL)}, "tabicl": {"rf": 0.9}}
+    other = _run_files(tmp_path / "other", [0.7], far, None)
+    with pytest.raises(CommandError, match="no held-out suite that every run scored"):
+        heldout.compare_series([narrow, other], "m")
+    with pytest.raises(CommandError, match="folders named 'narrow'"):
+        heldout.compare_series([narrow, narrow], "m")
