@@ -11,14 +11,16 @@ features), the sizes interleaved, ``--repeats`` times after a warm-up pass,
 and reports the median CPU seconds of a step (``time.process_time``, so the
 ratio holds on a shared machine) with each size's parameter count.
 
-``python -m hosttraining.common.step_cost --threads 1 --out step_cost.json``
+``python -m hosttraining.common.step_cost --threads 1 --out results/host_step_cost.json``
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,6 +29,7 @@ from typing import Any
 import torch
 from tabpfn.architectures import tabpfn_v2_6
 
+from eval.provenance import provenance_dict
 from hosttraining.common.loop import DEFAULT_MODEL_CONFIG, build_model
 from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.files import write_text_atomic
@@ -145,6 +148,12 @@ def _parser() -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     result = {
+        "provenance": provenance_dict(
+            include_dirty_paths=False,
+            command=" ".join(["python -m hosttraining.common.step_cost", *sys.argv[1:]]),
+            # Process time holds on a shared machine; the load says how shared it was.
+            load_average_1min=os.getloadavg()[0],
+        ),
         "shape": {"rows": args.rows, "features": args.features, "tables": args.tables},
         "threads": args.threads,
         "sizes": step_seconds(
