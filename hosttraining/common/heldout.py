@@ -18,15 +18,18 @@ relative RMSE); this module only knows a metric's name.
 from __future__ import annotations
 
 import abc
+import argparse
 import hashlib
 import json
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from retrofit.cli.console import OneLineArgumentParser
 from retrofit.errors import CommandError
 from retrofit.files import write_text_atomic
 
@@ -36,9 +39,11 @@ __all__ = [
     "HeldoutCurve",
     "baselines_path",
     "compare_series",
+    "curve_parser",
     "curve_series",
     "evals_path",
     "plot_curve",
+    "run_curve_command",
 ]
 
 #: The baselines file's key for its tasks' fingerprints (suite -> digest).
@@ -307,3 +312,38 @@ def plot_curve(
     fig.tight_layout()
     fig.savefig(png)
     plt.close(fig)
+
+
+def curve_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The flags of a task's curve command: a run, the image, and the runs to set beside it."""
+    p = OneLineArgumentParser(prog=prog, description=description)
+    p.add_argument("--checkpoint", type=Path, required=True, help="the run's --out checkpoint")
+    p.add_argument("--png", type=Path, required=True, help="the image to write")
+    p.add_argument(
+        "--versus",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="CHECKPOINT",
+        help="another run scored on the same held-out tasks: each run's averaged weights "
+        "in one picture, named by folder (repeatable)",
+    )
+    return p
+
+
+def run_curve_command(
+    args: argparse.Namespace, metric: str, plot: Callable[[dict[str, Any], Path, str], None]
+) -> int:
+    """Draw :func:`curve_parser`'s run (or runs, with ``--versus``) and print the series as JSON."""
+    if args.versus:
+        runs = [args.checkpoint, *args.versus]
+        series = compare_series(runs, metric)
+        title = " vs ".join(path.parent.name for path in runs)
+        for suite, why in series["left_out"].items():
+            print(f"{suite} prior's tasks left out: {why}", file=sys.stderr)
+    else:
+        series = curve_series(args.checkpoint, metric)
+        title = args.checkpoint.name
+    plot(series, args.png, title)
+    print(json.dumps(series))
+    return 0

@@ -19,15 +19,13 @@ averaged weights, named by its folder) against each other on the tasks they shar
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from hosttraining.common import heldout
 from hosttraining.regression.heldout import METRIC
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.cli.console import run_main
 
 __all__ = ["curve_series", "main", "plot_curve"]
 
@@ -67,36 +65,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = OneLineArgumentParser(
+    return heldout.curve_parser(
         prog="python -m hosttraining.regression.curve",
         description="A regressor run's held-out relative RMSE against tables seen.",
     )
-    p.add_argument("--checkpoint", type=Path, required=True, help="the run's --out checkpoint")
-    p.add_argument("--png", type=Path, required=True, help="the image to write")
-    p.add_argument(
-        "--versus",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="CHECKPOINT",
-        help="another run scored on the same held-out tasks: each run's averaged weights "
-        "in one picture, named by folder (repeatable)",
-    )
-    return p
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.versus:
-        series = heldout.compare_series([args.checkpoint, *args.versus], METRIC)
-        title = " vs ".join(path.parent.name for path in [args.checkpoint, *args.versus])
-        for suite, why in series["left_out"].items():
-            print(f"{suite} prior's tasks left out: {why}", file=sys.stderr)
-    else:
-        series = curve_series(args.checkpoint)
-        title = args.checkpoint.name
-    plot_curve(series, args.png, title=title)
-    print(json.dumps(series))
-    return 0
+    return heldout.run_curve_command(args, METRIC, plot_curve)
 
 
 if __name__ == "__main__":
