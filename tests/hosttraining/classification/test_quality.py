@@ -22,3 +22,20 @@ def test_the_dev_suite_shares_no_dataset_with_offline_cls6() -> None:
         X, y = class_quality.load_dev_dataset(name)
         assert X.shape not in evaluation and name not in OFFLINE_CLS6_DATASETS
         assert 2 <= len(np.unique(y)) <= 10
+
+
+def test_an_inference_config_reaches_the_host_and_only_the_host(tmp_path, monkeypatch) -> None:
+    from tests.helpers.tiny_models import tiny_v3_classifier_checkpoint
+
+    checkpoint = tiny_v3_classifier_checkpoint(tmp_path)
+    monkeypatch.setattr(class_quality, "DEV_DATASETS", ("iris",))
+    monkeypatch.setattr(class_quality, "WIDE_DEV_DATASETS", ("iris",))
+    one, two = (
+        class_quality.compare_cases(
+            checkpoint, "dev", seeds=(0,), inference_config={"N_ESTIMATORS": n}
+        )
+        for n in (1, 2)
+    )
+    assert one["cases"] == two["cases"] == 1
+    assert one["host"] != two["host"]
+    assert one["logreg"] == two["logreg"] and one["rf"] == two["rf"]
