@@ -19,10 +19,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / ".ci" / "device-session"
-STEPS = ("gpu_check", "bench_batched", "train_classifier")
+STEPS = ("gpu_check", "bench_batched", "train_regressor", "train_classifier")
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 printf '%s\\n' "$*" >>"$FAKE_CALLS"
+prev=
+for word in "$@"; do  # a training's files: its averaged weights and its resume state
+  case "$prev $word" in
+    "--out "*.safetensors) : >"${word%.safetensors}.lawa.safetensors"; : >"$word.state.pt" ;;
+  esac
+  prev=$word
+done
 for word in "$@"; do
   case " $FAIL_ON " in *" $word "*) echo "forced failure of $word" >&2; exit 3 ;; esac
 done
@@ -38,6 +45,7 @@ FAIL_WORD = {
     "torch": "-c",
     "gpu_check": "eval/gpu_check.py",
     "bench_batched": "bench",
+    "train_regressor": "hosttraining.regression.pretrain",
     "train_classifier": "hosttraining.classification.train",
 }
 
@@ -88,9 +96,12 @@ def _session(
 
 
 def _workers(calls: list[str]) -> int:
-    (train,) = [line for line in calls if "hosttraining.classification.train" in line]
-    words = train.split()
-    return int(words[words.index("--workers") + 1])
+    """The worker count both trainings were given (they share it, one after the other)."""
+    trains = [line.split() for line in calls if FAIL_WORD["train_regressor"] in line]
+    trains += [line.split() for line in calls if FAIL_WORD["train_classifier"] in line]
+    assert len(trains) == 2
+    (count,) = {int(words[words.index("--workers") + 1]) for words in trains}
+    return count
 
 
 def test_the_stand_in_nproc_obeys_openmp_variables_as_gnu_nproc_does(tmp_path):
@@ -142,7 +153,7 @@ def test_every_step_failing_exits_1_naming_them_with_their_logs_packed(tmp_path)
     proc, out, calls = _session(tmp_path, fail=STEPS)
     assert proc.returncode == 1
     assert "failed steps: " + " ".join(STEPS) in proc.stderr
-    assert len([c for c in calls if not c.startswith("-c")]) == 3  # every step still ran
+    assert len([c for c in calls if not c.startswith("-c")]) == len(STEPS)  # every step ran
     with tarfile.open(out / "session.tgz") as tgz:
         logs = {Path(name).name for name in tgz.getnames()}
         text = tgz.extractfile("./train_classifier.log").read().decode()
@@ -166,7 +177,7 @@ def test_a_python_without_torch_fails_the_session_after_every_step_has_run(tmp_p
     proc, out, calls = _session(tmp_path, fail=("torch",))
     assert proc.returncode == 1
     assert "failed steps: torch " in proc.stderr
-    assert len(calls) == 4 and (out / "session.tgz").exists()
+    assert len(calls) == 5 and (out / "session.tgz").exists()
 
 
 def test_a_session_whose_steps_all_pass_exits_0(tmp_path):
@@ -174,4 +185,17 @@ def test_a_session_whose_steps_all_pass_exits_0(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "failed" not in proc.stderr
     assert (out / "session.tgz").exists()
-    assert len(calls) == 4  # the torch line and three steps
+    assert len(calls) == 5  # the torch line and four steps
+    # Each host's averaged weights come back as their own file; the pack holds no weights.
+    assert sorted(p.name for p in out.glob("*.safetensors")) == [
+        "tabpfn_v3_embedded_classifier.lawa.safetensors",
+        "tabpfn_v3_embedded_regressor.lawa.safetensors",
+    ]
+    with tarfile.open(out / "session.tgz") as tgz:
+        names = tgz.getnames()
+    assert "./regressor" in names and "./classifier" in names
+    assert not [n for n in names if n.endswith((".safetensors", ".state.pt"))]
+    # Both hosts train cold on the speedrun's recipe and TabICL's prior.
+    for step in ("train_regressor", "train_classifier"):
+        (line,) = [call for call in calls if FAIL_WORD[step] in call]
+        assert "--prior tabicl" in line and "--optimizer muon" in line and "--no-resume" in line
