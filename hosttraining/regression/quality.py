@@ -138,9 +138,9 @@ def _host(model_path: Path, seed: int, inference_config: dict[str, Any] | None) 
         inference_precision=torch.float32,
         random_state=seed,
         inference_config=inference_config,
-        # The dev suite trains on up to 1,500 rows (wizmir 1,095), over tabpfn's CPU guard of
-        # 1,000; the guard is about speed, and without it the suite's large sets
-        # failed unless the caller's shell happened to lift it.
+        # The dev suite trains on up to 1,500 rows, over tabpfn's CPU guard of 1,000: the
+        # guard is about speed, and this command runs the suite on a CPU by design, whatever
+        # the caller's environment says.
         ignore_pretraining_limits=True,
     )
 
