@@ -53,6 +53,9 @@ def test_a_model_with_a_failed_case_has_no_mean():
     assert summary["mean_rel_rmse"] == {"mean": 1.0, "host": None, "rf": pytest.approx(0.5)}
     assert summary["per_dataset"]["a"]["host"] == 0.5
     assert summary["per_dataset"]["b"]["host"] is None
+    # The done-criterion says so rather than vanishing with the mean.
+    assert summary["criterion"]["met"] is False and summary["criterion"]["host_le_rf"] is False
+    assert summary["criterion"]["no_failures"] is False
 
 
 def test_the_command_exits_1_and_keeps_the_file_when_a_case_failed(
