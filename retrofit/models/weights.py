@@ -162,10 +162,10 @@ def _unavailable(
 ) -> WeightsUnavailableError:
     """The one-line refusal: how to get tabpfn's file, and the offline stand-in."""
     url = _MANUAL_URL.get(f"{version}-{which}", _MANUAL_URL[version])
-    named = f" ({asked!r})" if asked and asked != version else ""
+    named = f" for {asked!r}" if asked and asked != version else ""
     licence = "accept tabpfn's licence and set TABPFN_TOKEN, then " if version in _GATED else ""
     return WeightsUnavailableError(
-        f"TabPFN {version} {which} weights{named} are not available ({why}); to get them, "
+        f"TabPFN {version} {which} weights are not available{named} ({why}); to get them, "
         f"{licence}run once online and tabpfn downloads {path.name}, or download it from "
         f"{url} and place it at {path} (or set TABPFN_MODEL_CACHE_DIR to the folder holding "
         f"it), see docs/real_weights.md; model_path={EMBEDDED!r} (Python) or --model "

@@ -48,7 +48,7 @@ def test_offline_a_command_without_model_fails_in_one_line_naming_the_way_on(
     code, _, err = run_cli(argv, capsys)
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"tabpfn-retrofit {command}: error: WeightsUnavailableError"), err
-    assert "TabPFN v3.5 regressor weights ('auto') are not available" in err
+    assert "TabPFN v3.5 regressor weights are not available for 'auto'" in err
     assert str(cache_dir / "tabpfn-v3.5-20260909.safetensors") in err
     assert "docs/real_weights.md" in err and "licence" in err
     assert "--model embedded (command line) runs the small offline stand-in" in err

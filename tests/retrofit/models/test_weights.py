@@ -84,7 +84,7 @@ def test_the_offline_refusal_says_how_to_get_the_weights_and_names_the_stand_in(
     assert "\n" not in message
     assert f"place it at {target}" in message and "docs/real_weights.md" in message
     assert ("accept tabpfn's licence and set TABPFN_TOKEN" in message) is gated
-    assert (f"({alias!r})" in message) is (alias == "auto")  # the name the user gave
+    assert (f"not available for {alias!r}" in message) is (alias == "auto")
     assert message.endswith(
         "model_path='embedded' (Python) or --model embedded (command line) runs the small "
         "offline stand-in shipped with this package"
@@ -98,7 +98,7 @@ def test_the_default_estimator_offline_is_refused_in_that_one_line(cache_dir, no
         with pytest.raises(WeightsUnavailableError) as info:
             estimator.fit(X, y)
         message = str(info.value)
-        assert "\n" not in message and "('auto') are not available" in message
+        assert "\n" not in message and "not available for 'auto'" in message
         assert "model_path='embedded' (Python)" in message
     assert [call[2] for call in no_download] == ["regressor", "classifier"]
 
