@@ -311,11 +311,11 @@ def _run_bench(args: argparse.Namespace) -> int:
     from eval.benchmarks.speed import bench_command
     from retrofit.models.loading import resolve_model
 
+    if args.batched and args.leave_out:  # a usage error, whatever the model
+        raise CommandError("bench: give --batched or --leave-out, not both")
     # Before any work: an unknown alias or a missing file is one line naming the
     # known aliases (exit 2), never a report whose every host part reads "Not measured".
     _ = resolve_model(args.model).checkpoint  # raises where no file stands behind the name
-    if args.batched and args.leave_out:
-        raise CommandError("bench: give --batched or --leave-out, not both")
     if args.leave_out:
         return bench_leave_out_command(args)
     if args.batched:
