@@ -36,7 +36,7 @@ from eval.paper.protocol import (
 from retrofit.cli import commands as retrofit_cli
 from retrofit.cli import program
 from retrofit.errors import CommandError
-from retrofit.models.aliases import alias_list
+from retrofit.models.aliases import AUTO, alias_list
 from retrofit.settings import MODES
 
 __all__ = ["SUBCOMMANDS", "add_subcommands", "build_parser", "main"]
@@ -120,7 +120,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--suite", default="offline18", choices=sorted(SUITE_SOURCE))
     p.add_argument(
         "--model",
-        default="embedded",
+        default=AUTO,
         metavar="MODEL",
         help=retrofit_cli.MODEL_HELP,
     )
@@ -237,10 +237,11 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--model",
-        default="embedded",
+        default=AUTO,
         metavar="MODEL",
-        help="host of the ICL shapes and estimator part: 'embedded' (default), a version "
-        f"alias ({alias_list(auto=True)}) or a checkpoint file",
+        help="host of the ICL shapes and estimator part: a version alias "
+        f"({alias_list(auto=True)}; default auto, tabpfn's own default), 'embedded' (the "
+        "small stand-in shipped with this package, offline) or a checkpoint file",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -310,11 +311,11 @@ def _run_bench(args: argparse.Namespace) -> int:
     from eval.benchmarks.speed import bench_command
     from retrofit.models.loading import resolve_model
 
+    if args.batched and args.leave_out:  # a usage error, whatever the model
+        raise CommandError("bench: give --batched or --leave-out, not both")
     # Before any work: an unknown alias or a missing file is one line naming the
     # known aliases (exit 2), never a report whose every host part reads "Not measured".
     _ = resolve_model(args.model).checkpoint  # raises where no file stands behind the name
-    if args.batched and args.leave_out:
-        raise CommandError("bench: give --batched or --leave-out, not both")
     if args.leave_out:
         return bench_leave_out_command(args)
     if args.batched:
@@ -329,7 +330,7 @@ def _add_intervals(sub: argparse._SubParsersAction) -> None:
     )
     regression = sorted(s for s, task in SUITE_TASK.items() if task == "regression")
     p.add_argument("--suite", default="offline18", choices=regression)
-    p.add_argument("--model", default="embedded", metavar="MODEL", help=retrofit_cli.MODEL_HELP)
+    p.add_argument("--model", default=AUTO, metavar="MODEL", help=retrofit_cli.MODEL_HELP)
     p.add_argument("--alpha", type=float, default=0.1, help="miscoverage level (default 0.1)")
     p.add_argument("--folds", type=int, default=10, help="K of CV+ (default 10)")
     p.add_argument(
@@ -393,7 +394,7 @@ def _add_oof_gap(sub: argparse._SubParsersAction) -> None:
         "against k refits and tabpfn run k times",
     )
     p.add_argument("--suite", default="offline18", choices=sorted(SUITE_TASK))
-    p.add_argument("--model", default="embedded", metavar="MODEL", help=retrofit_cli.MODEL_HELP)
+    p.add_argument("--model", default=AUTO, metavar="MODEL", help=retrofit_cli.MODEL_HELP)
     p.add_argument("--folds", type=int, default=5, help="k of the splitter (default 5)")
     p.add_argument(
         "--max-train-rows",

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python eval/gpu_check.py OUT_DIR [--device cuda|cpu] [--quick] [--model embedded]
+    python eval/gpu_check.py OUT_DIR [--device cuda|cpu] [--quick] [--model MODEL]
 
 One call on a CUDA machine (about 5 minutes) writes ``gpu_check.json`` and
 ``gpu_check.md`` to ``OUT_DIR``:
@@ -13,7 +13,7 @@ One call on a CUDA machine (about 5 minutes) writes ``gpu_check.json`` and
    direct evaluation in the input dtype; the contracts (null receivers exactly
    0, empty support 0 and finite, null-source insertion within rounding). The
    paper's claim for GPU fp32 is L-inf <= 8.94e-8; it is reported, not assumed.
-2. ``host``: the patched host (the embedded checkpoint) on the device in fp32
+2. ``host``: the patched host (``--model``; ``embedded`` offline) on the device in fp32
    and forced bf16: a zero row inserted at ICL block 0 by hooks must leave the
    old rows' final carriers unchanged (within the rounding of a different
    shape) and its own final carrier exactly 0; the unpatched host is the
@@ -54,6 +54,7 @@ from eval.provenance import provenance_dict
 from retrofit.cli.console import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
 from retrofit.files import write_json_atomic, write_text_atomic
+from retrofit.models.aliases import AUTO
 
 __all__ = ["main"]
 
@@ -85,7 +86,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("out_dir", help="folder for gpu_check.json and gpu_check.md")
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu for a dry run")
     parser.add_argument("--quick", action="store_true", help="small sizes (dry runs)")
-    parser.add_argument("--model", default="embedded", help="host checkpoint (default embedded)")
+    parser.add_argument(
+        "--model",
+        default=AUTO,
+        help="host checkpoint or name (default auto, tabpfn's own default; 'embedded' is the "
+        "small stand-in shipped with this package, offline)",
+    )
     parser.add_argument(
         "--parts",
         nargs="+",

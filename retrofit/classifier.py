@@ -14,14 +14,15 @@ Two private tabpfn methods are overridden (pinned in
 classifiers of ``tuning_config``: here they are of this class, so they load
 and patch the same way.
 
-``model_path`` defaults to ``"embedded"``, as the regressor's does: the
-package's own small classifier host, checked against its SHA-256 and run
-offline (``retrofit/models/embedded/CLASSIFIER_MODEL_CARD.md`` says where it
-stands; an installation without it refuses ``"embedded"`` with one
-:class:`~retrofit.EmbeddedCheckpointError` naming the choices). ``"auto"`` is
+``model_path`` defaults to tabpfn's ``"auto"``, as the regressor's does:
 tabpfn's default classifier (v3.5 unless ``TABPFN_MODEL_VERSION`` says
-otherwise); offline it fails with one :class:`~retrofit.WeightsUnavailableError`
-naming the file and where to place it.
+otherwise), downloaded once; offline, without the file, it fails with one
+:class:`~retrofit.WeightsUnavailableError` saying how to get it and that
+``"embedded"`` runs offline. ``"embedded"`` names the package's own small
+classifier stand-in, checked against its SHA-256
+(``retrofit/models/embedded/CLASSIFIER_MODEL_CARD.md`` says where it stands; an
+installation without it refuses ``"embedded"`` with one
+:class:`~retrofit.EmbeddedCheckpointError` naming the choices).
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
     """TabPFN classification with the zero vector as a true NULL state.
 
     Every argument but the first four is ``tabpfn.TabPFNClassifier``'s, with
-    its default and meaning, except ``model_path``'s default (``"embedded"``,
-    which runs offline, where tabpfn's ``"auto"`` needs a download).
+    its default and meaning: ``model_path`` defaults to tabpfn's ``"auto"``
+    (tabpfn's default classifier, downloaded once); ``"embedded"`` names the
+    small stand-in shipped with this package, which runs offline.
 
     Args:
         mode: ``"none"`` (tabpfn's unpatched model), ``"oattention"`` or
@@ -67,12 +69,13 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
             v3/v3.5 many-class decoder), ``"count"`` or ``"mass"``. None:
             saved, else ``"count"``.
         eps_den: OAttention denominator floor ``>= 0``. None: saved, else 1e-6.
-        model_path: ``"embedded"`` (the shipped classifier host, verified
-            against its SHA-256), ``"auto"`` (tabpfn's default classifier), a
-            version alias ``"v2"`` ... ``"v3.5"`` (tabpfn's default classifier
-            of that version), a classifier checkpoint file, a saved retrofit
-            directory of a classifier, a ``tabpfn.ModelSpecs`` (patched as a
-            copy), a :class:`~retrofit.ResolvedModel`, or a list of these.
+        model_path: ``"auto"`` (the default: tabpfn's default classifier),
+            ``"embedded"`` (the small shipped classifier stand-in, offline,
+            verified against its SHA-256), a version alias ``"v2"`` ...
+            ``"v3.5"`` (tabpfn's default classifier of that version), a
+            classifier checkpoint file, a saved retrofit directory of a
+            classifier, a ``tabpfn.ModelSpecs`` (patched as a copy), a
+            :class:`~retrofit.ResolvedModel`, or a list of these.
         n_estimators: See ``tabpfn.TabPFNClassifier``.
         auto_scale_n_estimators: See ``tabpfn.TabPFNClassifier``.
         categorical_features_indices: See ``tabpfn.TabPFNClassifier``.
@@ -122,7 +125,7 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
         softmax_temperature: float | Literal["auto"] = "auto",
         balance_probabilities: bool = False,
         average_before_softmax: bool = False,
-        model_path: ModelPath = "embedded",
+        model_path: ModelPath = "auto",
         device: DevicesSpecification = "auto",
         ignore_pretraining_limits: bool = False,
         inference_precision: torch.dtype | Literal["autocast", "auto"] = "auto",

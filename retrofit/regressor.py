@@ -47,8 +47,9 @@ class OTabPFNRegressor(RetrofitEstimatorMixin, TabPFNRegressor):
     """TabPFN regression with the zero vector as a true NULL state.
 
     Every argument but the first four is ``tabpfn.TabPFNRegressor``'s, with its
-    default and meaning, except ``model_path``'s default (``"embedded"``, which
-    works offline; ``"auto"`` is tabpfn's default model).
+    default and meaning: ``model_path`` defaults to tabpfn's ``"auto"`` (tabpfn's
+    default model, downloaded once); ``"embedded"`` names the small stand-in
+    shipped with this package, which runs offline.
 
     Args:
         mode: ``"none"`` (tabpfn's unpatched model), ``"oattention"`` or
@@ -58,12 +59,14 @@ class OTabPFNRegressor(RetrofitEstimatorMixin, TabPFNRegressor):
         support: ``n_eff`` of the learned length scaling, ``"count"`` or
             ``"mass"``. None: saved, else ``"count"``.
         eps_den: OAttention denominator floor ``>= 0``. None: saved, else 1e-6.
-        model_path: ``"embedded"`` (the shipped host), ``"auto"`` (tabpfn's
-            default model), ``"v3"``/``"v2"``, a saved retrofit directory, a
-            checkpoint file, a ``tabpfn.ModelSpecs`` (patched as a copy; the
-            given model is left as it is), a :class:`~retrofit.ResolvedModel`
-            (resolved once, so a saved directory is not hashed again), or a
-            list of these (each model patched). A saved directory's settings
+        model_path: ``"auto"`` (the default: tabpfn's default model, as
+            ``TabPFNRegressor()`` loads it), ``"embedded"`` (the small shipped
+            stand-in, offline), a version alias ``"v2"`` ... ``"v3.5"``, a
+            saved retrofit directory, a checkpoint file, a ``tabpfn.ModelSpecs``
+            (patched as a copy; the given model is left as it is), a
+            :class:`~retrofit.ResolvedModel` (resolved once, so a saved
+            directory is not hashed again), or a list of these (each model
+            patched). A saved directory's settings
             are the defaults of ``mode``, ``tau``, ``support`` and ``eps_den``.
         n_estimators: See ``tabpfn.TabPFNRegressor``.
         auto_scale_n_estimators: See ``tabpfn.TabPFNRegressor``.
@@ -112,7 +115,7 @@ class OTabPFNRegressor(RetrofitEstimatorMixin, TabPFNRegressor):
         categorical_features_indices: Sequence[int] | None = None,
         softmax_temperature: float | Literal["auto"] = "auto",
         average_before_softmax: bool = False,
-        model_path: ModelPath = "embedded",
+        model_path: ModelPath = "auto",
         device: DevicesSpecification = "auto",
         ignore_pretraining_limits: bool = False,
         inference_precision: torch.dtype | Literal["autocast", "auto"] = "auto",

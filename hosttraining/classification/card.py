@@ -123,9 +123,9 @@ def _standing_lines(quality: Path | None, shipped: bool) -> list[str]:
     ]
     if shipped and not clears:
         lines.append(
-            "- why it ships all the same: so that `OTabPFNClassifier()` runs offline, as "
-            "`OTabPFNRegressor()` does; it is the best candidate so far, not a good "
-            "classifier, and a host that clears the bar replaces it the same way"
+            '- why it ships all the same: so that `OTabPFNClassifier(model_path="embedded")` '
+            "runs offline, as the regressor's stand-in does; it is the best candidate so far, "
+            "not a good classifier, and a host that clears the bar replaces it the same way"
         )
     return lines
 

@@ -43,9 +43,9 @@ script, this recipe its last step.
 Every run of this recipe, with the line that reproduces it and what it scored,
 is in ``docs/training.md``; the embedded classifier
 (:mod:`retrofit.models.embedded`, its card ``CLASSIFIER_MODEL_CARD.md``) is
-one of them. It ships so that ``OTabPFNClassifier()`` runs offline, although it
-does not yet beat logistic regression on ``offline_cls6`` (the bar, which its
-card reports); a host that does replaces it the same way. The held-out prior
+one of them. It ships so that ``OTabPFNClassifier(model_path="embedded")`` runs
+offline, although it does not yet beat logistic regression on ``offline_cls6``
+(the bar, which its card reports); a host that does replaces it the same way. The held-out prior
 tasks and the development suite (``classification.quality --suite in-prior
 dev``) are where a host and its inference settings are chosen.
 

@@ -42,7 +42,7 @@ from retrofit.cli.csv_tables import (
 )
 from retrofit.cli.outputs import check_output_dir, check_output_file, same_file
 from retrofit.errors import CommandError
-from retrofit.models.aliases import alias_list, default_tau_text
+from retrofit.models.aliases import AUTO, alias_list, default_tau_text
 from retrofit.settings import DEFAULT_QUANTILES, MODES, SETTING_NAMES, SUPPORTS, check_given
 
 if TYPE_CHECKING:
@@ -59,13 +59,13 @@ __all__ = [
 
 #: How ``--model`` names the model, for every command that takes it.
 MODEL_HELP = (
-    "the host: 'embedded' (the small shipped TabPFN v3 hosts: the regressor, or for a "
-    "classification task the classifier; both work offline), "
-    f"{alias_list(auto=True)} (tabpfn's published model of that version, or tabpfn's "
-    "default version, downloaded by tabpfn into its model cache on first use; all but v2 "
-    "need tabpfn's licence accepted once and TABPFN_TOKEN set to your Prior Labs API key; "
-    "offline, the error names where to put the file), a .ckpt/.safetensors file, or a "
-    "directory written by 'tabpfn-retrofit patch' (default: embedded)"
+    f"the host: {alias_list(auto=True)} (tabpfn's default version, as tabpfn loads it, or "
+    "tabpfn's published model of that version, downloaded by tabpfn into its model cache on "
+    "first use; all but v2 need tabpfn's licence accepted once and TABPFN_TOKEN set to your "
+    "Prior Labs API key; offline, the error says where to put the file), 'embedded' (the "
+    "small TabPFN v3 stand-ins shipped with this package: the regressor, or for a "
+    "classification task the classifier; both work offline), a .ckpt/.safetensors file, or "
+    "a directory written by 'tabpfn-retrofit patch' (default: auto, tabpfn's own default)"
 )
 #: The default presence scale, for every command that takes ``--tau``.
 TAU_DEFAULT_HELP = f"the host's default, {default_tau_text()}"
@@ -174,7 +174,7 @@ def _add_predict(subparsers: Any) -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--out", required=True, metavar="PRED.csv", help="predictions file")
-    parser.add_argument("--model", default="embedded", metavar="MODEL", help=MODEL_HELP)
+    parser.add_argument("--model", default=AUTO, metavar="MODEL", help=MODEL_HELP)
     parser.add_argument("--task", **_TASK_ARGUMENT)
     _add_settings(parser, mode_default_note="default full-o")
     parser.add_argument(
@@ -245,7 +245,7 @@ def _add_patch(subparsers: Any) -> argparse.ArgumentParser:
             "regressor, or its classifier with --task classification."
         ),
     )
-    parser.add_argument("--model", default="embedded", metavar="SRC", help=MODEL_HELP)
+    parser.add_argument("--model", default=AUTO, metavar="SRC", help=MODEL_HELP)
     parser.add_argument(
         "--task",
         choices=("auto", "regression", "classification"),
@@ -282,7 +282,7 @@ def _add_predict_batch(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--target", metavar="COL", help="target column of entries that name none")
     p.add_argument("--task", **_TASK_ARGUMENT)
-    p.add_argument("--model", default="embedded", metavar="MODEL", help=MODEL_HELP)
+    p.add_argument("--model", default=AUTO, metavar="MODEL", help=MODEL_HELP)
     p.add_argument("--mode", choices=MODES, help="retrofit mode (default: full-o)")
     p.add_argument("--tau", type=float, help=f"presence scale (default: {TAU_DEFAULT_HELP})")
     p.add_argument("--support", choices=SUPPORTS, help="n_eff of the length scaling")

@@ -29,7 +29,7 @@ from tabpfn import model_loading
 from tabpfn.constants import ModelVersion
 
 from retrofit.errors import UnknownVersionError, WeightsUnavailableError
-from retrofit.models.aliases import AUTO, VERSION_ALIASES, alias_list
+from retrofit.models.aliases import AUTO, EMBEDDED, VERSION_ALIASES, alias_list
 
 __all__ = [
     "AUTO",
@@ -153,12 +153,23 @@ def hub_reachable(timeout_s: float = _REACH_TIMEOUT_S) -> bool:
     return reached.is_set()
 
 
-def _unavailable(version: str, path: Path, why: str, which: Which) -> WeightsUnavailableError:
+#: The versions whose weights tabpfn downloads only once its licence is accepted.
+_GATED = frozenset(DEFAULT_VERSIONS) - {"v2"}
+
+
+def _unavailable(
+    version: str, path: Path, why: str, which: Which, asked: str | None = None
+) -> WeightsUnavailableError:
+    """The one-line refusal: how to get tabpfn's file, and the offline stand-in."""
     url = _MANUAL_URL.get(f"{version}-{which}", _MANUAL_URL[version])
+    named = f" for {asked!r}" if asked and asked != version else ""
+    licence = "accept tabpfn's licence and set TABPFN_TOKEN, then " if version in _GATED else ""
     return WeightsUnavailableError(
-        f"TabPFN {version} {which} weights are not available ({why}); "
-        f"download {path.name} from {url} and place it at {path} "
-        "(or set TABPFN_MODEL_CACHE_DIR to the folder holding it)"
+        f"TabPFN {version} {which} weights are not available{named} ({why}); to get them, "
+        f"{licence}run once online and tabpfn downloads {path.name}, or download it from "
+        f"{url} and place it at {path} (or set TABPFN_MODEL_CACHE_DIR to the folder holding "
+        f"it), see docs/real_weights.md; model_path={EMBEDDED!r} (Python) or --model "
+        f"{EMBEDDED} (command line) runs the small offline stand-in shipped with this package"
     )
 
 
@@ -183,18 +194,20 @@ def default_weights(version: str, *, download: bool = True, which: Which = "regr
         WeightsUnavailableError: The file is missing and could not be fetched;
             the message names the exact path and file name to place by hand.
     """
-    version = resolve_version(version)
+    asked, version = version, resolve_version(version)
     path = default_checkpoint_path(version, which)
     if path.is_file():
         return path
+
+    def unavailable(why: str) -> WeightsUnavailableError:
+        return _unavailable(version, path, f"not in the model cache and {why}", which, asked)
+
     if not download:
-        raise _unavailable(version, path, "not in the model cache and downloading is off", which)
+        raise unavailable("downloading is off")
     if _offline_requested():
-        raise _unavailable(version, path, "not in the model cache and HF_HUB_OFFLINE is set", which)
+        raise unavailable("HF_HUB_OFFLINE is set")
     if not hub_reachable():
-        raise _unavailable(
-            version, path, f"not in the model cache and {_hub_host()} cannot be reached", which
-        )
+        raise unavailable(f"{_hub_host()} cannot be reached")
     try:
         result = model_loading.download_model(path, version=DEFAULT_VERSIONS[version], which=which)
     except Exception as exc:  # tabpfn's downloader reports most failures by value
@@ -202,7 +215,5 @@ def default_weights(version: str, *, download: bool = True, which: Which = "regr
     if result != "ok" or not path.is_file():
         cause = result[0] if isinstance(result, list) and result else None
         first_line = str(cause).strip().splitlines()[0] if cause else "download failed"
-        raise _unavailable(
-            version, path, f"download failed: {type(cause).__name__}: {first_line}", which
-        ) from cause
+        raise unavailable(f"its download failed: {type(cause).__name__}: {first_line}") from cause
     return path

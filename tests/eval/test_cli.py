@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from eval import cli
-from tests.helpers.commands import ROOT, one_error_line
+from tests.helpers.commands import ROOT, model_defaults, one_error_line
 
 
 @pytest.mark.parametrize(
@@ -61,3 +61,13 @@ def test_a_python_dash_m_entry_point_fails_in_one_line_as_a_process():
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("python -m eval.paper.datasets: error: ")
+
+
+def test_every_command_that_takes_model_defaults_to_tabpfns_auto():
+    """As the estimators: a user who names no model gets what ``TabPFNRegressor()`` loads."""
+    from eval import gpu_check
+
+    defaults = model_defaults(cli.build_parser())
+    assert {"predict", "predict-batch", "patch", "eval"} <= defaults.keys()
+    assert defaults == dict.fromkeys(defaults, "auto")
+    assert gpu_check._parser().parse_args(["out"]).model == "auto"

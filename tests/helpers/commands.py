@@ -7,6 +7,7 @@ a message or a file left behind costs a second.
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ __all__ = [
     "eval_argv",
     "file_mode",
     "listing",
+    "model_defaults",
     "one_error_line",
     "predict_argv",
     "run_cli",
@@ -77,3 +79,15 @@ def eval_argv(checkpoint: Path, store: Path, *extra) -> list:
     """A fast ``eval`` of one case, unpatched and OAttention, into ``store``."""
     return ["eval", "--model", checkpoint, "--modes", "none", "oattention", "--store", store,
             *EVAL_FAST, *EVAL_CASES, *extra]  # fmt: skip
+
+
+def model_defaults(parser: argparse.ArgumentParser) -> dict[str, object]:
+    """Each subcommand of ``parser`` that takes ``--model``, and that option's default."""
+    found: dict[str, object] = {}
+    for action in parser._actions:  # argparse keeps the subcommands only here
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                for option in sub._actions:
+                    if "--model" in option.option_strings:
+                        found[name] = option.default
+    return found

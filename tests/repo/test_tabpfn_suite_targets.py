@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tabpfn import TabPFNClassifier
 
-from retrofit import OTabPFNClassifier, embedded_model_path
+from retrofit import OTabPFNClassifier, OTabPFNRegressor, embedded_model_path
 from tests.tabpfn_suite import run_tabpfn_tests, suite_targets
 
 
@@ -23,6 +23,16 @@ def test_an_embedded_target_is_the_estimator_on_the_shipped_classifier():
         assert mode is None or cls().mode == mode
     random = suite_targets.classifier_for("full-o", "target_full_o.target")
     assert random().model_path == str(suite_targets.classifier_checkpoint()) != shipped
+
+
+def test_a_regressor_target_is_the_estimator_on_the_shipped_regressor_not_on_auto():
+    """tabpfn's tests construct estimators with their defaults; offline that is the stand-in."""
+    shipped = str(embedded_model_path())
+    for target in suite_targets.TARGETS:
+        cls = suite_targets.regressor_for(target, "target.target")
+        assert cls().model_path == shipped
+        assert issubclass(cls, OTabPFNRegressor) is (target != "tabpfn")
+        assert target == "tabpfn" or cls().mode == target
 
 
 def test_the_runner_runs_the_embedded_targets_by_default_on_the_classifier_module_only(

@@ -10,6 +10,7 @@ are of this class.
 
 from __future__ import annotations
 
+import inspect
 import shutil
 
 import numpy as np
@@ -102,16 +103,27 @@ def test_embedded_is_refused_for_a_classifier_not_shipped_with_the_alternatives_
         est.fit(*_numeric())
 
 
-def test_the_default_model_is_the_shipped_classifier_and_runs_offline(monkeypatch, tmp_path):
+def test_the_default_model_is_tabpfns_auto_as_the_parents():
+    assert OTabPFNClassifier().model_path == "auto"
+    parent = inspect.signature(TabPFNClassifier.__init__).parameters["model_path"].default
+    assert OTabPFNClassifier().model_path == parent == TabPFNClassifier().model_path
+
+
+def test_embedded_is_the_shipped_classifier_and_runs_offline(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TABPFN_MODEL_CACHE_DIR", str(tmp_path / "cache"))
-    assert OTabPFNClassifier().model_path == "embedded"
     X, y = _numeric(120, seed=3)
-    common = {"n_estimators": 2, "device": "cpu", "inference_precision": torch.float32}
-    # No model_path: mode none is plain tabpfn on the shipped classifier file, bit for bit.
+    common = {
+        "model_path": "embedded",
+        "n_estimators": 2,
+        "device": "cpu",
+        "inference_precision": torch.float32,
+    }
+    # Mode none is plain tabpfn on the shipped classifier file, bit for bit.
     base = OTabPFNClassifier(mode="none", **common).fit(X[:90], y[:90])
+    plain_common = {k: v for k, v in common.items() if k != "model_path"}
     shipped = str(embedded.embedded_model_path("classifier"))
-    plain = TabPFNClassifier(model_path=shipped, **common).fit(X[:90], y[:90])
+    plain = TabPFNClassifier(model_path=shipped, **plain_common).fit(X[:90], y[:90])
     np.testing.assert_array_equal(base.predict_proba(X[90:]), plain.predict_proba(X[90:]))
     # The default (full-o) patches it, predicts every test row and learns the task.
     est = OTabPFNClassifier(**common).fit(X[:90], y[:90])
@@ -133,7 +145,7 @@ def test_embedded_refuses_a_tampered_copy_of_the_shipped_classifier(monkeypatch,
     monkeypatch.setattr(embedded, "_HERE", folder)
     X, y = _numeric()
     kwargs = {"n_estimators": 1, "device": "cpu", "inference_precision": torch.float32}
-    OTabPFNClassifier(**kwargs).fit(X, y)  # the untouched copy passes its digest
+    OTabPFNClassifier(model_path="embedded", **kwargs).fit(X, y)  # the untouched copy passes
     data = bytearray((folder / name).read_bytes())
     data[len(data) // 2] ^= 0x01
     (folder / name).write_bytes(bytes(data))

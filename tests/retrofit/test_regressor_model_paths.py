@@ -5,6 +5,7 @@ Tiny random v3 checkpoints (perturbed zero-inits), float32 on the CPU.
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import numpy as np
@@ -48,8 +49,10 @@ def _fit_predict(est):
     return est.fit(X[:35], y[:35]).predict(X[35:])
 
 
-def test_the_default_model_path_is_the_embedded_host_and_auto_is_tabpfns_default_file():
-    assert OTabPFNRegressor().model_path == "embedded"
+def test_the_default_model_path_is_tabpfns_auto_and_embedded_is_the_shipped_host():
+    assert OTabPFNRegressor().model_path == "auto"
+    parent = inspect.signature(TabPFNRegressor.__init__).parameters["model_path"].default
+    assert OTabPFNRegressor().model_path == parent == TabPFNRegressor().model_path
     assert resolve_model("embedded").tabpfn_model_path("regressor") == str(
         retrofit.embedded_model_path()
     )

@@ -219,18 +219,16 @@ PINNED_VALUES = {
     ),
     "tabpfn.constants.DEFAULT_SAVE_PEAK_MEMORY_FACTOR": 8,
 }
-#: Per estimator: (tabpfn's class, the private methods overridden, the documented
-#: default that differs from tabpfn's).
+#: Per estimator: (tabpfn's class, the private methods overridden). A drop-in keeps
+#: every default of tabpfn's, ``model_path="auto"`` included.
 ESTIMATORS = {
     OTabPFNRegressor: (
         TabPFNRegressor,
         ("_initialize_model_variables", "_get_tuning_regressor"),
-        {"model_path": ("embedded", "auto")},
     ),
     OTabPFNClassifier: (
         TabPFNClassifier,
         ("_initialize_model_variables", "_get_tuning_classifier"),
-        {"model_path": ("embedded", "auto")},
     ),
 }
 RETROFIT_PARAMETERS = ("mode", "tau", "support", "eps_den")
@@ -305,7 +303,7 @@ def test_the_private_attributes_the_retrofit_reads_are_still_set(owner, attribut
 
 @pytest.mark.parametrize("ours_class", list(ESTIMATORS), ids=lambda c: c.__name__)
 def test_each_estimator_takes_every_tabpfn_parameter_with_its_default_in_order(ours_class):
-    theirs_class, _, documented = ESTIMATORS[ours_class]
+    theirs_class, _ = ESTIMATORS[ours_class]
     ours = list(inspect.signature(ours_class.__init__).parameters.values())[1:]
     theirs = list(inspect.signature(theirs_class.__init__).parameters.values())[1:]
     assert tuple(p.name for p in ours[: len(RETROFIT_PARAMETERS)]) == RETROFIT_PARAMETERS
@@ -316,13 +314,13 @@ def test_each_estimator_takes_every_tabpfn_parameter_with_its_default_in_order(o
         for p, q in zip(rest, theirs, strict=True)
         if p.default != q.default
     }
-    assert differs == documented
+    assert differs == {}
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in ours)
 
 
 @pytest.mark.parametrize("ours_class", list(ESTIMATORS), ids=lambda c: c.__name__)
 def test_the_overridden_methods_have_the_signatures_the_overrides_assume(ours_class):
-    theirs_class, overridden, _ = ESTIMATORS[ours_class]
+    theirs_class, overridden = ESTIMATORS[ours_class]
     init = inspect.signature(theirs_class._initialize_model_variables)
     assert list(init.parameters) == ["self"]
     assert init.return_annotation in (int, "int")
@@ -346,7 +344,7 @@ def test_the_overridden_methods_have_the_signatures_the_overrides_assume(ours_cl
 
 @pytest.mark.parametrize("ours_class", list(ESTIMATORS), ids=lambda c: c.__name__)
 def test_the_fit_state_methods_keep_tabpfns_signatures(ours_class):
-    theirs_class, _, _ = ESTIMATORS[ours_class]
+    theirs_class, _ = ESTIMATORS[ours_class]
     for name in ("save_fit_state", "load_from_fit_state"):
         ours, theirs = getattr(ours_class, name), getattr(theirs_class, name)
         assert ours.__qualname__.startswith("RetrofitEstimatorMixin.")
@@ -370,7 +368,8 @@ sys.modules["tabpfn.inference"] = real
 rng = np.random.default_rng(0)
 X, X_test = rng.normal(size=(30, 3)), rng.normal(size=(5, 3))
 y = X @ rng.normal(size=3)
-est = OTabPFNRegressor(n_estimators=1, device="cpu", mode="full-o").fit(X, y)
+est = OTabPFNRegressor(model_path="embedded", n_estimators=1, device="cpu", mode="full-o")
+est.fit(X, y)
 print("PREDICT", est.predict(X_test).shape)
 try:
     est.predict_batched([X, X[:20]], [y, y[:20]], [X_test, X_test[:3]])

@@ -2,8 +2,9 @@
 
 A target is ``"tabpfn"`` (plain ``tabpfn.TabPFNRegressor`` on the embedded
 checkpoint: the reference) or a retrofit mode (``OTabPFNRegressor`` with that
-``mode``). Each is the class with one default changed (``model_path`` to the
-embedded checkpoint, or ``mode``), so the tests' ``TabPFNRegressor(...)`` calls,
+``mode``). Each is the class with its defaults changed (``model_path`` to the
+embedded checkpoint, which runs offline where tabpfn's default ``"auto"`` would
+download, and ``mode``), so the tests' ``TabPFNRegressor(...)`` calls,
 ``create_default_for_version``, ``clone`` and pickling work unchanged.
 
 The classifier targets are ``tabpfn.TabPFNClassifier`` and ``OTabPFNClassifier``
@@ -14,7 +15,7 @@ the same way, on two checkpoints (the published ones need a download):
   to a temporary folder (:func:`classifier_checkpoint`);
 * the ``-embedded`` targets (:data:`EMBEDDED_CLASSIFIER_TARGETS`, e.g.
   ``"full-o-embedded"``): the shipped embedded classifier
-  (``embedded_model_path("classifier")``), the default of ``OTabPFNClassifier``.
+  (``embedded_model_path("classifier")``), ``OTabPFNClassifier(model_path="embedded")``.
   They run the classifier module only: the plain targets already run the
   regressor module on the embedded regressor.
 
@@ -89,11 +90,12 @@ def with_defaults(base: type, module: str, **defaults: Any) -> type:
 
 def regressor_for(target: str, module: str) -> type:
     """The ``TabPFNRegressor`` that tabpfn's tests import for ``target``."""
+    path = str(embedded_model_path())  # the digest is checked here
     if target == "tabpfn":
-        return with_defaults(TabPFNRegressor, module, model_path=str(embedded_model_path()))
+        return with_defaults(TabPFNRegressor, module, model_path=path)
     if target not in MODES:
         raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
-    return with_defaults(OTabPFNRegressor, module, mode=target)
+    return with_defaults(OTabPFNRegressor, module, mode=target, model_path=path)
 
 
 def classifier_for(target: str, module: str) -> type:

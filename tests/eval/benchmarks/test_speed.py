@@ -140,7 +140,10 @@ def test_bench_exits_non_zero_when_a_part_it_was_asked_for_was_not_measured(
 
     monkeypatch.setattr(speed, "bench_fit_loop", fails)
     out = tmp_path / "bench"
-    assert main(["bench", "--quick", "--parts", "fit_loop", "--out", str(out)]) == 1
+    assert (
+        main(["bench", "--quick", "--model", "embedded", "--parts", "fit_loop", "--out", str(out)])
+        == 1
+    )
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "not measured: fit_loop (RuntimeError: no host for the loop)" in err
     assert "Not measured" in (out / "bench.md").read_text()  # the report still says why

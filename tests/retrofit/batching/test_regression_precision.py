@@ -37,8 +37,9 @@ def _gaps(**kwargs) -> tuple[list[np.ndarray], list[list[np.ndarray]], list[floa
     """Per-dataset predictions alone, batched at each padded fraction, and each target's std."""
     sets = ragged_tables(SHAPES, seed=5)
     X_train, y_train, X_test = ([s[i] for s in sets] for i in range(3))
-    alone = [OTabPFNRegressor(n_estimators=2, **kwargs).fit(X, y).predict(x) for X, y, x in sets]
-    est = OTabPFNRegressor(n_estimators=2, **kwargs).fit(X_train[0], y_train[0])
+    kwargs = {"model_path": "embedded", "n_estimators": 2, **kwargs}
+    alone = [OTabPFNRegressor(**kwargs).fit(X, y).predict(x) for X, y, x in sets]
+    est = OTabPFNRegressor(**kwargs).fit(X_train[0], y_train[0])
     batched = []
     for fraction in PADDED_FRACTIONS:
         result = predict_batched(
@@ -73,7 +74,7 @@ def test_a_ragged_batch_in_float32_is_within_1e_5_of_the_targets_std():
 
 
 def test_a_ragged_batch_under_auto_with_bf16_autocast_is_within_1e_2_of_the_targets_std():
-    probe = OTabPFNRegressor(n_estimators=1, inference_precision="auto")
+    probe = OTabPFNRegressor(model_path="embedded", n_estimators=1, inference_precision="auto")
     probe.fit(*ragged_tables(SHAPES[:1], seed=5)[0][:2])
     if not probe.use_autocast_:
         pytest.skip("tabpfn's 'auto' runs float32 on this CPU (no hardware bf16)")

@@ -123,6 +123,7 @@ def test_embedded_without_a_shipped_classifier_fails_in_one_line(
     train, test = files
     out = tmp_path / "pred.csv"
     argv = ["predict", "--train", str(train), "--target", "label", "--test", str(test)]
+    argv += ["--model", "embedded"]
     assert main([*argv, "--out", str(out), "--task", "classification", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert "ships no embedded classifier host" in err and len(err.splitlines()) == 1

@@ -16,6 +16,7 @@ import torch
 from tabpfn import model_loading
 from tabpfn.checkpoint import Checkpoint
 
+from retrofit.classifier import OTabPFNClassifier
 from retrofit.errors import SavedModelError, SettingsConflictError, WeightsUnavailableError
 from retrofit.files import sha256_file
 from retrofit.models import loading, saved, weights
@@ -64,6 +65,42 @@ def test_offline_download_failure_is_one_line_naming_the_exact_path(
     assert "Temporary failure in name resolution" in message
     assert [c[0] for c in no_download] == [target]
     assert no_download[0][2] == "regressor"
+
+
+@pytest.mark.parametrize(
+    ("alias", "gated"), [("auto", True), ("v3.5", True), ("v3", True), ("v2", False)]
+)
+@pytest.mark.parametrize("offline", ["HF_HUB_OFFLINE", "download fails"])
+def test_the_offline_refusal_says_how_to_get_the_weights_and_names_the_stand_in(
+    cache_dir, no_download, monkeypatch, alias, gated, offline
+):
+    """One line: the file and its place, the licence step, the guide, and ``embedded``."""
+    if offline == "HF_HUB_OFFLINE":
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(WeightsUnavailableError) as info:
+        loading.resolve_model(alias)
+    message = str(info.value)
+    target = weights.default_checkpoint_path(alias)
+    assert "\n" not in message
+    assert f"place it at {target}" in message and "docs/real_weights.md" in message
+    assert ("accept tabpfn's licence and set TABPFN_TOKEN" in message) is gated
+    assert (f"not available for {alias!r}" in message) is (alias == "auto")
+    assert message.endswith(
+        "model_path='embedded' (Python) or --model embedded (command line) runs the small "
+        "offline stand-in shipped with this package"
+    )
+    assert len(no_download) == (0 if offline == "HF_HUB_OFFLINE" else 1)
+
+
+def test_the_default_estimator_offline_is_refused_in_that_one_line(cache_dir, no_download):
+    X, y = np.zeros((8, 2)), np.arange(8.0)
+    for estimator in (OTabPFNRegressor(), OTabPFNClassifier()):
+        with pytest.raises(WeightsUnavailableError) as info:
+            estimator.fit(X, y)
+        message = str(info.value)
+        assert "\n" not in message and "not available for 'auto'" in message
+        assert "model_path='embedded' (Python)" in message
+    assert [call[2] for call in no_download] == ["regressor", "classifier"]
 
 
 def test_hf_hub_offline_fails_without_trying_a_download(cache_dir, no_download, monkeypatch):
