@@ -178,6 +178,17 @@ def _difference_cells(d: CellDifference) -> list[object]:
             _number(d.difference, "+.3g"), _number(d.relative, "+.2e")]  # fmt: skip
 
 
+def _largest_by_column(differing: Sequence[CellDifference]) -> str:
+    """``"RMSE unpatched 2.1e-07 (abalone/1), ..."``: each column's largest relative difference."""
+    largest: dict[str, CellDifference] = {}
+    for d in differing:
+        if d.relative is not None and (
+            d.column not in largest or abs(d.relative) > abs(largest[d.column].relative)
+        ):
+            largest[d.column] = d
+    return ", ".join(f"{c} {abs(d.relative):.2e} ({d.row})" for c, d in largest.items())
+
+
 def _cell_lines(comparison: CellComparison) -> list[str]:
     n, differing = comparison.compared, comparison.differing
     if not differing:
@@ -196,6 +207,9 @@ def _cell_lines(comparison: CellComparison) -> list[str]:
         ]
         if len(differing) > _LISTED:
             lines.append(f"... and {len(differing) - _LISTED} more (cases.csv of each store).")
+        by_column = _largest_by_column(differing)
+        if by_column:
+            lines += ["", "The largest relative difference in each column: " + by_column + "."]
     for cells, whose in ((comparison.only_yours, "this store's table"),
                          (comparison.only_committed, "the committed table")):  # fmt: skip
         if cells:

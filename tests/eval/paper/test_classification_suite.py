@@ -203,6 +203,8 @@ def test_the_classification_report_prints_its_table_beside_the_committed_one(
     assert "4 of the 17 numbers of the two tables (summary and per case) differ" in out
     (cell,) = [line for line in out.splitlines() if line.startswith("| wine/0 | log_loss Full-O |")]
     assert cell.split(" | ")[2:6] == ["0.51", "0.505", "+0.005", "+9.90e-03 |"]
+    assert "in each column: log loss mean 1.00e+00 (Full-O), " in out
+    assert "log_loss Full-O 9.90e-03 (wine/0)." in out
     assert "The two tables' runs share one run context" in out
     assert main([*argv, "--committed", "none"]) == 0
     assert "(not compared with a committed table: --committed none)" in capsys.readouterr().out
