@@ -46,8 +46,9 @@ __all__ = ["SUBCOMMANDS", "add_subcommands", "build_parser", "main"]
 # names those paths); every default output is under eval.locations' untracked folder.
 _STORE_HELP = f"run store and report folder (default {DEFAULT_OUTPUT_ROOT}/SUITE)"
 _COMMITTED_HELP = (
-    "committed store, only read: runs with the same key are reused and report compares "
-    "with its table (default: the checkout's results/SUITE; 'none' for neither)"
+    "the committed store, only read (default: the checkout's results/SUITE; 'none': no "
+    "committed store): report compares its table with this one, eval --reuse-committed "
+    "copies its runs of the same key"
 )
 
 
@@ -150,13 +151,19 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, default=1, help="parallel workers")
     p.add_argument("--executor", default=None, choices=EXECUTORS,
                         help="default: serial, or joblib when --jobs > 1")  # fmt: skip
-    p.add_argument("--address", default=None, help="dask scheduler / ray cluster address")
+    p.add_argument("--address", default=None, help="dask scheduler address")
     p.add_argument("--connect-timeout", type=float, default=DEFAULT_CONNECT_TIMEOUT_S,
                    help="seconds to wait for --address")  # fmt: skip
     p.add_argument("--threads", type=int, default=None,
-                   help="torch threads per case (default: serial and dask/ray this "
+                   help="torch threads per case (default: serial and dask this "
                    "process's count, so the same numbers; joblib cores/jobs)")  # fmt: skip
     p.add_argument("--store", default=None, help=_STORE_HELP)
+    p.add_argument(
+        "--reuse-committed",
+        action="store_true",
+        help="copy the runs the committed store holds under the same key instead of computing "
+        "them (default: compute every run the store lacks)",
+    )
     p.add_argument("--committed", default=None, help=_COMMITTED_HELP)
     p.add_argument("--retry-failed", action="store_true", help="recompute failed runs")
     p.add_argument(

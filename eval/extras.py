@@ -3,7 +3,7 @@
 The library (``patches``, ``retrofit``) needs only its own dependencies; what
 the evaluation runner imports beyond them comes with an extra of
 ``pyproject.toml``: ``eval`` (the suites' data packages, OpenML, the figures)
-and ``cluster`` (Dask and Ray for ``--executor``). :func:`require_extra` is
+and ``cluster`` (Dask for ``--executor dask``). :func:`require_extra` is
 the one check: it finds the modules without importing them (``openml`` alone
 takes a second) and raises :class:`~eval.errors.MissingExtraError`, one line
 that names the ``pip install`` which adds them. It runs before any work, so
@@ -35,10 +35,10 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
         "scipy",
         "sklego",
     ),
-    "cluster": ("distributed", "ray"),
+    "cluster": ("distributed",),
 }
 
-_WHAT = {"eval": "the runner's dependencies", "cluster": "the cluster executors' dependencies"}
+_WHAT = {"eval": "the runner's dependencies", "cluster": "the cluster executor's dependencies"}
 
 
 def require_extra(extra: str, modules: Sequence[str] | None = None, *, needed_by: str) -> None:

@@ -18,16 +18,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from eval.errors import ReportError
 from eval.paper.datasets import suite_cases
 from eval.paper.protocol import DEFAULT_EPS_DEN, DEFAULT_MODES, DEFAULT_SUPPORT, SWEEP_TAUS
+from eval.paper.record import CaseVariant, RunRecord
 from eval.paper.store import iter_sessions
 
 __all__ = [
     "Completeness",
-    "PlannedRun",
+    "PairCounts",
+    "PairedRow",
     "completeness",
     "pair_counts",
     "planned_taus",
@@ -36,35 +38,6 @@ __all__ = [
 
 _SHOWN = 5
 """How many missing runs a one-line message names."""
-
-
-@dataclass(frozen=True)
-class PlannedRun:
-    """One run a suite plans for a report's table (``tau`` etc. ``None`` for mode ``"none"``)."""
-
-    dataset: str
-    seed: int
-    mode: str
-    tau: float | None
-    support: str | None
-    eps_den: float | None
-
-    @property
-    def label(self) -> str:
-        """``dataset/seed/mode`` and, for a retrofit, its tau (as cases.csv names runs)."""
-        tail = "" if self.tau is None else f"/tau={self.tau:g}"
-        return f"{self.dataset}/{self.seed}/{self.mode}{tail}"
-
-
-def _run_of(row: dict[str, Any]) -> PlannedRun:
-    return PlannedRun(
-        dataset=row.get("dataset"),
-        seed=int(row.get("seed")),
-        mode=row.get("mode"),
-        tau=row.get("tau"),
-        support=row.get("support"),
-        eps_den=row.get("eps_den"),
-    )
 
 
 @dataclass(frozen=True)
@@ -82,9 +55,9 @@ class Completeness:
 
     suite: str
     tau: float
-    planned: tuple[PlannedRun, ...]
-    missing: tuple[PlannedRun, ...]
-    failed: tuple[PlannedRun, ...]
+    planned: tuple[CaseVariant, ...]
+    missing: tuple[CaseVariant, ...]
+    failed: tuple[CaseVariant, ...]
     taus: tuple[float, ...] = ()
 
     @property
@@ -126,52 +99,46 @@ class Completeness:
 
 
 def _variants_at(
-    rows: Sequence[dict[str, Any]], mode: str, tau: float
+    runs: Sequence[RunRecord], mode: str, tau: float
 ) -> list[tuple[str | None, float | None]]:
     """(support, eps_den) of the store's runs of ``mode`` at ``tau``, sorted."""
-    return sorted(
-        {
-            (r.get("support"), r.get("eps_den"))
-            for r in rows
-            if r.get("mode") == mode and r.get("tau") == tau
-        },
-        key=str,
-    )
+    stored = {(r.support, r.eps_den) for r in runs if r.mode == mode and r.tau == tau}
+    return sorted(stored, key=str)
 
 
 def _retrofit_variants(
-    rows: Sequence[dict[str, Any]], tau: float, main: float
+    runs: Sequence[RunRecord], tau: float, main: float
 ) -> list[tuple[str, str | None, float | None]]:
     """(mode, support, eps_den) of every retrofit planned at ``tau`` (table's tau ``main``)."""
     variants = []
     for mode in (m for m in DEFAULT_MODES if m != "none"):
-        stored = _variants_at(rows, mode, tau) or _variants_at(rows, mode, main)
+        stored = _variants_at(runs, mode, tau) or _variants_at(runs, mode, main)
         for support, eps_den in stored or [(DEFAULT_SUPPORT, DEFAULT_EPS_DEN)]:
             variants.append((mode, support, eps_den))
     return variants
 
 
 def planned_taus(
-    rows: Sequence[dict[str, Any]], tau: float, store: str | Path | None = None
+    runs: Sequence[RunRecord], tau: float, store: str | Path | None = None
 ) -> tuple[float, ...]:
-    """Every tau a report of ``rows`` reads, ascending.
+    """Every tau a report of ``runs`` reads, ascending.
 
-    The table's ``tau``; every tau stored in ``rows``; those the eval sessions
-    of the rows' suite and checkpoint in ``store`` planned (``taus`` of their
+    The table's ``tau``; every tau stored in ``runs``; those the eval sessions
+    of the runs' suite and checkpoint in ``store`` planned (``taus`` of their
     records); and, once any run of the sweep beside the table's tau is stored
     (or a session ran ``--sweep``), every tau of ``SWEEP_TAUS``: the sweep's
     table and figure read them all, and a tau an eval never reached would
     otherwise drop out of them unseen.
     """
-    stored = {float(r["tau"]) for r in rows if r.get("mode") != "none" and r.get("tau") is not None}
+    stored = {float(r.tau) for r in runs if r.mode != "none" and r.tau is not None}
     taus = {float(tau), *stored}
     sweep = bool((stored - {float(tau)}) & set(SWEEP_TAUS))
-    if store is not None and rows:
-        suite, checkpoint = rows[0].get("suite"), rows[0].get("checkpoint_sha256")
+    if store is not None and runs:
+        suite, checkpoint = runs[0].suite, runs[0].checkpoint_sha256
         for session in iter_sessions(store):
-            if session.get("suite") == suite and session.get("checkpoint_sha256") == checkpoint:
-                taus.update(float(t) for t in session.get("taus") or ())
-                sweep = sweep or bool(session.get("sweep"))
+            if session.suite == suite and session.checkpoint_sha256 == checkpoint:
+                taus.update(float(t) for t in session.taus)
+                sweep = sweep or session.sweep
     if sweep:
         taus.update(SWEEP_TAUS)
     return tuple(sorted(taus))
@@ -179,29 +146,29 @@ def planned_taus(
 
 def completeness(
     suite: str,
-    rows: Sequence[dict[str, Any]],
+    runs: Sequence[RunRecord],
     tau: float,
     taus: Sequence[float] | None = None,
 ) -> Completeness:
-    """The planned runs of ``suite``'s report (table at ``tau``) and which ``rows`` lack.
+    """The planned runs of ``suite``'s report (table at ``tau``) and which ``runs`` lack.
 
     Args:
         suite: Suite name.
-        rows: The stored rows of the reported context.
+        runs: The stored runs of the reported context.
         tau: The table's tau.
         taus: Every tau the report reads (:func:`planned_taus`; default: ``tau`` alone).
     """
     every_tau = tuple(sorted({float(tau), *(taus or ())}))
-    variants = [v for t in every_tau for v in ((t, *x) for x in _retrofit_variants(rows, t, tau))]
-    planned: list[PlannedRun] = []
+    variants = [v for t in every_tau for v in ((t, *x) for x in _retrofit_variants(runs, t, tau))]
+    planned: list[CaseVariant] = []
     for case in suite_cases(suite):
         if "none" in DEFAULT_MODES:
-            planned.append(PlannedRun(case.dataset, case.seed, "none", None, None, None))
+            planned.append(CaseVariant(case.dataset, case.seed, "none", None, None, None))
         planned += [
-            PlannedRun(case.dataset, case.seed, mode, at, support, eps_den)
+            CaseVariant(case.dataset, case.seed, mode, at, support, eps_den)
             for at, mode, support, eps_den in variants
         ]
-    status = {_run_of(r): r.get("status") for r in rows}
+    status = {r.variant: r.status for r in runs}
     return Completeness(
         suite=suite,
         tau=tau,
@@ -226,31 +193,50 @@ def require_complete(state: Completeness, store: str | Path, *, partial: bool) -
     )
 
 
-def pair_counts(
-    records: Iterable[dict[str, Any]], cases: Iterable[tuple[str, int]], delta: str
-) -> dict[str, int]:
+class PairedRow(Protocol):
+    """A case-table row: a retrofit's run, its baseline's, and whether they give a change."""
+
+    @property
+    def run(self) -> RunRecord: ...  # noqa: D102
+
+    @property
+    def baseline(self) -> RunRecord | None: ...  # noqa: D102
+
+    @property
+    def paired(self) -> bool: ...  # noqa: D102
+
+
+@dataclass(frozen=True)
+class PairCounts:
+    """How one variant's planned cases ended; the three sum to the planned cases.
+
+    Attributes:
+        n: Cases with the paired change.
+        failed: The retrofit or its baseline stored with a failure, or no usable pair.
+        missing: The retrofit or its baseline never stored.
+    """
+
+    n: int
+    failed: int
+    missing: int
+
+
+def pair_counts(rows: Iterable[PairedRow], cases: Iterable[tuple[str, int]]) -> PairCounts:
     """How one variant's planned cases ended: paired, failed, or missing.
 
     Args:
-        records: The variant's case-table records (each with ``status``, the
-            baseline's ``status_none`` (``None``: never stored) and ``delta``).
+        rows: The variant's case-table rows.
         cases: The planned (dataset, seed) cases.
-        delta: The record field of the paired change.
-
-    Returns:
-        ``n`` (cases with the change), ``failed`` (the retrofit or its
-        baseline stored with a failure, or no usable pair), ``missing`` (the
-        retrofit or its baseline never stored); they sum to the planned cases.
     """
-    counts = {"n": 0, "failed": 0, "missing": 0}
+    n = failed = missing = 0
     seen = set()
-    for rec in records:
-        seen.add((rec["dataset"], int(rec["seed"])))
-        if rec.get(delta) is not None:
-            counts["n"] += 1
-        elif rec.get("status") == "ok" and rec.get("status_none") is None:
-            counts["missing"] += 1  # its baseline was never stored
+    for row in rows:
+        seen.add((row.run.dataset, int(row.run.seed)))
+        if row.paired:
+            n += 1
+        elif row.run.ok and row.baseline is None:
+            missing += 1  # its baseline was never stored
         else:
-            counts["failed"] += 1
-    counts["missing"] += sum((dataset, int(seed)) not in seen for dataset, seed in set(cases))
-    return counts
+            failed += 1
+    missing += sum((dataset, int(seed)) not in seen for dataset, seed in set(cases))
+    return PairCounts(n=n, failed=failed, missing=missing)

@@ -9,8 +9,6 @@ regression row is what it was before classification suites existed.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 from sklearn.metrics import log_loss, roc_auc_score
@@ -22,20 +20,12 @@ from retrofit.regressor import OTabPFNRegressor
 
 __all__ = [
     "ESTIMATORS",
-    "METRICS",
     "check_host_task",
     "classification_metrics",
     "cpu_float32_estimator",
-    "metric_fields",
     "regression_metrics",
     "suite_task",
 ]
-
-METRICS: dict[str, tuple[str, ...]] = {
-    "regression": ("rmse", "mae"),
-    "classification": ("log_loss", "accuracy", "roc_auc"),
-}
-"""The metric fields of a run row, by task."""
 
 ESTIMATORS: dict[str, type] = {
     "regression": OTabPFNRegressor,
@@ -126,8 +116,3 @@ def classification_metrics(
         "accuracy": float(np.mean(pred == y)),
         "roc_auc": float(np.mean(aucs)) if aucs else None,
     }
-
-
-def metric_fields(task: str) -> dict[str, Any]:
-    """A new row's metric fields, every one ``None``."""
-    return dict.fromkeys(METRICS[task])

@@ -38,12 +38,12 @@ from eval.paper.datasets import load_dataset, split
 from eval.paper.estimators import (
     ESTIMATORS,
     classification_metrics,
-    metric_fields,
     regression_metrics,
     suite_task,
 )
 from eval.paper.executors import Executor, LostTask, SerialExecutor
 from eval.paper.protocol import SUITE_SOURCE
+from eval.paper.record import SPEC_FIELDS, RunRecord, version_pairs
 from eval.paper.spec import (
     RunSpec,
     Task,
@@ -55,17 +55,17 @@ from eval.paper.spec import (
 from eval.paper.store import (
     claim_run,
     clear_stale_claims,
-    read_row,
+    read_record,
     release_claim,
     run_path,
     utc_now,
-    write_row,
+    write_record,
 )
 from eval.provenance import provenance_dict
 from retrofit.batching.chunks import cache_sized_chunks
 from retrofit.versions import package_versions
 
-__all__ = ["RunSummary", "build_estimator", "case_data", "lost_row", "run_suite", "run_task"]
+__all__ = ["RunSummary", "build_estimator", "case_data", "lost_record", "run_suite", "run_task"]
 
 
 def case_data(spec: RunSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -157,39 +157,45 @@ def _check_process_matches_key(spec: RunSpec) -> None:
         )
 
 
-def _fit_predict(task: Task, row: dict[str, Any]) -> Any:
-    """Fit and predict one case, filling ``row``; exceptions are recorded in it."""
+def _fit_predict(task: Task) -> tuple[dict[str, Any], Any]:
+    """Fit and predict one case: the record's measured fields, and the estimator.
+
+    An exception is recorded in the fields (``error``, ``traceback``), never raised;
+    the estimator is ``None`` when it was never built.
+    """
     spec, estimator = task.spec, None
+    measured: dict[str, Any] = {}
     try:
         _check_process_matches_key(spec)
         X_train, X_test, y_train, y_test = case_data(spec)
-        row.update(n_train=len(y_train), n_test=len(y_test), n_features=int(X_train.shape[1]))
+        measured.update(n_train=len(y_train), n_test=len(y_test), n_features=int(X_train.shape[1]))
         extra = {"ignore_pretraining_limits": True} if task.ignore_pretraining_limits else {}
         estimator = build_estimator(spec, task.model_path, **extra)
         t0 = time.perf_counter()
         estimator.fit(X_train, y_train)
-        row["fit_s"] = time.perf_counter() - t0
+        measured["fit_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         classify = suite_task(spec.suite) == "classification"
         predict = estimator.predict_proba if classify else estimator.predict
         with _cache_sized_chunks(estimator):
             pred = np.asarray(predict(X_test), dtype=np.float64)
-        row["predict_s"] = time.perf_counter() - t0
-        finite = np.isfinite(pred)
-        row["nonfinite_predictions"] = int((~finite).sum())
-        if finite.all():
+        measured["predict_s"] = time.perf_counter() - t0
+        nonfinite = int((~np.isfinite(pred)).sum())
+        measured["nonfinite_predictions"] = nonfinite
+        if not nonfinite:
             if classify:
-                row.update(classification_metrics(pred, np.asarray(estimator.classes_), y_test))
+                classes = np.asarray(estimator.classes_)
+                measured.update(classification_metrics(pred, classes, y_test))
             else:
-                row.update(regression_metrics(pred, y_test))
-            row["status"] = "ok"
+                measured.update(regression_metrics(pred, y_test))
+            measured["status"] = "ok"
         else:
-            row["status"] = "nonfinite"
-            row["error"] = f"{row['nonfinite_predictions']} of {pred.size} predictions not finite"
+            measured["status"] = "nonfinite"
+            measured["error"] = f"{nonfinite} of {pred.size} predictions not finite"
     except Exception as exc:  # recorded, never dropped
-        row["error"] = f"{type(exc).__name__}: {exc}"
-        row["traceback"] = traceback.format_exc(limit=8)[-4000:]
-    return estimator
+        measured["error"] = f"{type(exc).__name__}: {exc}"
+        measured["traceback"] = traceback.format_exc(limit=8)[-4000:]
+    return measured, estimator
 
 
 def _cache_sized_chunks(estimator: Any) -> contextlib.AbstractContextManager:
@@ -212,14 +218,14 @@ def _warning_line(w: warnings.WarningMessage) -> str:
     return f"{w.category.__name__}: {first[:300]}"
 
 
-def run_task(task: Task) -> dict[str, Any]:
+def run_task(task: Task) -> RunRecord:
     """Run one spec: fit, predict, measure; never raises for a failing case.
 
     Args:
         task: The spec and its resolved checkpoint.
 
     Returns:
-        The row to store (``status`` ``"ok"``, ``"nonfinite"`` or ``"failed"``).
+        The run to store (``status`` ``"ok"``, ``"nonfinite"`` or ``"failed"``).
 
     Raises:
         CheckpointChangedError: If the checkpoint's tensors differ from the
@@ -228,20 +234,20 @@ def run_task(task: Task) -> dict[str, Any]:
     if task.threads is not None:
         torch.set_num_threads(task.threads)
     spec = task.spec
-    row = _new_row(task)
+    record = _new_record(task)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        estimator = _fit_predict(task, row)
-    # Kept with the row (deduplicated) instead of flooding the progress bar.
-    row["warnings"] = sorted({_warning_line(w) for w in caught})
+        measured, estimator = _fit_predict(task)
+    # Kept with the run (deduplicated) instead of flooding the progress bar.
+    measured["warnings"] = tuple(sorted({_warning_line(w) for w in caught}))
     if estimator is not None:
-        row.update(_resolved_precision(estimator))
+        measured.update(_resolved_precision(estimator))
         try:
-            row.update(_patch_info(estimator))
+            measured.update(_patch_info(estimator))
         except Exception as exc:
-            row.update(patch_digest=None, patch_report=f"unavailable: {exc}")
-    row["finished_at"] = utc_now()
-    row["provenance"] = _provenance()
+            measured.update(patch_digest=None, patch_report=f"unavailable: {exc}")
+    measured.update(finished_at=utc_now(), provenance=_provenance())
+    record = dataclasses.replace(record, **measured)
     del estimator
     after = state_dict_sha256(task.model_path)
     if after != task.state_hash:
@@ -250,44 +256,39 @@ def run_task(task: Task) -> dict[str, Any]:
             f"(state-dict sha256 {task.state_hash[:12]} -> {after[:12]}) after "
             f"{spec.dataset}/seed {spec.seed}/{spec.mode}; rerun once it is stable"
         )
-    return row
+    return record
 
 
-def _new_row(task: Task) -> dict[str, Any]:
-    """The row of ``task`` before it runs: its config, status ``"failed"``, no numbers."""
+def _new_record(task: Task) -> RunRecord:
+    """The run of ``task`` before it runs: its config, status ``"failed"``, no numbers."""
     spec = task.spec
-    return {
-        "key": spec.key,
-        "baseline_key": baseline_key(spec),
-        **{k: v for k, v in spec.as_dict().items() if k != "versions"},
-        **{f"{name.replace('-', '_')}_version": v for name, v in spec.versions.items()},
-        "model": task.model_label,
-        "state_dict_sha256": task.state_hash,
-        "status": "failed",
-        **metric_fields(suite_task(spec.suite)),
-        "n_train": None,
-        "n_test": None,
-        "n_features": None,
-        "nonfinite_predictions": None,
-        "error": None,
-        "traceback": None,
-        "fit_s": None,
-        "predict_s": None,
-        "threads": torch.get_num_threads(),
-        "executor": task.executor,
-        "ignore_pretraining_limits": task.ignore_pretraining_limits,
-        "hostname": platform.node(),
-        "pid": os.getpid(),
-        "started_at": utc_now(),
-    }
+    return RunRecord(
+        key=spec.key,
+        baseline_key=baseline_key(spec),
+        **{name: getattr(spec, name) for name in SPEC_FIELDS},
+        versions=version_pairs(spec.versions),
+        model=task.model_label,
+        state_dict_sha256=task.state_hash,
+        status="failed",
+        threads=torch.get_num_threads(),
+        executor=task.executor,
+        ignore_pretraining_limits=task.ignore_pretraining_limits,
+        hostname=platform.node(),
+        pid=os.getpid(),
+        started_at=utc_now(),
+    )
 
 
-def lost_row(task: Task, error: str) -> dict[str, Any]:
-    """The failed row of a task whose worker died on every try (an executor's ``LostTask``)."""
-    row = _new_row(task)
-    row.update(error=error, threads=task.threads, hostname=None, pid=None, warnings=[])
-    row["finished_at"] = utc_now()
-    return row
+def lost_record(task: Task, error: str) -> RunRecord:
+    """The failed run of a task whose worker died on every try (an executor's ``LostTask``)."""
+    return dataclasses.replace(
+        _new_record(task),
+        error=error,
+        threads=task.threads,
+        hostname=None,
+        pid=None,
+        finished_at=utc_now(),
+    )
 
 
 def _provenance() -> dict[str, Any]:
@@ -316,8 +317,8 @@ def run_suite(
     executor: Executor | None = None,
     retry_failed: bool = False,
     progress: bool = True,
-    on_row: Callable[[dict[str, Any]], None] | None = None,
-    task_fn: Callable[[Task], dict[str, Any]] = run_task,
+    on_row: Callable[[RunRecord], None] | None = None,
+    task_fn: Callable[[Task], RunRecord] = run_task,
 ) -> RunSummary:
     """Run every task that has no stored result yet, storing each as it finishes.
 
@@ -327,7 +328,7 @@ def run_suite(
         executor: Where cases run; :class:`SerialExecutor` by default.
         retry_failed: Recompute stored rows whose status is not ``"ok"``.
         progress: Show a progress bar over the cases to run.
-        on_row: Called with each stored row (in the calling process).
+        on_row: Called with each stored run (in the calling process).
         task_fn: The per-task function (module-level, picklable).
 
     Returns:
@@ -348,11 +349,11 @@ def run_suite(
             continue
         seen.add(key)
         try:
-            existing = read_row(run_path(store, key), advice="recomputing it")
+            existing = read_record(run_path(store, key), advice="recomputing it")
         except StoreError as exc:  # a truncated file is recomputed, loudly
             warnings.warn(str(exc), StoreWarning, stacklevel=2)
             existing = None
-        if existing is not None and (existing.get("status") == "ok" or not retry_failed):
+        if existing is not None and (existing.ok or not retry_failed):
             summary.skipped += 1
             continue
         if not claim_run(store, key):  # another eval process is computing it
@@ -375,34 +376,36 @@ def run_suite(
 
 
 def _stored_meanwhile(store: str | Path, key: str, retry_failed: bool) -> bool:
-    """Whether a row for ``key`` appeared between the first look and the claim."""
+    """Whether a run ``key`` was stored between the first look and the claim."""
     try:
-        row = read_row(run_path(store, key))
+        record = read_record(run_path(store, key))
     except StoreError:
         return False
-    return row is not None and (row.get("status") == "ok" or not retry_failed)
+    return record is not None and (record.ok or not retry_failed)
 
 
 def _run_todo(
     todo: Sequence[Task],
     store: str | Path,
     executor: Executor,
-    task_fn: Callable[[Task], dict[str, Any]],
+    task_fn: Callable[[Task], RunRecord],
     summary: RunSummary,
     progress: bool,
-    on_row: Callable[[dict[str, Any]], None] | None,
+    on_row: Callable[[RunRecord], None] | None,
 ) -> None:
-    with tqdm(total=len(todo), desc="cases", unit="run", disable=not progress) as bar:
-        for index, row in executor.map_unordered(task_fn, todo):
-            if isinstance(row, LostTask):
-                row = lost_row(todo[index], row.error)
-            write_row(store, row)
-            release_claim(store, row["key"])  # stored: a kill from here on leaves no claim
+    # No bar when nothing is computed: an empty bar says nothing, twice.
+    with tqdm(total=len(todo), desc="cases", unit="run", disable=not (progress and todo)) as bar:
+        for index, outcome in executor.map_unordered(task_fn, todo):
+            record = outcome
+            if isinstance(outcome, LostTask):
+                record = lost_record(todo[index], outcome.error)
+            write_record(store, record)
+            release_claim(store, record.key)  # stored: a kill from here on leaves no claim
             summary.computed += 1
-            summary.failed += row["status"] == "failed"
-            summary.nonfinite += row["status"] == "nonfinite"
-            summary.keys.append(row["key"])
-            bar.set_postfix_str(f"{row['dataset']}/s{row['seed']}/{row['mode']}", refresh=False)
+            summary.failed += record.status == "failed"
+            summary.nonfinite += record.status == "nonfinite"
+            summary.keys.append(record.key)
+            bar.set_postfix_str(f"{record.dataset}/s{record.seed}/{record.mode}", refresh=False)
             bar.update()
             if on_row is not None:
-                on_row(row)
+                on_row(record)

@@ -1,4 +1,4 @@
-"""Executors: where evaluation cases run (this process, local processes, a cluster).
+"""Executors: where evaluation cases run (this process, local processes, a Dask cluster).
 
 Every executor has one job: apply a picklable function to a list of picklable
 tasks and yield ``(index, result)`` pairs as each task finishes, so that the
@@ -11,21 +11,23 @@ thread count: the task carries it and the task function applies it
 
 * ``serial``: in this process, in order (the default).
 * ``joblib``: local worker processes (joblib's ``loky`` backend).
-* ``dask``: a ``dask.distributed`` cluster: a ``Client`` to the scheduler at
-  ``address``, or a ``LocalCluster`` of ``n_jobs`` single-threaded worker
-  processes when none is given. Tasks are submitted at once and collected with
-  ``as_completed``.
-* ``ray``: a Ray cluster at ``address`` (``ray.init(address)``), or a local Ray
-  instance with ``n_jobs`` CPUs; tasks are remote functions, collected with
-  ``ray.wait``.
+* ``dask``: a ``dask.distributed`` cluster, the engine for a cluster: a
+  ``Client`` to the scheduler at ``address``, or a ``LocalCluster`` of
+  ``n_jobs`` single-threaded worker processes when none is given. Tasks are
+  submitted at once and collected with ``as_completed``.
+
+One cluster engine: an executor for Ray ran the same independent cases with
+its own retry and crash semantics, a second fault path to keep tested on a
+live cluster (and a large dependency) for no case Dask cannot run; it was
+dropped.
 
 Faults on a cluster: a task that raises propagates to the caller as in the
 serial executor (the runner's task function records a failing fit as a failed
-row itself and raises only for what must abort the run). A worker process that
-dies mid-case is replaced and its case retried by the scheduler (dask: up to
-``distributed.scheduler.allowed-failures`` times; ray: ``max_retries``); a case
-whose worker died on every try is yielded as a :class:`LostTask`, which the
-runner stores as a failed run, so no case is lost and none is yielded twice.
+run itself and raises only for what must abort the run). A worker process
+that dies mid-case is replaced and its case retried by the scheduler (up to
+``distributed.scheduler.allowed-failures`` times); a case whose worker died on
+every try is yielded as a :class:`LostTask`, which the runner stores as a
+failed run, so no case is lost and none is yielded twice.
 Dask retries a case only on a live worker: when the last worker is gone and
 none replaces it within ``no_worker_timeout_s`` (workers without a nanny, or
 nannies that stopped restarting), every case still waiting is a ``LostTask``
@@ -33,8 +35,8 @@ too, and the run ends instead of waiting forever.
 An address that does not answer within the connect timeout raises
 :class:`~retrofit.errors.ClusterUnreachableError` before any task is submitted.
 
-Dask and Ray are optional (the ``cluster`` extra): they are imported only
-when chosen, and a missing package raises
+Dask is optional (the ``cluster`` extra): it is imported only when chosen,
+and a missing package raises
 :class:`~eval.errors.MissingExtraError` with the install line
 (:func:`eval.extras.require_extra`).
 """
@@ -66,12 +68,11 @@ __all__ = [
     "JoblibExecutor",
     "LostTask",
     "MissingExtraError",
-    "RayExecutor",
     "SerialExecutor",
     "make_executor",
 ]
 
-EXECUTORS: tuple[str, ...] = ("serial", "joblib", "dask", "ray")
+EXECUTORS: tuple[str, ...] = ("serial", "joblib", "dask")
 """Names accepted by :func:`make_executor` (and ``--executor``)."""
 
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
@@ -113,7 +114,7 @@ _CASE_LOCK = threading.Lock()
 
 
 def _indexed_alone(fn: Callable[[Any], Any], index: int, task: Any) -> tuple[int, Any]:
-    # A cluster worker process may run several tasks on threads (a dask worker
+    # A dask worker process may run several tasks on threads (a dask worker
     # started with --nthreads > 1); torch's thread count is per process, so the
     # cases of one process take turns and each runs with the count it carries.
     with _CASE_LOCK:
@@ -367,100 +368,6 @@ class DaskExecutor(Executor):
         return f"dask(address={self.address})"
 
 
-class RayExecutor(Executor):
-    """Runs tasks as Ray remote functions, collected as they complete.
-
-    Args:
-        n_jobs: CPUs of the local Ray instance started when ``address`` is
-            ``None`` (one case per CPU); unused with an address.
-        address: Ray cluster address (``host:6379``, ``ray://host:10001``) or
-            ``"auto"``; ``None`` starts a local instance for the run. A Ray
-            session this process has already started is used as it is.
-        connect_timeout_s: Seconds to wait for the cluster's port to answer.
-        max_retries: Times Ray reruns a case whose worker process died.
-    """
-
-    name = "ray"
-
-    def __init__(
-        self,
-        n_jobs: int = 1,
-        address: str | None = None,
-        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-        max_retries: int = 3,
-    ) -> None:
-        require_extra("cluster", ("ray",), needed_by="executor 'ray'")
-        if address is None and n_jobs < 1:
-            raise ValueError(f"n_jobs must be >= 1 for a local ray instance, got {n_jobs}")
-        self.n_jobs = n_jobs
-        self.address = address
-        self.connect_timeout_s = connect_timeout_s
-        self.max_retries = max_retries
-
-    def check_reachable(self) -> None:
-        """See :meth:`Executor.check_reachable`."""
-        if self.address is not None and self.address != "auto":
-            _check_reachable(self.address, self.connect_timeout_s, "ray cluster")
-
-    @contextlib.contextmanager
-    def _session(self) -> Iterator[None]:
-        import ray
-
-        self.check_reachable()
-        if ray.is_initialized():  # the caller's own session: use it, leave it running
-            yield
-            return
-        if self.address is None:
-            ray.init(num_cpus=self.n_jobs, include_dashboard=False, log_to_driver=False)
-        else:
-            try:
-                ray.init(address=self.address, log_to_driver=False)
-            except (ConnectionError, TimeoutError) as exc:
-                raise ClusterUnreachableError(
-                    f"cannot reach the ray cluster at {self.address} ({_one_line(exc)})"
-                ) from None
-        try:
-            yield
-        finally:
-            ray.shutdown()
-
-    def map_unordered(
-        self, fn: Callable[[Any], Any], tasks: Sequence[Any]
-    ) -> Iterator[tuple[int, Any]]:
-        """See :meth:`Executor.map_unordered`."""
-        import ray
-        from ray.exceptions import RayError, RayTaskError
-
-        if not tasks:
-            return
-        with self._session():
-            remote = ray.remote(num_cpus=1, max_retries=self.max_retries)(_indexed_alone)
-            index_of = {remote.remote(fn, i, task): i for i, task in enumerate(tasks)}
-            pending = list(index_of)
-            try:
-                while pending:
-                    (ref,), pending = ray.wait(pending, num_returns=1)
-                    try:
-                        yield ray.get(ref)
-                    except RayTaskError as exc:  # fn raised: the caller sees fn's exception
-                        raise exc.as_instanceof_cause() from None
-                    except RayError as exc:  # the worker died on every try
-                        yield index_of[ref], LostTask(_one_line(exc))
-            finally:
-                for ref in pending:  # the run ended early: nothing left running for it
-                    ray.cancel(ref)
-
-    def default_threads(self) -> int | None:
-        """The serial run's count, so a case gives the serial numbers on any worker."""
-        return _serial_threads()
-
-    def describe(self) -> str:
-        """See :meth:`Executor.describe`."""
-        if self.address is None:
-            return f"ray(local, num_cpus={self.n_jobs})"
-        return f"ray(address={self.address})"
-
-
 def make_executor(
     name: str,
     n_jobs: int = 1,
@@ -471,10 +378,10 @@ def make_executor(
 
     Args:
         name: One of :data:`EXECUTORS`.
-        n_jobs: Parallel workers (ignored by ``serial``, and by ``dask`` /
-            ``ray`` given an address: the cluster has its own).
-        address: Cluster address for ``dask`` / ``ray``.
-        connect_timeout_s: Seconds ``dask`` / ``ray`` wait for ``address``.
+        n_jobs: Parallel workers (ignored by ``serial``, and by ``dask``
+            given an address: the cluster has its own).
+        address: Scheduler address for ``dask``.
+        connect_timeout_s: Seconds ``dask`` waits for ``address``.
 
     Returns:
         The executor.
@@ -489,10 +396,6 @@ def make_executor(
         return JoblibExecutor(n_jobs=max(1, n_jobs))
     if name == "dask":
         return DaskExecutor(
-            n_jobs=max(1, n_jobs), address=address, connect_timeout_s=connect_timeout_s
-        )
-    if name == "ray":
-        return RayExecutor(
             n_jobs=max(1, n_jobs), address=address, connect_timeout_s=connect_timeout_s
         )
     raise ValueError(f"unknown executor {name!r}; valid executors: {', '.join(EXECUTORS)}")

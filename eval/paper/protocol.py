@@ -12,6 +12,7 @@ __all__ = [
     "DEFAULT_EPS_DEN",
     "DEFAULT_MODES",
     "DEFAULT_SUPPORT",
+    "METRICS",
     "PAPER_MEAN_DELTA_PCT",
     "SUITE_SOURCE",
     "SUITE_TASK",
@@ -44,4 +45,10 @@ SUITE_TASK: dict[str, str] = {
     "offline18": "regression",
     "openml18": "regression",
     "offline_cls6": "classification",
+}
+
+#: The metrics a run of each task measures (the fields of its stored record).
+METRICS: dict[str, tuple[str, ...]] = {
+    "regression": ("rmse", "mae"),
+    "classification": ("log_loss", "accuracy", "roc_auc"),
 }

@@ -1,31 +1,32 @@
-"""The committed store, read and never written: reused runs and why others were recomputed.
+"""The committed store: read, never written; ``eval --reuse-committed`` copies, ``report`` compares.
 
-``eval`` and ``report`` write to a user's store (``eval.locations``). A run
-whose key has a successful row in the committed store (``results/<suite>``
-of the checkout) was computed with exactly this data, checkpoint, settings,
-code, packages and CPU, so ``eval`` copies that row instead of computing it
-again: on the machine that made the committed table the main job is
-instant. A run whose key differs is computed, and :func:`why_recomputed`
-names the key fields that differ from the committed run of the same case
-(the CPU, most often, on another machine).
+``eval`` and ``report`` write to a user's store (``eval.locations``). The
+committed store is named the same way on both commands: ``--committed DIR``,
+by default the checkout's ``results/<suite>``, ``--committed none`` for none.
+``eval`` computes every run it plans unless asked to reuse
+(``--reuse-committed``): then a run whose key has a successful run in the
+committed store (the same data, checkpoint, settings, code, packages and
+CPU) is copied from it instead, and :func:`why_recomputed` names the key
+fields in which the others differ from the committed run of their case (the
+CPU, most often, on another machine). ``report`` sets its table beside the
+committed one (:mod:`eval.paper.comparison`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from eval.locations import committed_results
+from eval.paper.record import CaseVariant, RunRecord, spec_columns
 from eval.paper.spec import RunSpec, Task
-from eval.paper.store import carrier_path, load_rows, read_row, run_path, write_row
+from eval.paper.store import carrier_path, copy_record, load_records, run_path, runs_dir
+from retrofit.errors import CommandError
 
-__all__ = ["committed_store", "reuse_committed", "same_store", "why_recomputed"]
-
-_CASE = ("suite", "dataset", "seed", "mode", "tau", "support", "eps_den")
-_KEY_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec) if f.name != "versions")
+__all__ = ["CommittedStore", "committed_store", "reuse_committed", "same_store", "why_recomputed"]
 
 
 def same_store(a: str | Path, b: str | Path) -> bool:
@@ -33,7 +34,67 @@ def same_store(a: str | Path, b: str | Path) -> bool:
     return Path(a).resolve() == Path(b).resolve()
 
 
-def reuse_committed(tasks: Sequence[Task], store: str | Path, committed: str | Path) -> int:
+@dataclass(frozen=True)
+class CommittedStore:
+    """The committed store a command reads, or why there is none.
+
+    Attributes:
+        path: The store (``None``: there is none to read).
+        absent_because: Why there is none (empty when there is one).
+    """
+
+    path: Path | None
+    absent_because: str = ""
+
+
+def committed_store(option: str | None, suite: str, store: str | Path) -> CommittedStore:
+    """The committed store that ``--committed`` names.
+
+    Args:
+        option: ``--committed``: a folder, ``"none"``, or ``None`` for the
+            checkout's ``results/SUITE`` (``eval.locations``).
+        suite: Suite name.
+        store: The store the command writes; the committed store is never it.
+
+    Raises:
+        CommandError: If ``option`` names a folder that does not exist, or one
+            that holds no stored runs (no ``runs/``): a typo must not pass for
+            "nothing to compare with".
+    """
+    if option == "none":
+        return CommittedStore(None, "--committed none")
+    if option:
+        path = Path(option)
+        if not path.is_dir():
+            what = "is a file" if path.exists() else "does not exist"
+            raise CommandError(
+                f"--committed {option} {what}; give the folder of a committed store "
+                f"(e.g. results/{suite} of a checkout) or none"
+            )
+        if not runs_dir(path).is_dir():
+            raise CommandError(
+                f"--committed {option} holds no stored runs (no runs/ folder); give the folder "
+                f"of a committed store (e.g. results/{suite} of a checkout) or none"
+            )
+    else:
+        path = committed_results(suite)
+        if path is None:
+            why = f"no committed results/{suite} here (not a checkout); --committed DIR names one"
+            return CommittedStore(None, why)
+    if same_store(path, store):
+        return CommittedStore(None, "this store is the committed store")
+    return CommittedStore(_as_named(path))
+
+
+def _as_named(path: Path) -> Path:
+    """``path`` relative to the working directory when it lies under it (as messages name it)."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
+
+
+def reuse_committed(tasks: Sequence[Task], store: str | Path, committed: str | Path) -> list[str]:
     """Copies into ``store`` every successful committed run that a task needs and lacks.
 
     Args:
@@ -42,19 +103,13 @@ def reuse_committed(tasks: Sequence[Task], store: str | Path, committed: str | P
         committed: The committed store (only read).
 
     Returns:
-        How many runs were copied.
+        The keys of the runs copied, in plan order.
     """
-    copied = 0
-    for key in dict.fromkeys(t.spec.key for t in tasks):
-        if run_path(store, key).exists():
-            continue
-        try:
-            row = read_row(run_path(committed, key))
-        except Exception:  # an unreadable committed file is simply not reused
-            row = None
-        if row is not None and row.get("status") == "ok":
-            write_row(store, row)
-            copied += 1
+    copied = [
+        key
+        for key in dict.fromkeys(t.spec.key for t in tasks)
+        if not run_path(store, key).exists() and copy_record(committed, store, key)
+    ]
     if copied:
         checkpoint = tasks[0].spec.checkpoint_sha256
         source, target = carrier_path(committed, checkpoint), carrier_path(store, checkpoint)
@@ -64,16 +119,10 @@ def reuse_committed(tasks: Sequence[Task], store: str | Path, committed: str | P
     return copied
 
 
-def _differences(mine: dict[str, Any], theirs: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    names = [*_KEY_FIELDS, *sorted(k for k in theirs if k.endswith("_version"))]
-    versions = mine.get("versions", {}).items()
-    mine_versions = {f"{n.replace('-', '_')}_version": v for n, v in versions}
-    out = {}
-    for name in names:
-        value = mine_versions.get(name) if name.endswith("_version") else mine.get(name)
-        if value != theirs.get(name):
-            out[name] = (value, theirs.get(name))
-    return out
+def _differences(mine: dict[str, Any], theirs: RunRecord) -> dict[str, tuple[Any, Any]]:
+    committed = theirs.key_fields()
+    names = [*mine, *(n for n in committed if n not in mine)]
+    return {n: (mine.get(n), committed.get(n)) for n in names if mine.get(n) != committed.get(n)}
 
 
 def why_recomputed(specs: Sequence[RunSpec], committed: str | Path) -> str | None:
@@ -88,26 +137,27 @@ def why_recomputed(specs: Sequence[RunSpec], committed: str | Path) -> str | Non
         committed: The committed store.
 
     Returns:
-        E.g. ``"54 runs recomputed: their keys differ from the committed runs
+        E.g. ``"54 runs computed: their keys differ from the committed runs
         in cpu (here: 'AMD EPYC 7B13 | AVX2'; committed: 'Intel(R) Xeon(R)
-        Processor | AVX512')"``; ``None`` when nothing was recomputed.
+        Processor | AVX512')"``; ``None`` when nothing was computed.
     """
     if not specs:
         return None
     try:
-        rows = load_rows(committed)
+        runs = load_records(committed)
     except Exception:  # an unreadable committed store explains nothing
-        rows = []
-    by_case = {tuple(r.get(k) for k in _CASE): r for r in rows}
+        runs = []
+    by_case: dict[tuple[str, CaseVariant], RunRecord] = {(r.suite, r.variant): r for r in runs}
     fields: dict[str, tuple[Any, Any]] = {}
     unmatched = 0
     for spec in specs:
-        mine = spec.as_dict()
-        theirs = by_case.get(tuple(mine.get(k) for k in _CASE))
+        variant = CaseVariant(spec.dataset, spec.seed, spec.mode, spec.tau, spec.support,
+                              spec.eps_den)  # fmt: skip
+        theirs = by_case.get((spec.suite, variant))
         if theirs is None:
             unmatched += 1
             continue
-        for name, pair in _differences(mine, theirs).items():
+        for name, pair in _differences(spec_columns(spec.as_dict()), theirs).items():
             fields.setdefault(name, pair)
     parts = []
     for name, (here, there) in fields.items():
@@ -121,21 +171,4 @@ def why_recomputed(specs: Sequence[RunSpec], committed: str | Path) -> str | Non
         reason = f"{reason}; {extra}" if reason else extra
     if not reason:
         reason = "the committed runs of their cases were not successful"
-    return f"{len(specs)} runs recomputed: {reason}"
-
-
-def committed_store(option: str | None, suite: str, store: str | Path) -> Path | None:
-    """The committed store that ``--committed`` names, or ``None`` for none.
-
-    Args:
-        option: ``--committed``: a folder, ``"none"``, or ``None`` for the
-            checkout's ``results/SUITE`` (``eval.locations``).
-        suite: Suite name.
-        store: The store the command writes; the committed store is never it.
-    """
-    if option == "none":
-        return None
-    path = Path(option) if option else committed_results(suite)
-    if path is None or same_store(path, store):
-        return None
-    return path
+    return f"{len(specs)} runs computed: {reason}"

@@ -1,20 +1,22 @@
-"""The result store of one suite: run rows, session records and carrier statistics.
+"""The result store of one suite: run records, session records and carrier statistics.
 
 Layout (``store`` is a suite's results directory: ``tabpfn-retrofit-results/offline18``
 by default, the committed ``results/offline18`` only when named)::
 
-    runs/<key>.json         one row per (case, variant, tau); key = sha256 of
-                            the run's full config (``eval.paper.spec.RunSpec``)
+    runs/<key>.json         one run per (case, variant, tau): a ``RunRecord``
+                            (``eval.paper.record``); key = sha256 of the run's
+                            full config (``eval.paper.spec.RunSpec``)
     runs/<key>.claim        held while a process computes that run (its PID
                             and host inside, for people; the lock is the truth)
-    sessions/<time>.json    one record per ``eval`` command (wall time, counts,
-                            the code paths that were dirty in git)
+    sessions/<time>.json    one ``SessionRecord`` per ``eval`` command (wall time,
+                            the runs it computed and reused, the code paths that
+                            were dirty in git)
     carriers/<sha12>.json   carrier norms of a host (``eval.paper.carriers``)
 
 Every file is written atomically (``retrofit.files``), so a kill leaves no
 partial file; JSON follows the project's policy (non-finite floats as
 ``"NaN"``/``"Infinity"``). Reading is strict: a run file that cannot be read
-is an error naming the file, never a silent "failed" row. Reports read the
+is an error naming the file, never a silent "failed" run. Reports read the
 store through this module alone, without the runner.
 """
 
@@ -22,13 +24,14 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Iterable
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from eval.errors import StoreError
-from retrofit.files import process_alive, read_json, write_json_atomic
+from eval.paper.record import RunRecord, SessionRecord
+from retrofit.files import process_alive, read_json, write_json_atomic, write_text_atomic
 
 try:  # POSIX: a claim is an flock on its file, released by the kernel when its holder dies
     import fcntl
@@ -39,16 +42,17 @@ __all__ = [
     "carrier_path",
     "claim_run",
     "clear_stale_claims",
+    "copy_record",
     "iter_sessions",
     "load_carriers",
-    "load_rows",
-    "read_row",
+    "load_records",
+    "read_record",
     "release_claim",
     "run_path",
     "runs_dir",
     "utc_now",
     "write_carriers",
-    "write_row",
+    "write_record",
     "write_session",
 ]
 
@@ -71,39 +75,57 @@ def run_path(store: str | Path, key: str) -> Path:
 _RERUN = "run eval again to recompute it (it replaces the file)"
 
 
-def read_row(path: Path, *, advice: str = _RERUN) -> dict[str, Any] | None:
-    """The row stored at ``path``; None if there is none.
+def read_record(path: Path, *, advice: str = _RERUN) -> RunRecord | None:
+    """The run stored at ``path``; None if there is none.
 
     Args:
         path: A run file.
         advice: What the error message tells the user to do.
 
     Raises:
-        StoreError: If the file exists but is truncated, not JSON, or holds
-            another run's key.
+        StoreError: If the file exists but is truncated, not JSON, not a run
+            record, or holds another run's key.
     """
     if not path.exists():
         return None
     try:
-        row = read_json(path)
-    except (OSError, ValueError) as exc:
+        record = RunRecord.from_json(read_json(path))
+    except (OSError, ValueError, TypeError) as exc:
         raise StoreError(f"run file {path} is unreadable ({type(exc).__name__}); {advice}") from exc
-    if not isinstance(row, dict) or row.get("key") != path.stem:
+    if record.key != path.stem:
         raise StoreError(f"run file {path} does not hold the run its name says; {advice}")
-    return row
+    return record
 
 
-def write_row(store: str | Path, row: dict[str, Any]) -> Path:
-    """Stores one run row under its key."""
-    return write_json_atomic(run_path(store, row["key"]), row)
+def write_record(store: str | Path, record: RunRecord) -> Path:
+    """Stores one run under its key."""
+    return write_json_atomic(run_path(store, record.key), record.to_json())
 
 
-def load_rows(store: str | Path) -> list[dict[str, Any]]:
-    """Every run row of a store, sorted by file name.
+def copy_record(source: str | Path, store: str | Path, key: str) -> bool:
+    """Copies the successful run ``key`` of store ``source`` into ``store``, byte for byte.
+
+    Returns:
+        Whether it was copied: ``False`` when ``source`` has no readable run
+        ``key`` with status ``"ok"`` (a failed or unreadable run is not copied).
+    """
+    path = run_path(source, key)
+    try:
+        record = read_record(path)
+    except StoreError:
+        return False
+    if record is None or not record.ok:
+        return False
+    write_text_atomic(run_path(store, key), path.read_text(encoding="utf-8"))
+    return True
+
+
+def load_records(store: str | Path) -> list[RunRecord]:
+    """Every run of a store, sorted by file name.
 
     Raises:
         StoreError: If ``store`` is a file, not a folder, or a run file is
-            unreadable (see :func:`read_row`).
+            unreadable (see :func:`read_record`).
     """
     if Path(store).exists() and not Path(store).is_dir():
         raise StoreError(
@@ -112,7 +134,7 @@ def load_rows(store: str | Path) -> list[dict[str, Any]]:
     directory = runs_dir(store)
     if not directory.is_dir():
         return []
-    return [row for p in sorted(directory.glob("*.json")) if (row := read_row(p)) is not None]
+    return [r for p in sorted(directory.glob("*.json")) if (r := read_record(p)) is not None]
 
 
 # Claim files this process holds, with the descriptor that holds each lock.
@@ -214,19 +236,19 @@ def clear_stale_claims(store: str | Path) -> int:
     return removed
 
 
-def write_session(store: str | Path, record: dict[str, Any]) -> Path:
-    """Stores one ``eval`` command's record (arguments, counts, wall time)."""
+def write_session(store: str | Path, record: SessionRecord) -> Path:
+    """Stores one ``eval`` command's record (arguments, runs computed and reused, wall time)."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    return write_json_atomic(Path(store) / "sessions" / f"{stamp}.json", record)
+    return write_json_atomic(Path(store) / "sessions" / f"{stamp}.json", record.to_json())
 
 
-def iter_sessions(store: str | Path) -> Iterable[dict[str, Any]]:
+def iter_sessions(store: str | Path) -> Iterator[SessionRecord]:
     """Stored session records, oldest first (an unreadable one is skipped)."""
     directory = Path(store) / "sessions"
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
         try:
-            yield read_json(path)
-        except (OSError, ValueError):
+            yield SessionRecord.from_json(read_json(path))
+        except (OSError, ValueError, TypeError):
             continue
 
 

@@ -3,13 +3,15 @@
 The default store of ``eval`` and ``report`` and the default folder of every
 other measuring command lie under the untracked ``tabpfn-retrofit-results/``
 of the working directory (``eval.locations``); the committed store is read:
-runs of the same key are reused, and ``report`` prints its table beside the
-committed one with the reason for any recomputation (the CPU by name).
+``eval`` computes every run (or copies those of the same key when asked,
+``--reuse-committed``), and ``report`` says which, from the session records,
+and prints its table beside the committed one, number by number.
 Runs use a tiny perturbed v3 checkpoint on a few rows, as in ``test_execution``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import re
@@ -22,13 +24,14 @@ from eval import locations
 from eval.cli import build_parser, main
 from eval.paper.execution import run_suite
 from eval.paper.spec import RunSpec, baseline_key, make_tasks
-from eval.paper.store import load_rows, runs_dir, write_row
+from eval.paper.store import iter_sessions, load_records, runs_dir, write_record
+from tests.helpers.commands import one_error_line
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = {"max_train_rows": 40, "max_test_rows": 12}
 EVAL_ARGS = ["--datasets", "qsar_fish", "--seeds", "0", "1", "--max-train-rows", "40",
              "--max-test-rows", "12", "--n-estimators", "1", "--modes", "none", "oattention",
-             "full-o", "--no-progress"]  # fmt: skip
+             "full-o"]  # fmt: skip
 OTHER_CPU = "Other CPU Model 9000 | AVX2"
 
 
@@ -73,52 +76,132 @@ def checkout(
     return results, cwd
 
 
-def test_the_main_job_reuses_committed_runs_into_an_untracked_store_and_writes_no_result(
+def test_the_main_job_computes_every_run_and_sets_its_table_beside_the_committed_one(
+    ckpt: Path, checkout: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said "reused 6 runs", and report "its runs were reused" of runs it computed."""
+    results, cwd = checkout
+    before = _digest(results)
+    assert main(["eval", "--model", str(ckpt), *EVAL_ARGS, "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    store = cwd / "tabpfn-retrofit-results" / "offline18"
+    assert "reused" not in out and "copied" not in out
+    assert "done: 6 computed (0 failed, 0 non-finite), 0 already in this store" in out
+    (session,) = iter_sessions(store)
+    assert sorted(session.computed_keys) == sorted(r.key for r in load_records(store))
+    assert session.reused_keys == () and session.reused_committed == 0
+    assert main(["report", "--partial"]) == 0
+    out = capsys.readouterr().out
+    assert (store / "summary.md").exists() and (store / "cases.csv").exists()
+    assert (
+        "The 6 runs of this report, by this store's eval session records: 6 computed by "
+        "`eval` into this store." in out
+    )
+    assert "reused" not in out and "copied" not in out
+    assert f"this store ({Path('tabpfn-retrofit-results/offline18')}) beside the committed " in out
+    # The same code on the same CPU: every number of the committed table, to the last bit.
+    assert "All 22 numbers of the two tables (summary and per case) are equal" in out
+    assert "The two tables' runs share one run context" in out
+    assert _digest(results) == before  # read, never written
+
+
+def test_a_reused_eval_copies_the_committed_runs_and_report_says_they_were_copied(
     ckpt: Path, checkout: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     results, cwd = checkout
     before = _digest(results)
-    assert main(["eval", "--model", str(ckpt), *EVAL_ARGS]) == 0
-    out = capsys.readouterr().out
+    # With progress bars on: a run that computes nothing prints none (it printed two empty).
+    assert main(["eval", "--model", str(ckpt), *EVAL_ARGS, "--reuse-committed"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
     store = cwd / "tabpfn-retrofit-results" / "offline18"
-    assert f"reused 6 runs of the committed store {results / 'offline18'}" in out
-    assert "0 computed" in out and "6 already stored" in out
-    assert len(load_rows(store)) == 6
+    assert f"reused 6 runs of the committed store {results / 'offline18'}" in captured.out
+    assert "done: 0 computed (0 failed, 0 non-finite), 6 copied from the committed store" in (
+        captured.out
+    )
+    for path in runs_dir(store).glob("*.json"):  # copies, byte for byte
+        assert path.read_bytes() == (runs_dir(results / "offline18") / path.name).read_bytes()
     assert main(["report", "--partial"]) == 0
     out = capsys.readouterr().out
-    assert (store / "summary.md").exists() and (store / "cases.csv").exists()
-    assert "mean (committed)" in out and "Same run context as the committed table" in out
-    assert _digest(results) == before  # read, never written
+    assert (
+        "The 6 runs of this report, by this store's eval session records: 6 copied by `eval "
+        f"--reuse-committed` from the committed store {results / 'offline18'} (the same keys)."
+    ) in out
+    assert "computed" not in out.split("by this store's eval session records")[1].split("\n")[0]
+    assert _digest(results) == before
+
+
+def test_a_second_eval_of_a_computed_store_prints_no_progress_bar(
+    ckpt: Path, checkout: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["eval", "--model", str(ckpt), *EVAL_ARGS]) == 0
+    assert "cases:" in capsys.readouterr().err  # the bar of the runs it computed
+    assert main(["eval", "--model", str(ckpt), *EVAL_ARGS]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "0 computed" in captured.out
+    assert "6 already in this store" in captured.out
 
 
 def _as_if_made_on_another_cpu(store: Path) -> None:
     """Rewrites a store's runs as another CPU would have keyed them."""
-    for row in load_rows(store):
-        (runs_dir(store) / f"{row['key']}.json").unlink()
-        fields = {k: row[k] for k in RunSpec.__dataclass_fields__ if k in row}
-        fields["versions"] = {}
-        spec = RunSpec(**{**fields, "cpu": OTHER_CPU})
-        write_row(store, {**row, "cpu": OTHER_CPU, "key": spec.key,
-                          "baseline_key": baseline_key(spec)})  # fmt: skip
+    for run in load_records(store):
+        (runs_dir(store) / f"{run.key}.json").unlink()
+        fields = {name: getattr(run, name) for name in RunSpec.__dataclass_fields__
+                  if name != "versions"}  # fmt: skip
+        spec = RunSpec(**{**fields, "cpu": OTHER_CPU, "versions": {}})
+        write_record(store, dataclasses.replace(run, cpu=OTHER_CPU, key=spec.key,
+                                                baseline_key=baseline_key(spec)))  # fmt: skip
 
 
-def test_on_another_cpu_runs_are_recomputed_the_cpu_is_named_and_both_tables_are_shown(
+def test_on_another_cpu_runs_are_computed_the_cpu_is_named_and_both_tables_are_shown(
     ckpt: Path, checkout: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     results, _ = checkout
     _as_if_made_on_another_cpu(results / "offline18")
     before = _digest(results)
-    assert main(["eval", "--model", str(ckpt), *EVAL_ARGS]) == 0
+    assert main(["eval", "--model", str(ckpt), *EVAL_ARGS, "--no-progress",
+                 "--reuse-committed"]) == 0  # fmt: skip
     out = capsys.readouterr().out
-    assert "6 computed" in out
-    assert "6 runs recomputed: their keys differ from the committed runs in cpu (here: " in out
+    assert "6 computed" in out and "0 copied from the committed store" in out
+    assert "6 runs computed: their keys differ from the committed runs in cpu (here: " in out
     assert f"committed: {OTHER_CPU!r})" in out
     assert main(["report", "--partial"]) == 0
     out = capsys.readouterr().out
     table = [line for line in out.splitlines() if line.startswith("| Full-O")]
     assert len(table) == 1 and table[0].count("%") == 4  # yours and committed, mean and median
-    assert f"committed: {OTHER_CPU!r})" in out and "Runs recomputed here because" in out
+    assert "6 computed by `eval` into this store." in out
+    assert "The two tables' runs were made in different run contexts: cpu (yours: " in out
+    assert f"committed: {OTHER_CPU!r})" in out
     assert _digest(results) == before
+
+
+def test_a_committed_store_that_is_not_there_is_one_line_and_nothing_is_written(
+    ckpt: Path, checkout: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``report --committed /no/such/dir`` exited 0, as if there were nothing to compare."""
+    results, cwd = checkout
+    assert main(["eval", "--model", str(ckpt), *EVAL_ARGS, "--no-progress"]) == 0
+    capsys.readouterr()
+    store = cwd / "tabpfn-retrofit-results" / "offline18"
+    before = _digest(store)
+    for committed, what in [(tmp_path / "no" / "such", "does not exist"),
+                            (results, "holds no stored runs (no runs/ folder)")]:  # fmt: skip
+        assert main(["report", "--partial", "--committed", str(committed)]) == 2
+        captured = capsys.readouterr()
+        one_error_line(captured.err, "report")
+        assert f"--committed {committed} {what}" in captured.err and captured.out == ""
+    assert _digest(store) == before
+    # eval reads --committed only to copy from it, and needs one to copy from.
+    for extra, message in [
+        (["--committed", str(results / "offline18")], "add --reuse-committed"),
+        (["--reuse-committed", "--committed", "none"], "nothing to copy from (--committed none)"),
+        (["--reuse-committed", "--committed", str(tmp_path / "no")], "does not exist"),
+    ]:
+        assert main(["eval", "--model", str(ckpt), *EVAL_ARGS, "--no-progress", *extra]) == 2
+        captured = capsys.readouterr()
+        one_error_line(captured.err, "eval")
+        assert message in captured.err and captured.out == ""
+    assert _digest(store) == before
 
 
 def test_report_prints_its_table_outside_a_checkout(
@@ -138,7 +221,10 @@ def test_report_prints_its_table_outside_a_checkout(
     for variant in ("| OAttention (support=count", "| Full-O (support=count"):
         (printed,) = [line for line in out.splitlines() if line.startswith(variant)]
         assert printed in summary.splitlines() and printed.count("%") == 3  # mean, median, paper
-    assert "no committed table to compare with" in out
+    assert (
+        "(not compared with a committed table: no committed results/offline18 here (not a "
+        "checkout); --committed DIR names one)" in out
+    )
 
 
 @pytest.mark.parametrize(

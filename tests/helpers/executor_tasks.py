@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from eval.paper.record import RunRecord
     from eval.paper.spec import Task
 
 
-def marked_run_task(marker_dir: str, task: Task) -> dict[str, Any]:
+def marked_run_task(marker_dir: str, task: Task) -> RunRecord:
     """``run_task``, after leaving a file naming the case and the process that runs it."""
     from eval.paper.execution import run_task
 
@@ -23,7 +24,7 @@ def marked_run_task(marker_dir: str, task: Task) -> dict[str, Any]:
     return run_task(task)
 
 
-def exit_on_mode(mode: str, task: Task) -> dict[str, Any]:
+def exit_on_mode(mode: str, task: Task) -> RunRecord:
     """``run_task``, except that a case of ``mode`` ends its worker process on every try."""
     from eval.paper.execution import run_task
 
@@ -32,7 +33,7 @@ def exit_on_mode(mode: str, task: Task) -> dict[str, Any]:
     return run_task(task)
 
 
-def raise_on_mode(mode: str, task: Task) -> dict[str, Any]:
+def raise_on_mode(mode: str, task: Task) -> RunRecord:
     """``run_task``, except that a case of ``mode`` raises out of the task function."""
     if task.spec.mode == mode:
         raise RuntimeError(f"task function raised on {task.spec.dataset}/{mode}")

@@ -31,8 +31,9 @@ from eval.paper.datasets import (
 from eval.paper.estimators import classification_metrics
 from eval.paper.execution import run_suite
 from eval.paper.spec import RunSpec, make_tasks
-from eval.paper.store import load_rows
+from eval.paper.store import load_records
 from retrofit.models.embedded import embedded_model_path
+from tests.helpers.run_records import run_record, write_run_file
 from tests.helpers.tiny_models import tiny_v3_classifier_checkpoint
 
 # (rows, features, class counts), read from the files by the code that wrote the suite file.
@@ -135,15 +136,15 @@ def test_the_classifier_runs_through_the_runner_and_both_retrofits_move_its_log_
     tasks = _tasks(classifier_path, ("none", "oattention", "full-o"))
     summary = run_suite(tasks, tmp_path, progress=False)
     assert (summary.computed, summary.failed, summary.nonfinite) == (3, 0, 0)
-    rows = {r["mode"]: r for r in load_rows(tmp_path)}
-    for row in rows.values():
-        assert row["status"] == "ok", row["error"]
-        assert "rmse" not in row and (row["n_train"], row["n_test"]) == (60, 30)
-        assert 0.0 < row["log_loss"] < 10.0 and 0.0 <= row["accuracy"] <= 1.0
-        assert 0.0 <= row["roc_auc"] <= 1.0
+    runs = {r.mode: r for r in load_records(tmp_path)}
+    for run in runs.values():
+        assert run.ok, run.error
+        assert "rmse" not in run.to_json() and (run.n_train, run.n_test) == (60, 30)
+        assert 0.0 < run.log_loss < 10.0 and 0.0 <= run.accuracy <= 1.0
+        assert 0.0 <= run.roc_auc <= 1.0
     for mode in ("oattention", "full-o"):  # a real patch changes the output
-        assert rows[mode]["log_loss"] != rows["none"]["log_loss"]
-        assert rows[mode]["baseline_key"] == rows["none"]["key"]
+        assert runs[mode].log_loss != runs["none"].log_loss
+        assert runs[mode].baseline_key == runs["none"].key
     assert run_suite(tasks, tmp_path, progress=False).skipped == 3  # read back, not recomputed
     text = build_classification_report(tmp_path, "offline_cls6", tau=1.0, partial=True)[
         "summary.md"
@@ -152,18 +153,15 @@ def test_the_classifier_runs_through_the_runner_and_both_retrofits_move_its_log_
 
 
 def test_the_report_pairs_each_retrofit_with_its_unpatched_case(tmp_path: Path) -> None:
-    base = {"suite": "offline_cls6", "dataset": "wine", "seed": 0, "status": "ok",
-            "checkpoint_sha256": "c" * 64, "code_sha256": "e" * 64, "n_estimators": 1,
-            "support": None, "eps_den": None, "tau": None}  # fmt: skip
-    rows = [
+    base = {"suite": "offline_cls6", "dataset": "wine", "seed": 0}
+    runs = [
         {**base, "key": "k0", "baseline_key": "k0", "mode": "none",
          "log_loss": 0.5, "accuracy": 0.8, "roc_auc": 0.9},
         {**base, "key": "k1", "baseline_key": "k0", "mode": "full-o", "tau": 1.0,
          "support": "count", "eps_den": 1e-6, "log_loss": 0.51, "accuracy": 0.78, "roc_auc": 0.9},
     ]  # fmt: skip
-    for row in rows:
-        (tmp_path / "runs").mkdir(exist_ok=True)
-        (tmp_path / "runs" / f"{row['key']}.json").write_text(json.dumps(row), encoding="utf-8")
+    for fields in runs:
+        write_run_file(tmp_path, run_record(**fields))
     written = build_classification_report(tmp_path, "offline_cls6", tau=1.0, partial=True)
     lines = written["cases.csv"].read_text(encoding="utf-8").splitlines()
     assert lines[0].split(",") == list(CLASSIFICATION_CASE_COLUMNS)
@@ -173,18 +171,16 @@ def test_the_report_pairs_each_retrofit_with_its_unpatched_case(tmp_path: Path) 
 
 def _classification_store(path: Path, log_loss_full_o: float) -> Path:
     """One offline_cls6 case: unpatched log loss 0.5, Full-O ``log_loss_full_o``."""
-    base = {"suite": "offline_cls6", "dataset": "wine", "seed": 0, "status": "ok", "tau": 1.0,
-            "checkpoint_sha256": "c" * 64, "code_sha256": "e" * 64, "n_estimators": 1,
+    base = {"suite": "offline_cls6", "dataset": "wine", "seed": 0, "tau": 1.0,
             "support": "count", "eps_den": 1e-6, "accuracy": 0.8, "roc_auc": 0.9,
             "baseline_key": "k0"}  # fmt: skip
-    rows = [
+    runs = [
         {**base, "key": "k0", "mode": "none", "tau": None, "support": None, "eps_den": None,
          "log_loss": 0.5},
         {**base, "key": "k1", "mode": "full-o", "log_loss": log_loss_full_o},
     ]  # fmt: skip
-    (path / "runs").mkdir(parents=True)
-    for row in rows:
-        (path / "runs" / f"{row['key']}.json").write_text(json.dumps(row))
+    for fields in runs:
+        write_run_file(path, run_record(**fields))
     return path
 
 
@@ -202,6 +198,13 @@ def test_the_classification_report_prints_its_table_beside_the_committed_one(
     assert f"this store ({mine}) beside the committed table ({committed})" in out
     (row,) = [line for line in out.splitlines() if line.startswith("| Full-O | 1 / 1 |")]
     assert row.split(" | ")[2:4] == ["+2.000 %", "+1.000 %"]  # log loss mean, yours / committed
-    assert "Same run context as the committed table." in out
+    # Full-O's log loss differs, and its change, mean and median with it: 4 of 8 summary
+    # numbers and 9 per-case ones (the baseline's 3 metrics, Full-O's 3 and 3 changes).
+    assert "4 of the 17 numbers of the two tables (summary and per case) differ" in out
+    (cell,) = [line for line in out.splitlines() if line.startswith("| wine/0 | log_loss Full-O |")]
+    assert cell.split(" | ")[2:6] == ["0.51", "0.505", "+0.005", "+9.90e-03 |"]
+    assert "in each column: log loss mean 1.00e+00 (Full-O), " in out
+    assert "log_loss Full-O 9.90e-03 (wine/0)." in out
+    assert "The two tables' runs share one run context" in out
     assert main([*argv, "--committed", "none"]) == 0
-    assert "(no committed table to compare with" in capsys.readouterr().out
+    assert "(not compared with a committed table: --committed none)" in capsys.readouterr().out

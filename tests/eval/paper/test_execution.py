@@ -23,9 +23,10 @@ from eval.paper import execution
 from eval.paper import spec as spec_module
 from eval.paper.execution import run_suite, run_task
 from eval.paper.executors import JoblibExecutor, SerialExecutor, make_executor
-from eval.paper.report import CASE_COLUMNS, build_report
+from eval.paper.report import build_report
 from eval.paper.spec import baseline_key, make_tasks, state_dict_sha256
-from eval.paper.store import claim_run, load_rows, read_row, run_path, runs_dir, write_row
+from eval.paper.store import claim_run, load_records, read_record, run_path, runs_dir, write_record
+from eval.paper.tables import CASE_COLUMNS
 from retrofit.files import sha256_file
 from tests.helpers.commands import ROOT
 from tests.helpers.tiny_models import tiny_inference_config, tiny_v3_checkpoint
@@ -171,7 +172,7 @@ def test_a_kill_mid_run_loses_only_the_case_in_flight(
     assert (summary.computed, summary.skipped, counter.fits) == (2, 2, 2)
     for name, content in done.items():
         assert (runs_dir(tmp_path) / name).read_bytes() == content
-    assert len(load_rows(tmp_path)) == 4
+    assert len(load_records(tmp_path)) == 4
     victim = runs_dir(tmp_path) / f"{tasks[0].spec.key}.json"
     victim.write_text(victim.read_text()[:50])
     summary = run_suite(tasks, tmp_path, progress=False)
@@ -208,12 +209,12 @@ def test_failures_and_nonfinite_are_recorded_not_dropped(
     tasks = _tasks(ckpt)
     summary = run_suite(tasks, tmp_path, progress=False)
     assert (summary.computed, summary.failed, summary.nonfinite) == (4, 1, 1)
-    rows = {(r["seed"], r["mode"]): r for r in load_rows(tmp_path)}
-    failed, nonfinite = rows[(0, "oattention")], rows[(1, "oattention")]
-    assert failed["status"] == "failed" and "ValueError: boom in fit" in failed["error"]
-    assert failed["rmse"] is None and "Traceback" in failed["traceback"]
-    assert nonfinite["status"] == "nonfinite" and nonfinite["nonfinite_predictions"] == 1
-    assert nonfinite["rmse"] is None
+    runs = {(r.seed, r.mode): r for r in load_records(tmp_path)}
+    failed, nonfinite = runs[(0, "oattention")], runs[(1, "oattention")]
+    assert failed.status == "failed" and "ValueError: boom in fit" in failed.error
+    assert failed.rmse is None and "Traceback" in failed.traceback
+    assert nonfinite.status == "nonfinite" and nonfinite.nonfinite_predictions == 1
+    assert nonfinite.rmse is None
     # Failures are stored, so a rerun skips them unless asked to retry.
     assert run_suite(tasks, tmp_path, progress=False).computed == 0
     monkeypatch.setattr(execution, "build_estimator", real)
@@ -252,14 +253,14 @@ def test_two_local_processes_give_the_same_rows_as_serial(ckpt: Path, tmp_path: 
     tasks = _tasks(ckpt, seeds=[0])
     run_suite(tasks, tmp_path / "serial", executor=SerialExecutor(), progress=False)
     run_suite(tasks, tmp_path / "loky", executor=JoblibExecutor(n_jobs=2), progress=False)
-    serial = {r["key"]: r for r in load_rows(tmp_path / "serial")}
-    loky = {r["key"]: r for r in load_rows(tmp_path / "loky")}
+    serial = {r.key: r for r in load_records(tmp_path / "serial")}
+    loky = {r.key: r for r in load_records(tmp_path / "loky")}
     assert serial.keys() == loky.keys() and len(serial) == 2
-    for key, row in serial.items():
-        assert row["status"] == loky[key]["status"] == "ok"
-        assert row["rmse"] == loky[key]["rmse"]
-        assert row["patch_digest"] == loky[key]["patch_digest"]
-    assert {r["pid"] for r in loky.values()}.isdisjoint({os.getpid()})
+    for key, run in serial.items():
+        assert run.status == loky[key].status == "ok"
+        assert run.rmse == loky[key].rmse
+        assert run.patch_digest == loky[key].patch_digest
+    assert {r.pid for r in loky.values()}.isdisjoint({os.getpid()})
 
 
 def test_a_process_without_the_code_and_packages_of_the_key_stores_the_case_as_failed(
@@ -268,32 +269,31 @@ def test_a_process_without_the_code_and_packages_of_the_key_stores_the_case_as_f
     # What a cluster worker with another install would do: its numbers must not
     # be stored under a key that names other code.
     task = _tasks(ckpt, modes=("none",), seeds=[0])[0]
-    assert run_task(task)["status"] == "ok"
+    assert run_task(task).status == "ok"
     other_code = dataclasses.replace(task.spec, code_sha256="0" * 64)
-    row = run_task(dataclasses.replace(task, spec=other_code))
-    assert row["status"] == "failed" and row["rmse"] is None
-    assert "runs other retrofit code" in row["error"] and "(000000000000)" in row["error"]
+    run = run_task(dataclasses.replace(task, spec=other_code))
+    assert run.status == "failed" and run.rmse is None
+    assert "runs other retrofit code" in run.error and "(000000000000)" in run.error
     other_versions = dataclasses.replace(
         task.spec, versions={**task.spec.versions, "tabpfn": "0.0"}
     )
-    row = run_task(dataclasses.replace(task, spec=other_versions))
-    assert row["status"] == "failed"
-    assert f"tabpfn {task.spec.versions['tabpfn']} (key: 0.0)" in row["error"]
+    run = run_task(dataclasses.replace(task, spec=other_versions))
+    assert run.status == "failed"
+    assert f"tabpfn {task.spec.versions['tabpfn']} (key: 0.0)" in run.error
 
 
-@pytest.mark.parametrize("name, module", [("dask", "distributed"), ("ray", "ray")])
-def test_cluster_executors_fail_clearly_without_their_package(
-    name: str, module: str, monkeypatch: pytest.MonkeyPatch
+def test_the_cluster_executor_fails_clearly_without_its_package(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setitem(sys.modules, module, None)
+    monkeypatch.setitem(sys.modules, "distributed", None)
     with pytest.raises(MissingExtraError) as info:
-        make_executor(name, n_jobs=2)
+        make_executor("dask", n_jobs=2)
     assert str(info.value) == (
-        f"executor '{name}' needs the cluster executors' dependencies (not installed: "
-        f'{module}): pip install "tabpfn-retrofit[cluster]"'
+        "executor 'dask' needs the cluster executor's dependencies (not installed: "
+        'distributed): pip install "tabpfn-retrofit[cluster]"'
     )
-    with pytest.raises(ValueError, match="valid executors"):
-        make_executor("slurm")
+    with pytest.raises(ValueError, match=r"valid executors: serial, joblib, dask$"):
+        make_executor("ray")
 
 
 # --------------------------------------------------------------------------- #
@@ -332,11 +332,11 @@ def test_report_is_built_from_stored_rows_only(ckpt: Path, tmp_path: Path) -> No
                 "torch_version", "checkpoint_sha256", "device", "dtype"):  # fmt: skip
         assert col in records[0]
     assert list(records[0]) == list(CASE_COLUMNS)
-    rows = {(r["seed"], r["mode"], r["tau"]): r for r in load_rows(tmp_path)}
+    runs = {(r.seed, r.mode, r.tau): r for r in load_records(tmp_path)}
     for rec in records:
-        base = rows[(int(rec["seed"]), "none", None)]["rmse"]
+        base = runs[(int(rec["seed"]), "none", None)].rmse
         tau = float(rec["tau"]) if rec["tau"] else None
-        rmse = rows[(int(rec["seed"]), rec["mode"], tau)]["rmse"]
+        rmse = runs[(int(rec["seed"]), rec["mode"], tau)].rmse
         assert float(rec["delta_pct"]) == pytest.approx(100 * (rmse - base) / base, rel=1e-9)
     summary = written["summary.md"].read_text()
     assert "+0.088 %" in summary and "+0.177 %" in summary and "## Tau sweep" in summary
@@ -366,7 +366,7 @@ def test_cli_sweep_then_report(
             "--modes", "none", "oattention", "--sweep", "--store", str(store),
             "--no-progress"]  # fmt: skip
     assert main(argv) == 0
-    assert len(load_rows(store)) == 1 + len(SWEEP_TAUS)
+    assert len(load_records(store)) == 1 + len(SWEEP_TAUS)
     assert len(list((store / "carriers").glob("*.json"))) == 1
     assert main(argv) == 0  # resumes: nothing left to compute
     assert "0 computed" in capsys.readouterr().out
@@ -404,19 +404,19 @@ def test_cli_user_errors_are_one_line_with_exit_2(
 
 
 def test_report_keeps_one_context_and_says_what_it_left_out() -> None:
-    from eval.paper.report import select_context
+    from eval.paper.selection import select_context
+    from tests.helpers.run_records import run_record
 
-    def row(ckpt: str, finished: str) -> dict[str, Any]:
-        return {"suite": "offline18", "checkpoint_sha256": ckpt, "n_estimators": 1,
-                "finished_at": finished, "key": ckpt + finished}  # fmt: skip
+    def run(ckpt: str, finished: str) -> Any:
+        return run_record(key=ckpt + finished, checkpoint_sha256=ckpt, finished_at=finished)
 
-    rows = [row("aa", "2026-01-01"), row("bb", "2026-01-02"), row("aa", "2026-01-03")]
-    kept, notes = select_context(rows, "offline18", tau=1.0)
-    assert [r["finished_at"] for r in kept] == ["2026-01-01", "2026-01-03"]
+    runs = [run("aa", "2026-01-01"), run("bb", "2026-01-02"), run("aa", "2026-01-03")]
+    kept, notes = select_context(runs, "offline18", tau=1.0)
+    assert [r.finished_at for r in kept] == ["2026-01-01", "2026-01-03"]
     assert notes and "left out 1 stored runs of another context" in notes[0]
     assert "checkpoint_sha256 bb (reported: aa)" in notes[0]
-    kept, _ = select_context(rows, "offline18", checkpoint="b", tau=1.0)
-    assert [r["checkpoint_sha256"] for r in kept] == ["bb"]
+    kept, _ = select_context(runs, "offline18", checkpoint="b", tau=1.0)
+    assert [r.checkpoint_sha256 for r in kept] == ["bb"]
 
 
 def test_code_digest_follows_every_module_of_patches_and_retrofit(tmp_path, monkeypatch) -> None:
@@ -442,10 +442,10 @@ def test_code_digest_follows_every_module_of_patches_and_retrofit(tmp_path, monk
     assert spec_module.code_sha256() != before
 
 
-def _fake_row(task) -> dict:
-    spec = task.spec
-    return {"key": spec.key, "status": "ok", "dataset": spec.dataset, "seed": spec.seed,
-            "mode": spec.mode, "pid": os.getpid()}  # fmt: skip
+def _fake_run(task, **fields):
+    """The record of ``task`` as if it ran (status ok, no numbers), without fitting."""
+    fields = {"status": "ok", "error": None, "pid": os.getpid(), **fields}
+    return dataclasses.replace(execution.lost_record(task, ""), **fields)
 
 
 _HOLDER = """
@@ -483,7 +483,7 @@ def test_a_second_eval_skips_the_runs_another_process_holds_and_takes_over_a_dea
 
         def task_fn(task):
             computed.append(task.spec.key)
-            return _fake_row(task)
+            return _fake_run(task)
 
         summary = run_suite(tasks, store, task_fn=task_fn, progress=False)
         assert summary.claimed_elsewhere == 3 and summary.computed == len(keys) - 3
@@ -500,8 +500,8 @@ def test_a_second_eval_skips_the_runs_another_process_holds_and_takes_over_a_dea
 
 
 _KILLED_MID_RUN = """
-import os, pickle, signal, sys
-from eval.paper.execution import run_suite
+import dataclasses, os, pickle, signal, sys
+from eval.paper.execution import lost_record, run_suite
 store, tasks = sys.argv[1], pickle.load(open(sys.argv[2], "rb"))
 done = []
 
@@ -509,8 +509,7 @@ def task_fn(task):
     if len(done) == 2:  # two runs stored, the third in flight: kill -9
         os.kill(os.getpid(), signal.SIGKILL)
     done.append(task.spec.key)
-    return {"key": task.spec.key, "status": "ok", "dataset": task.spec.dataset,
-            "seed": task.spec.seed, "mode": task.spec.mode, "pid": os.getpid()}
+    return dataclasses.replace(lost_record(task, ""), status="ok", error=None)
 
 run_suite(tasks, store, task_fn=task_fn, progress=False)
 """
@@ -545,7 +544,7 @@ def test_a_killed_eval_resumed_to_completion_leaves_no_claim_and_steals_no_live_
     )  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "held"
-        summary = run_suite(tasks, store, task_fn=_fake_row, progress=False)
+        summary = run_suite(tasks, store, task_fn=_fake_run, progress=False)
         assert (summary.skipped, summary.computed) == (2, 2)
         assert sorted(p.name for p in runs_dir(store).iterdir()) == sorted(
             [*(f"{k}.json" for k in keys), f"{'f' * 64}.claim"]
@@ -554,7 +553,7 @@ def test_a_killed_eval_resumed_to_completion_leaves_no_claim_and_steals_no_live_
     finally:
         holder.kill()
         holder.wait()
-    run_suite(tasks, store, task_fn=_fake_row, progress=False)  # the holder died: its claim goes
+    run_suite(tasks, store, task_fn=_fake_run, progress=False)  # the holder died: its claim goes
     assert sorted(p.name for p in runs_dir(store).iterdir()) == sorted(f"{k}.json" for k in keys)
 
 
@@ -570,13 +569,13 @@ def test_a_run_stored_by_another_process_while_planning_is_not_recomputed(
     real_claim = execution.claim_run
 
     def claim_after_the_other_finished(store_, key):
-        write_row(store_, {**_fake_row(tasks[0]), "pid": -1})  # the other process's row
+        write_record(store_, _fake_run(tasks[0], pid=-1))  # the other process's run
         return real_claim(store_, key)
 
     monkeypatch.setattr(execution, "claim_run", claim_after_the_other_finished)
     computed = []
     summary = run_suite(tasks, store, task_fn=computed.append, progress=False)
     assert computed == [] and summary.computed == 0 and summary.skipped == 1
-    assert read_row(run_path(store, tasks[0].spec.key))["pid"] == -1
+    assert read_record(run_path(store, tasks[0].spec.key)).pid == -1
     assert not (runs_dir(store) / f"{tasks[0].spec.key}.claim").exists()
     assert json.loads(run_path(store, tasks[0].spec.key).read_text())["status"] == "ok"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from eval import cli
-from eval.paper.store import read_row, runs_dir
+from eval.paper.store import read_record, runs_dir
 from tests.helpers.commands import EVAL_CASES, EVAL_FAST, eval_argv, one_error_line, run_cli
 
 
@@ -52,7 +52,7 @@ def test_report_on_a_truncated_run_file_names_it_and_eval_recomputes_it(
     assert lines[0].startswith("tabpfn-retrofit eval: warning: run file ")
     assert str(run_file) in lines[0] and "recomputing it" in lines[0]
     assert "1 computed" in stdout
-    assert read_row(run_file)["key"] == key
+    assert read_record(run_file).key == key
     assert run_cli(["report", "--store", store, "--partial"], capsys)[0] == 0
 
 

@@ -6,6 +6,7 @@ per split, as in ``tests/eval/paper/test_execution.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
@@ -15,10 +16,12 @@ import pytest
 from eval.errors import ReportError
 from eval.paper import report as report_module
 from eval.paper.execution import run_suite
+from eval.paper.record import RunRecord
 from eval.paper.report import build_report
 from eval.paper.spec import make_tasks
-from eval.paper.store import load_rows, write_row
+from eval.paper.store import load_records, write_record
 from retrofit.files import atomic_file_set
+from tests.helpers.run_records import run_record, write_run_file
 
 ROWS = {"max_train_rows": 40, "max_test_rows": 12}
 EVAL_ARGS = ["--datasets", "qsar_fish", "--seeds", "0", "1", "--max-train-rows", "40",
@@ -49,12 +52,11 @@ def _copy_store(stored: Path, tmp_path: Path) -> Path:
     return store
 
 
-def _variant(row: dict[str, Any], **changes: Any) -> dict[str, Any]:
-    """The row as if stored under a key that differs in ``changes`` (a new key, same case)."""
-    new = {**row, **changes}
-    new["key"] = f"{row['key'][:-8]}{'f' * 8}"
-    new["finished_at"] = "2099-01-01T00:00:00+00:00"  # the newest row of the store
-    return new
+def _variant(run: RunRecord, **changes: Any) -> RunRecord:
+    """The run as if stored under a key that differs in ``changes`` (a new key, same case)."""
+    key = f"{run.key[:-8]}{'f' * 8}"
+    # finished last: the newest run of the store
+    return dataclasses.replace(run, key=key, finished_at="2099-01-01T00:00:00+00:00", **changes)
 
 
 def _summary_means(path: Path) -> str:
@@ -66,8 +68,8 @@ def test_report_refuses_a_case_stored_twice_under_keys_it_does_not_compare(
 ) -> None:
     """Item 9: a second run of one case (another data hash) is refused, never counted twice."""
     store = _copy_store(stored, tmp_path)
-    row = next(r for r in load_rows(store) if r["mode"] == "full-o")
-    write_row(store, _variant(row, data_sha256="0" * 64, rmse=row["rmse"] * 2))
+    run = next(r for r in load_records(store) if r.mode == "full-o")
+    write_record(store, _variant(run, data_sha256="0" * 64, rmse=run.rmse * 2))
     with pytest.raises(ReportError, match=r"7 runs|2 runs of 1 cases") as caught:
         build_report(store, "offline18", tau=1.0, partial=True)
     message = str(caught.value)
@@ -81,8 +83,9 @@ def test_a_run_after_a_package_upgrade_is_another_context_and_no_case_counts_twi
     """Item 9: one extra run under a newer safetensors moved the mean; now it is left out."""
     store = _copy_store(stored, tmp_path)
     build_report(store, "offline18", tau=1.0, out_dir=tmp_path / "before", partial=True)
-    row = next(r for r in load_rows(store) if r["mode"] == "full-o")
-    write_row(store, _variant(row, safetensors_version="99.0", rmse=row["rmse"] * 2))
+    run = next(r for r in load_records(store) if r.mode == "full-o")
+    versions = tuple((n, "99.0" if n == "safetensors" else v) for n, v in run.versions)
+    write_record(store, _variant(run, versions=versions, rmse=run.rmse * 2))
     written = build_report(store, "offline18", tau=1.0, partial=True)
     cases = written["cases.csv"].read_text().splitlines()
     assert len(cases) == 1 + 6
@@ -107,7 +110,7 @@ def test_one_failed_eval_on_another_device_neither_succeeds_nor_replaces_the_tab
     assert main([*argv, "--device", "no-such-device"]) == 1
     err = capsys.readouterr().err
     assert "every run it computed failed (6)" in err and "no-such-device" in err
-    assert sum(r["status"] == "failed" for r in load_rows(store)) == 6  # stored all the same
+    assert sum(r.status == "failed" for r in load_records(store)) == 6  # stored all the same
     assert main(argv) == 0  # the cpu runs are all stored: nothing fails, nothing to compute
 
     capsys.readouterr()
@@ -130,13 +133,13 @@ def test_a_report_that_fails_mid_write_leaves_the_previous_set_whole(
     build_report(store, "offline18", tau=1.0, partial=True)
     before = {p.name: p.read_bytes() for p in store.iterdir() if p.is_file()}
     assert {"cases.csv", "summary.md", "deltas.png"} <= set(before)
-    row = next(r for r in load_rows(store) if r["mode"] == "full-o")
-    write_row(store, {**row, "rmse": row["rmse"] * 3})  # the next report's numbers differ
+    run = next(r for r in load_records(store) if r.mode == "full-o")
+    write_record(store, dataclasses.replace(run, rmse=run.rmse * 3))  # the next numbers differ
 
     def killed(*args: Any, **kwargs: Any) -> str:
         raise KeyboardInterrupt  # as a Ctrl-C between cases.csv and summary.md
 
-    monkeypatch.setattr(report_module, "_summary_text", killed)
+    monkeypatch.setattr(report_module, "summary_text", killed)
     with pytest.raises(KeyboardInterrupt):
         build_report(store, "offline18", tau=1.0, partial=True)
     after = {p.name: p.read_bytes() for p in store.iterdir() if p.is_file()}
@@ -192,9 +195,10 @@ def test_report_names_the_missing_runs_apart_from_the_failed_and_refuses_unless_
     from eval.cli import main
 
     store = _copy_store(stored, tmp_path)
-    rows = {(r["seed"], r["mode"]): r for r in load_rows(store)}
-    (store / "runs" / f"{rows[1, 'none']['key']}.json").unlink()  # never stored
-    write_row(store, {**rows[0, "full-o"], "status": "failed", "rmse": None, "error": "boom"})
+    runs = {(r.seed, r.mode): r for r in load_records(store)}
+    (store / "runs" / f"{runs[1, 'none'].key}.json").unlink()  # never stored
+    write_record(store, dataclasses.replace(runs[0, "full-o"], status="failed", rmse=None,
+                                            error="boom"))  # fmt: skip
     argv = ["report", "--store", str(store), "--tau", "1", "--committed", "none"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -228,25 +232,21 @@ def test_a_classification_report_names_the_missing_runs_and_refuses_unless_parti
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The same for offline_cls6: a retrofit whose baseline was never stored is missing."""
-    import json
-
     from eval.cli import main
 
     base = {"suite": "offline_cls6", "dataset": "wine", "status": "ok", "tau": 1.0,
-            "checkpoint_sha256": "c" * 64, "code_sha256": "e" * 64, "n_estimators": 1,
             "support": "count", "eps_den": 1e-6, "log_loss": 0.5, "accuracy": 0.8,
             "roc_auc": 0.9}  # fmt: skip
     none = {"mode": "none", "tau": None, "support": None, "eps_den": None}
-    rows = [
+    runs = [
         {**base, **none, "key": "k0", "baseline_key": "k0", "seed": 0},
         {**base, "key": "k1", "baseline_key": "k0", "seed": 0, "mode": "full-o"},
         {**base, "key": "k2", "baseline_key": "k0", "seed": 0, "mode": "oattention",
          "status": "failed", "log_loss": None, "error": "boom"},
         {**base, "key": "k3", "baseline_key": "k9", "seed": 1, "mode": "full-o"},
     ]  # fmt: skip
-    (tmp_path / "runs").mkdir()
-    for row in rows:
-        (tmp_path / "runs" / f"{row['key']}.json").write_text(json.dumps(row))
+    for fields in runs:
+        write_run_file(tmp_path, run_record(**fields))
     argv = ["report", "--suite", "offline_cls6", "--store", str(tmp_path), "--tau", "1"]
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -268,17 +268,16 @@ def test_a_classification_report_names_the_missing_runs_and_refuses_unless_parti
 
 def _fake_store(path: Path, rmse_oattention: float) -> Path:
     """One offline18 case: unpatched RMSE 1, OAttention ``rmse_oattention``, Full-O 1."""
-    base = {"suite": "offline18", "dataset": "qsar_fish", "seed": 0, "status": "ok",
-            "checkpoint_sha256": "c" * 64, "n_estimators": 1, "tau": 1.0, "support": "count",
-            "eps_den": 1e-6, "fit_s": 0.1, "predict_s": 0.1, "baseline_key": "k0"}  # fmt: skip
-    rows = [
+    base = {"tau": 1.0, "support": "count", "eps_den": 1e-6, "fit_s": 0.1, "predict_s": 0.1,
+            "baseline_key": "k0"}  # fmt: skip
+    runs = [
         {**base, "key": "k0", "mode": "none", "tau": None, "support": None, "eps_den": None,
          "rmse": 1.0},
         {**base, "key": "k1", "mode": "oattention", "rmse": rmse_oattention},
         {**base, "key": "k2", "mode": "full-o", "rmse": 1.0},
     ]  # fmt: skip
-    for row in rows:
-        write_row(path, row)
+    for fields in runs:
+        write_record(path, run_record(**fields))
     return path
 
 
@@ -286,16 +285,18 @@ def test_both_columns_of_a_compared_number_have_the_same_significant_digits(
     tmp_path: Path,
 ) -> None:
     """-0.0049951 % printed as -0.005 % beside the committed -0.0049944 % as -0.00499 %."""
-    from eval.paper.report import comparison_lines
+    from eval.paper.comparison import comparison_lines
+    from eval.paper.reference import CommittedStore
+    from eval.paper.report import REGRESSION
 
     mine = _fake_store(tmp_path / "mine", 1.0 - 4.9951e-5)
     committed = _fake_store(tmp_path / "committed", 1.0 - 4.9944e-5)
-    lines = comparison_lines(mine, committed, "offline18", 1.0)
-    (row,) = [line for line in lines if line.startswith("| OAttention")]
+    lines = comparison_lines(mine, CommittedStore(committed), "offline18", 1.0, None, REGRESSION)
+    (row,) = [line for line in lines if line.startswith("| OAttention |")]
     cells = row.split(" | ")
     assert cells[2:4] == ["-0.00500 %", "-0.00499 %"]  # mean, yours and committed
     assert cells[4:6] == ["-0.00500 %", "-0.00499 %"]  # median
-    (full_o,) = [line for line in lines if line.startswith("| Full-O")]
+    (full_o,) = [line for line in lines if line.startswith("| Full-O |")]
     assert full_o.split(" | ")[2:4] == ["+0.00 %", "+0.00 %"]
 
 
@@ -303,18 +304,16 @@ def _complete_store(path: Path, sweep_taus: tuple[float, ...]) -> Path:
     """All offline18 cases at tau 1 (unpatched, both retrofits), the retrofits at ``sweep_taus``."""
     from eval.paper.datasets import suite_cases
 
-    base = {"suite": "offline18", "status": "ok", "checkpoint_sha256": "c" * 64,
-            "n_estimators": 1, "dtype": "float32", "device": "cpu", "support": "count",
-            "eps_den": 1e-6, "fit_s": 0.1, "predict_s": 0.1}  # fmt: skip
+    base = {"support": "count", "eps_den": 1e-6, "fit_s": 0.1, "predict_s": 0.1}
     for case in suite_cases("offline18"):
         name = f"{case.dataset}-{case.seed}"
-        case_row = {**base, "dataset": case.dataset, "seed": case.seed, "baseline_key": name}
-        write_row(path, {**case_row, "key": name, "mode": "none", "tau": None, "support": None,
-                         "eps_den": None, "rmse": 1.0})  # fmt: skip
+        case_run = {**base, "dataset": case.dataset, "seed": case.seed, "baseline_key": name}
+        unpatched = {"key": name, "mode": "none", "tau": None, "support": None, "eps_den": None}
+        write_record(path, run_record(**{**case_run, **unpatched, "rmse": 1.0}))
         for tau in (1.0, *sweep_taus):
             for mode in ("oattention", "full-o"):
                 key = f"{name}-{mode}-{tau:g}"
-                write_row(path, {**case_row, "key": key, "mode": mode, "tau": tau, "rmse": 0.9})
+                write_record(path, run_record(**case_run, key=key, mode=mode, tau=tau, rmse=0.9))
     return path
 
 
@@ -345,8 +344,8 @@ def test_report_plans_every_tau_of_the_sweep_it_reads_not_only_the_main_one(
     assert "/0/none" not in err and "/oattention/tau=0.001, " in err  # the sweep's, named
     from eval.paper.completeness import completeness, planned_taus
 
-    rows = load_rows(store)
-    state = completeness("offline18", rows, 1.0, planned_taus(rows, 1.0, store))
+    runs = load_records(store)
+    state = completeness("offline18", runs, 1.0, planned_taus(runs, 1.0, store))
     assert [r.label for r in state.missing if r.tau in (1.0, 10.0, 100.0)] == [
         f"{cut['dataset']}/{cut['seed']}/full-o/tau=100"
     ]
