@@ -66,7 +66,7 @@ from retrofit.versions import package_versions
 __all__ = [
     "FORMAT",
     "MANIFEST_NAME",
-    "BaseModel",
+    "BaseIdentity",
     "SavedRetrofit",
     "check_patch_digest",
     "check_replaceable",
@@ -89,8 +89,8 @@ _SHORT = 12  # hex characters of a SHA-256 a message shows
 
 
 @dataclass(frozen=True)
-class BaseModel:
-    """The model a saved retrofit applies to: a name or a path, its kind and SHA-256.
+class BaseIdentity:
+    """The identity of the model a saved retrofit applies to: a name or a path, kind, SHA-256.
 
     Attributes:
         name: ``"embedded"``, ``"auto"``, a version alias or a tabpfn checkpoint
@@ -153,7 +153,7 @@ class SavedRetrofit:
 
     directory: Path
     settings: RetrofitSettings
-    base: BaseModel
+    base: BaseIdentity
     kinds: tuple[Which, ...]
     patch_digest: str | None
     versions: dict[str, str]
@@ -235,7 +235,8 @@ def check_replaceable(out_dir: str | os.PathLike[str], *, overwrite: bool) -> No
         OutputExistsError: ``out_dir`` exists and may not be replaced.
     """
     out = Path(out_dir).expanduser()
-    if not os.path.lexists(out) or (out.is_dir() and not any(out.iterdir())):
+    empty_dir = out.is_dir() and not out.is_symlink() and not any(out.iterdir())
+    if not os.path.lexists(out) or empty_dir:
         return
     if not overwrite:
         raise OutputExistsError(f"{out} already exists (use --force to replace it)")
@@ -262,7 +263,7 @@ def write_saved(
     out_dir: str | os.PathLike[str],
     *,
     settings: RetrofitSettings,
-    base: BaseModel,
+    base: BaseIdentity,
     kinds: Collection[Which],
     patch_digest: str | None,
     overwrite: bool = False,
@@ -367,7 +368,7 @@ def _settings(value: Any, path: Path) -> RetrofitSettings:
         raise SavedModelError(f"{path}: field settings: {exc}") from None
 
 
-def _base(value: Any, path: Path) -> BaseModel:
+def _base(value: Any, path: Path) -> BaseIdentity:
     named = "name" if isinstance(value, dict) and "name" in value else "path"
     fields = _object(value, path, "base", (named, "kind", "sha256"))
     where = _text(fields[named], path, f"base.{named}")
@@ -385,7 +386,7 @@ def _base(value: Any, path: Path) -> BaseModel:
         raise SavedModelError(
             f"{path}: field base.sha256 must be 64 lowercase hex digits, got {digest!r}"
         )
-    return BaseModel(
+    return BaseIdentity(
         name=where if named == "name" else None,
         path=where if named == "path" else None,
         kind=kind,
@@ -393,7 +394,7 @@ def _base(value: Any, path: Path) -> BaseModel:
     )
 
 
-def _kinds(value: Any, path: Path, base: BaseModel) -> tuple[Which, ...]:
+def _kinds(value: Any, path: Path, base: BaseIdentity) -> tuple[Which, ...]:
     if (
         not isinstance(value, list)
         or not value

@@ -17,7 +17,7 @@ from retrofit.models.aliases import EMBEDDED
 from retrofit.models.kinds import host_kinds
 from retrofit.models.loading import ModelPathLike, ResolvedModel, load_host, resolve_model
 from retrofit.models.saved import (
-    BaseModel,
+    BaseIdentity,
     SavedRetrofit,
     check_replaceable,
     recorded_path,
@@ -29,7 +29,7 @@ from retrofit.patcher import patch_with_settings, resolve_for_model
 __all__ = ["save_patched"]
 
 
-def _base_of(source: ResolvedModel, kind: Which, out: Path) -> BaseModel:
+def _base_of(source: ResolvedModel, kind: Which, out: Path) -> BaseIdentity:
     """How the adapter in ``out`` records the base ``source`` resolved to.
 
     A saved retrofit given as the source names its own base (a relative path
@@ -44,11 +44,11 @@ def _base_of(source: ResolvedModel, kind: Which, out: Path) -> BaseModel:
         if old.base.path is None:
             return old.base
         path = recorded_path(old.base.path, out, relative_to=old.directory)
-        return BaseModel(None, path, old.base.kind, old.base.sha256)
+        return BaseIdentity(None, path, old.base.kind, old.base.sha256)
     given = source.label
     if given != EMBEDDED and not is_version_alias(given) and Path(given).expanduser().is_file():
-        return BaseModel(None, recorded_path(given, out), kind, digest)
-    return BaseModel(given, None, kind, digest)
+        return BaseIdentity(None, recorded_path(given, out), kind, digest)
+    return BaseIdentity(given, None, kind, digest)
 
 
 def save_patched(
