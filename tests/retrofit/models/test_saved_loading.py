@@ -113,7 +113,7 @@ def test_a_changed_embedded_host_is_refused_for_an_adapter_saved_from_the_old_on
 
 
 def test_an_alias_base_offline_is_refused_with_the_aliases_own_one_line_error(
-    cache_dir, no_download, tmp_path
+    cache_dir, no_download, tmp_path, monkeypatch
 ):
     """v2 in tabpfn's cache is saved by name; once it is gone the resolver's refusal stands."""
     tmp = tmp_path / "tiny.safetensors"
@@ -129,6 +129,12 @@ def test_an_alias_base_offline_is_refused_with_the_aliases_own_one_line_error(
         loading.resolve_model("v2")
     assert str(via_adapter.value) == str(via_alias.value)
     assert "\n" not in str(via_adapter.value)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline: no download is tried at all
+    with pytest.raises(WeightsUnavailableError, match="HF_HUB_OFFLINE is set") as via_adapter:
+        _fit(str(out))
+    with pytest.raises(WeightsUnavailableError) as via_alias:
+        _fit("v2")
+    assert str(via_adapter.value) == str(via_alias.value)
 
 
 def test_a_directory_of_the_format_before_adapters_is_refused_saying_to_patch_again(
