@@ -110,7 +110,7 @@ class EmbeddedCheckpointError(RetrofitError, ValueError):
 
 
 class SavedModelError(RetrofitError, ValueError):
-    """A saved retrofit directory is missing, malformed, or fails its SHA-256 check."""
+    """A saved retrofit is malformed, or its base is missing or not the one it was saved from."""
 
 
 class FitStateError(RetrofitError, ValueError):

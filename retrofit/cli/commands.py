@@ -6,8 +6,9 @@ model, a target holding text or ``--task classification``,
 writes the predictions for a test CSV (or a held-out fraction of the training
 CSV, or with ``--oof K`` every training row out of fold:
 :func:`retrofit.cross_val_predict`);
-``patch`` saves a retrofitted model as the original weights plus the retrofit
-settings (see :mod:`retrofit.models.saved`), which ``predict --model DIR`` and
+``patch`` saves a retrofit as an adapter: the settings and the identity of the
+base model (its name or path and SHA-256), no weights (see
+:mod:`retrofit.models.saved`), which ``predict --model DIR`` and
 ``OTabPFNRegressor(model_path=DIR)`` (``OTabPFNClassifier`` for a classifier) load.
 
 Every failure a user can cause ends in one line on stderr,
@@ -231,14 +232,15 @@ def _add_predict(subparsers: Any) -> argparse.ArgumentParser:
 def _add_patch(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "patch",
-        help="save a retrofitted model (original weights + retrofit settings)",
+        help="save a retrofit as an adapter: its settings and its base's identity, no weights",
         description=(
             "Patch MODEL with the retrofit settings (which checks the architecture is "
-            "supported) and save it to DIR as DIR/<tabpfn_vX>_<kind>_retrofit.safetensors "
-            "(the unchanged original weights, readable by tabpfn; kind 'regressor' or "
-            "'classifier', what MODEL is; none for v3.5, which does both) plus "
-            "DIR/retrofit.json (mode, tau, support, eps_den, SHA-256 of the weights "
-            "and of the source checkpoint, package versions). No pickle. Load it with "
+            "supported) and save the retrofit to DIR as an adapter: DIR/retrofit.json "
+            "holding the settings (mode, tau, support, eps_den), the base model's identity "
+            "(MODEL as a name, or as a checkpoint path: kept when absolute, else written "
+            "relative to DIR; its kind and SHA-256) and the package versions. No weights "
+            "are copied: loading DIR resolves the base and refuses it, in one line, when it "
+            "is missing or its SHA-256 changed. Load it with "
             "'tabpfn-retrofit predict --model DIR', or by its kind with "
             "OTabPFNRegressor(model_path=DIR) or OTabPFNClassifier(model_path=DIR); the "
             "command prints which. A name (embedded, auto, a version alias) patches its "
@@ -254,7 +256,9 @@ def _add_patch(subparsers: Any) -> argparse.ArgumentParser:
         "or directory what it is); a file of the other kind is refused, naming its kind",
     )
     _add_settings(parser, mode_default_note="default full-o")
-    parser.add_argument("--out", required=True, metavar="DIR", help="directory to create")
+    parser.add_argument(
+        "--out", required=True, metavar="DIR", help="directory to create (or an empty one)"
+    )
     parser.add_argument("--force", action="store_true", help="replace DIR if it exists")
     parser.add_argument("--quiet", action="store_true", help="no status lines on stderr")
     parser.set_defaults(handler=run_patch)
@@ -662,14 +666,17 @@ def _check_patch_out(args: argparse.Namespace) -> Path:
     from retrofit.models import saved  # lazy: keeps --help light
 
     out = Path(args.out).expanduser()
-    saved.remove_leftovers(out)  # a killed patch's temp folder, or its moved-aside DIR
     if Path(args.model).expanduser().is_file() and same_file(out, args.model):
         raise CommandError(f"--out {out} is the --model file; give a new directory")
     try:
         saved.check_replaceable(out, overwrite=args.force)
     except FileExistsError as exc:
         raise CommandError(f"--out {exc}") from exc
-    check_output_dir(out.parent, option=f"--out {out}: folder")
+    # retrofit.json is written inside DIR: DIR itself when it exists, else its folder.
+    in_place = out.is_dir() and not out.is_symlink()
+    check_output_dir(
+        out if in_place else out.parent, option=f"--out {out}" + ("" if in_place else ": folder")
+    )
     return out
 
 
@@ -684,21 +691,23 @@ def _patch(args: argparse.Namespace) -> int:
     if args.task != "auto":  # as predict: a task the model cannot run is one line, its kind named
         task, _ = choose_task(args.task, args.model, "", None)
     which = "classifier" if task == "classification" else "regressor"
-    model = _check_model_argument(args.model, which)  # once: a saved directory is hashed here
+    model = _check_model_argument(args.model, which)  # once: a saved directory is read here
     status(args, f"patching {args.model}")
     # Re-patching a saved directory starts from its settings; any given here replace them.
     result = saving.save_patched(model, out, **requested, overwrite=args.force)
-    settings = result.settings
+    settings, base = result.settings, result.base
     status(
         args,
-        f"saved {result.checkpoint.name} and retrofit.json (mode {settings['mode']}, "
-        f"tau {settings['tau']}, support {settings['support']}, eps_den {settings['eps_den']})",
+        f"saved retrofit.json (mode {settings.mode}, tau {settings.tau}, support "
+        f"{settings.support}, eps_den {settings.eps_den}; base {base.label!r}, "
+        f"SHA-256 {base.sha256[:12]}; no weights)",
     )
     where = str(result.directory)
     loaders = [f"{ESTIMATOR_NAMES[kind]}(model_path={where!r})" for kind in result.kinds]
     print(
-        f"saved retrofitted {' and '.join(result.kinds)} to {where}; load it with "
-        f"{' or '.join(loaders)} or 'tabpfn-retrofit predict --model {where}'"
+        f"saved retrofitted {' and '.join(result.kinds)} to {where} (an adapter of "
+        f"{base.label!r}); load it with {' or '.join(loaders)} or "
+        f"'tabpfn-retrofit predict --model {where}'"
     )
     return 0
 

@@ -2,8 +2,8 @@
 
 tabpfn builds one checkpoint for one task, except v3.5, whose one model does
 both (its ``forward`` takes the task). :func:`host_kinds` reads it off a loaded
-model; the saved format names its weights file by it and ``tabpfn-retrofit
-patch`` names the estimator that loads the result (:data:`ESTIMATOR_NAMES`).
+model; a saved retrofit records it and ``tabpfn-retrofit patch`` names the
+estimator that loads the result (:data:`ESTIMATOR_NAMES`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 :func:`resolve_model` is the one resolver: it turns every ``model_path`` the
 estimators, the command line, the fit-state archive and the runner take into
 one :class:`ResolvedModel` (each entry's checkpoint file, in-memory model or
-tabpfn download name, and the saved directories, verified once).
+tabpfn download name, and the saved retrofits, each read and its base verified once).
 :func:`load_host` builds a new model object from a single resolved checkpoint
 through tabpfn's own loader and wraps it in :class:`tabpfn.ModelSpecs`, which
 ``TabPFNRegressor`` accepts as ``model_path`` and uses by reference. Every call
@@ -13,8 +13,9 @@ place, so a model must never be shared between estimators or runs.
 Accepted ``model_path`` entries, tried in order: ``"embedded"`` (the shipped
 host), ``"v2"``, ``"v2.5"``, ``"v2.6"``, ``"v3"``, ``"v3.5"`` or ``"auto"``
 (tabpfn's default checkpoints and tabpfn's default version, see
-:mod:`retrofit.models.weights`), a saved retrofit directory (see
-:mod:`retrofit.models.saved`), a local ``.safetensors``/``.ckpt`` file (a bare
+:mod:`retrofit.models.weights`), a saved retrofit directory (an adapter naming
+its base, see :mod:`retrofit.models.saved`: the base resolves as a
+``model_path`` and must have the recorded SHA-256), a local ``.safetensors``/``.ckpt`` file (a bare
 name also in tabpfn's model cache, as tabpfn looks), one of tabpfn's checkpoint
 names (tabpfn downloads it), a ``ModelSpecs``, None (tabpfn's default); or a
 list of these.
@@ -68,6 +69,17 @@ def _tabpfn_file_names() -> frozenset[str]:
 _Entry = Path | ModelSpecs | str | None
 
 
+def _checked_file(where: Path) -> Path:
+    """An existing file that is a checkpoint: its suffix, and a ``.ckpt`` read weights-only."""
+    if where.suffix not in CHECKPOINT_SUFFIXES:
+        raise CorruptCheckpointError(
+            f"model_path {str(where)!r} is not a TabPFN checkpoint "
+            f"(expected {' or '.join(CHECKPOINT_SUFFIXES)})"
+        )
+    check_checkpoint(where)  # weights-only, before tabpfn unpickles it
+    return where.resolve()
+
+
 def _file_entry(entry: ModelPathLike, which: Which) -> Path | str:
     """A path entry: the checkpoint file it names, or one of tabpfn's names to download."""
     path = Path(entry).expanduser()
@@ -86,13 +98,36 @@ def _file_entry(entry: ModelPathLike, which: Which) -> Path | str:
             f"{alias_list(embedded=True, auto=True)}, a saved retrofit directory or one of "
             "tabpfn's checkpoint names"
         )
-    if where.suffix not in CHECKPOINT_SUFFIXES:
-        raise CorruptCheckpointError(
-            f"model_path {str(where)!r} is not a TabPFN checkpoint "
-            f"(expected {' or '.join(CHECKPOINT_SUFFIXES)})"
-        )
-    check_checkpoint(where)  # weights-only, before tabpfn unpickles it
-    return where.resolve()
+    return _checked_file(where)
+
+
+def _name_entry(name: str, which: Which) -> Path | str:
+    """``"embedded"``, a version alias or ``"auto"``: its checkpoint file; else a file entry."""
+    if name == EMBEDDED:
+        return embedded_model_path(which)
+    if weights.is_version_alias(name):
+        # "auto" too: tabpfn's default version, through its own resolver and
+        # downloader, with the one-line offline error naming where to place the file.
+        return weights.default_weights(name, which=which)
+    return _file_entry(name, which)
+
+
+def _saved_base(found: saved.SavedRetrofit) -> Path:
+    """A saved retrofit's base checkpoint, resolved as a ``model_path`` and its SHA-256 checked.
+
+    A name resolves as it does given as ``model_path``, for the recorded kind (an
+    alias offline fails with the alias's own one-line error); a path is the file
+    there. A base that resolves to no file, or to one with another SHA-256, is
+    refused in one line (:meth:`~retrofit.models.saved.SavedRetrofit.verified_base`).
+    """
+    if found.base.path is not None:
+        where = found.base_location()
+        return _checked_file(found.verified_base(where))
+    try:
+        entry = _name_entry(found.base.name, found.base.kind)
+    except CheckpointNotFoundError:  # a checkpoint name no longer in tabpfn's cache
+        entry = None
+    return found.verified_base(entry if isinstance(entry, Path) else None)
 
 
 def _resolve_entry(entry: Any, which: Which) -> tuple[_Entry, saved.SavedRetrofit | None]:
@@ -104,15 +139,11 @@ def _resolve_entry(entry: Any, which: Which) -> tuple[_Entry, saved.SavedRetrofi
             "model_path must be 'auto', 'embedded', a version alias, a path, a ModelSpecs "
             f"or a list of these; got {type(entry).__name__}"
         )
-    if entry == EMBEDDED:
-        return embedded_model_path(which), None
-    if weights.is_version_alias(entry):
-        # "auto" too: tabpfn's default version, through its own resolver and
-        # downloader, with the one-line offline error naming where to place the file.
-        return weights.default_weights(str(entry), which=which), None
+    if entry == EMBEDDED or weights.is_version_alias(entry):
+        return _name_entry(str(entry), which), None
     if saved.is_saved_dir(entry):
-        found = saved.load_saved(entry)  # verified (its weights hashed) once, here
-        return found.checkpoint, found
+        found = saved.read_saved(entry)  # read, and its base verified, once, here
+        return _saved_base(found), found
     return _file_entry(entry, which), None
 
 
@@ -138,14 +169,18 @@ class ResolvedModel:
         entries: One per model: an existing checkpoint file (a ``Path``), the
             caller's ``ModelSpecs``, one of tabpfn's checkpoint names that
             tabpfn downloads when it loads (a ``str``), or None (tabpfn's default).
-        saved: The verified saved retrofit directories among the entries.
+        saved: The saved retrofits among the entries (each entry is its base,
+            verified).
         is_list: Whether ``model_path`` was a list (tabpfn's ensemble of models).
+        which: The estimator kind names were resolved for (a saved retrofit's
+            base resolves for the kind it records).
     """
 
     label: str
     entries: tuple[_Entry, ...]
     saved: tuple[saved.SavedRetrofit, ...] = ()
     is_list: bool = False
+    which: Which = "regressor"
 
     @property
     def checkpoint(self) -> Path:
@@ -180,13 +215,13 @@ class ResolvedModel:
         Raises:
             SettingsConflictError: Saved directories with different settings.
         """
-        distinct = {tuple(sorted(found.settings.items())) for found in self.saved}
+        distinct = {tuple(found.settings.to_dict().items()) for found in self.saved}
         if len(distinct) > 1:
             raise SettingsConflictError(
                 "the saved directories in model_path were retrofitted with different "
                 f"settings: {'; '.join(str(dict(s)) for s in sorted(distinct))}"
             )
-        return dict(self.saved[0].settings) if self.saved else None
+        return self.saved[0].settings.to_dict() if self.saved else None
 
     def tabpfn_model_path(self, which: Which) -> Any:
         """What tabpfn's loader takes for these entries, for a ``which`` estimator.
@@ -206,8 +241,8 @@ class ResolvedModel:
 def resolve_model(model_path: Any, which: Which = "regressor") -> ResolvedModel:
     """Resolve any ``model_path`` once, for a regressor or a classifier.
 
-    ``"embedded"``, the version aliases, ``"auto"`` and saved directories
-    become their checkpoint files (a saved directory verified once); a
+    ``"embedded"``, the version aliases, ``"auto"`` and saved retrofits
+    become their checkpoint files (a saved retrofit's base verified once); a
     checkpoint file is checked (its suffix, and a ``.ckpt`` read weights-only);
     tabpfn's own checkpoint names (which tabpfn downloads), ``ModelSpecs`` and
     None pass unchanged. In a list each entry is resolved.
@@ -224,7 +259,8 @@ def resolve_model(model_path: Any, which: Which = "regressor") -> ResolvedModel:
         CheckpointNotFoundError: A file that does not exist and is not one tabpfn
             downloads, or a directory that is not a saved retrofit.
         CorruptCheckpointError: A file that is not a checkpoint type.
-        SavedModelError: A saved directory fails its check.
+        SavedModelError: A saved retrofit's ``retrofit.json`` fails its check, or
+            its base is missing or has another SHA-256 than the recorded one.
         WeightsUnavailableError: A version alias's weights cannot be had.
         EmbeddedCheckpointError: ``"embedded"`` for a kind this installation does
             not ship, or a shipped file that fails its SHA-256.
@@ -243,7 +279,9 @@ def resolve_model(model_path: Any, which: Which = "regressor") -> ResolvedModel:
         entries.append(value)
         found.extend([saved_dir] if saved_dir is not None else [])
     label = str([_label(e) for e in given]) if isinstance(model_path, list) else _label(model_path)
-    return ResolvedModel(label, tuple(entries), tuple(found), isinstance(model_path, list))
+    return ResolvedModel(
+        label, tuple(entries), tuple(found), isinstance(model_path, list), which=which
+    )
 
 
 def load_host(

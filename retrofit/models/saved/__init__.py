@@ -1,34 +1,50 @@
-"""A retrofitted model on disk: the original weights plus the retrofit settings.
+"""A saved retrofit: an adapter that names its base model and holds no copy of its weights.
 
-A saved directory holds exactly two files, no pickle::
+A retrofit adds no parameter (every patch shares the host's tensors), so a
+saved retrofit is what PEFT calls an adapter: the retrofit settings and the
+identity of the model they apply to. ``tabpfn-retrofit patch --out DIR``
+writes one file, no weights::
 
-    DIR/tabpfn_v3_regressor_retrofit.safetensors   the host checkpoint, unchanged
-                                                   weights, readable by tabpfn's loader
-                                                   (``_classifier_`` for a classifier;
-                                                   neither for v3.5, which does both)
-    DIR/retrofit.json                              mode, tau, support, eps_den, the
-                                                   SHA-256 of the weights file and of
-                                                   the source checkpoint, versions
+    DIR/retrofit.json
+      format        "tabpfn-retrofit-adapter/1"
+      settings      mode, tau, support, eps_den (resolved: an unset tau is the host's default)
+      base          the model the settings apply to, exactly one of
+                      name    "embedded", "auto", a version alias ("v2.6") or one of
+                              tabpfn's checkpoint names in its model cache: resolved as
+                              a model_path is (retrofit.models.loading), for ``kind``
+                      path    a checkpoint file: as given when absolute (or ``~/...``),
+                              else relative to DIR
+                    and
+                      kind    "regressor" or "classifier": what a name was resolved for
+                      sha256  the SHA-256 of the checkpoint file the retrofit was saved from
+      kinds         what the retrofitted model does: the estimators that load DIR
+      patch_digest  PatchReport.digest() of the patch the settings make (None: mode "none")
+      versions      tabpfn-retrofit, tabpfn and torch at saving
 
-The retrofit adds no parameters (every patch shares the host's tensors), so the
-weights are the source checkpoint's, re-saved with
-:func:`tabpfn.checkpoint.save_as_safetensors`; the file name keeps the version
-(``v3``, ``v2``) because tabpfn reads the version from it. Loading verifies the
-SHA-256 before anything reads the weights.
+Relative paths: a base given to ``patch`` by a relative path is recorded
+relative to DIR (rewritten from where it was given), so a folder holding both
+the adapter and its base can move, and an adapter loads the same from any
+working directory; an absolute path stays as given.
 
-Settings precedence (one rule, used by the estimator and the command line): the
-directory's settings are the defaults. A setting given explicitly (not ``None``)
-must equal the saved one, otherwise :class:`SettingsConflictError`; to change a
-setting, patch the source again into a new directory.
+Loading (:func:`retrofit.models.loading.resolve_model`) reads this file
+(:func:`read_saved`), resolves the base, and refuses a base that is missing or
+whose SHA-256 changed (:meth:`SavedRetrofit.verified_base`), in one line
+naming the base, both digests and what to do. The settings are then the
+defaults (:func:`retrofit.settings.resolve_settings`): a setting given
+explicitly must equal the saved one, otherwise :class:`SettingsConflictError`.
+The SHA-256 guards against a base that changed, not against an edited
+``retrofit.json``: whoever can edit it can write any base and digest.
 
-The directory is written next to its destination under a hidden temporary name
-(``.DIR.tmp-PID-*``) and renamed into place, so a crash never leaves a
-half-written ``DIR``; the next write beside it removes the leftovers of a
-process that is gone (and puts back a ``DIR`` it had moved aside). Replacing
-(``overwrite``) is allowed only for a saved retrofit directory or a file,
-never for any other directory (:func:`check_replaceable`). The directory and
-its files get the permissions ``mkdir`` and ``open`` would give them (the
-umask), or those of the directory and files they replace.
+A directory of the format before adapters (``tabpfn-retrofit-saved/1``, a copy
+of the host's weights beside ``retrofit.json``) is refused in one line naming
+the way out: run ``patch`` again. ``patch --force`` may replace such a
+directory.
+
+Writing: ``retrofit.json`` is written atomically (a temporary file renamed),
+so a reader sees the old file or the new one, never part of one; DIR is created
+when missing (and removed again when the write fails), and may be an empty
+directory. Replacing (``overwrite``) is allowed only for a saved retrofit
+directory or a file, never for any other directory (:func:`check_replaceable`).
 """
 
 from __future__ import annotations
@@ -36,86 +52,167 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import stat
-import tempfile
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tabpfn.checkpoint import save_as_safetensors
-
-from retrofit.errors import (
-    InvalidPatchConfigError,
-    OutputExistsError,
-    SavedModelError,
-)
-from retrofit.files import (
-    default_dir_mode,
-    default_file_mode,
-    missing_dirs,
-    process_alive,
-    remove_empty_dirs,
-    sha256_file,
-    sha256_of_checkpoint,
-)
-from retrofit.models.checkpoints import load_checkpoint
+from retrofit.errors import InvalidPatchConfigError, OutputExistsError, SavedModelError
+from retrofit.files import missing_dirs, remove_empty_dirs, sha256_of_checkpoint, write_text_atomic
 from retrofit.models.weights import KINDS, Which
-from retrofit.settings import SETTING_NAMES, check_given
+from retrofit.settings import SETTING_NAMES, RetrofitSettings
 from retrofit.versions import package_versions
 
 __all__ = [
     "FORMAT",
     "MANIFEST_NAME",
-    "WEIGHTS_SUFFIX",
+    "BaseIdentity",
     "SavedRetrofit",
     "check_patch_digest",
     "check_replaceable",
     "is_saved_dir",
-    "load_saved",
-    "remove_leftovers",
+    "read_saved",
+    "recorded_path",
     "write_saved",
 ]
 
 #: Identifies the layout of ``retrofit.json``; bumped on incompatible changes.
-FORMAT = "tabpfn-retrofit-saved/1"
+FORMAT = "tabpfn-retrofit-adapter/1"
 MANIFEST_NAME = "retrofit.json"
-#: The only weights format a saved directory admits.
-WEIGHTS_SUFFIX = ".safetensors"
-# The checkpoint keys tabpfn's loader reads (model_loading._build_model and
-# _get_inference_config_from_checkpoint); anything else is left out.
-_CHECKPOINT_KEYS = ("config", "architecture_name", "inference_config")
-_VERSIONED_PACKAGES = ("tabpfn-retrofit", "tabpfn", "torch", "safetensors")
+#: The format before adapters, which copied the host's weights: refused, named.
+_WEIGHTS_FORMAT = "tabpfn-retrofit-saved/1"
+#: That format's weights file, which ``--force`` may replace with the directory.
+_WEIGHTS_FILE = re.compile(r".+_retrofit\.safetensors")
+_VERSIONED_PACKAGES = ("tabpfn-retrofit", "tabpfn", "torch")
+_FIELDS = ("format", "settings", "base", "kinds", "patch_digest", "versions")
+_SHORT = 12  # hex characters of a SHA-256 a message shows
+
+
+@dataclass(frozen=True)
+class BaseIdentity:
+    """The identity of the model a saved retrofit applies to: a name or a path, kind, SHA-256.
+
+    Attributes:
+        name: ``"embedded"``, ``"auto"``, a version alias or a tabpfn checkpoint
+            name, resolved as a ``model_path`` is; None for a path.
+        path: A checkpoint file, absolute (or ``~/...``) or relative to the
+            saved directory; None for a name.
+        kind: The estimator kind a name is resolved for.
+        sha256: The checkpoint file's SHA-256.
+    """
+
+    name: str | None
+    path: str | None
+    kind: Which
+    sha256: str
+
+    @property
+    def label(self) -> str:
+        """The base as ``retrofit.json`` records it (the name or the path)."""
+        return self.name if self.name is not None else str(self.path)
+
+    def to_dict(self) -> dict[str, str]:
+        """The ``base`` object of ``retrofit.json``."""
+        named = {"name": self.name} if self.name is not None else {"path": str(self.path)}
+        return {**named, "kind": self.kind, "sha256": self.sha256}
+
+
+def recorded_path(
+    given: str,
+    directory: str | os.PathLike[str],
+    *,
+    relative_to: str | os.PathLike[str] = ".",
+) -> str:
+    """How ``retrofit.json`` in ``directory`` records a base file given as ``given``.
+
+    An absolute path (or one starting with ``~``) is recorded as given; a
+    relative one names a file relative to ``relative_to`` (the working
+    directory, or the saved retrofit that recorded it) and is rewritten
+    relative to ``directory``. Paths are taken as written: symbolic links are
+    kept, not followed.
+    """
+    if given.startswith("~") or Path(given).is_absolute():
+        return given
+    where = os.path.abspath(os.path.join(relative_to, given))
+    return os.path.relpath(where, os.path.abspath(directory))
 
 
 @dataclass(frozen=True)
 class SavedRetrofit:
-    """A verified saved retrofit directory.
+    """A saved retrofit directory, read and checked; its base is not touched here.
 
     Attributes:
         directory: The directory.
-        checkpoint: The weights file inside it (verified against its SHA-256).
-        settings: ``mode``, ``tau``, ``support``, ``eps_den``.
-        manifest: The whole parsed ``retrofit.json``.
+        settings: The retrofit settings (validated by :class:`RetrofitSettings`).
+        base: The model they apply to.
+        kinds: What the retrofitted model does: ``("regressor",)``,
+            ``("classifier",)`` or both (v3.5).
+        patch_digest: The digest of the patch the settings made when saved.
+        versions: The package versions at saving.
     """
 
     directory: Path
-    checkpoint: Path
-    settings: dict[str, Any]
-    manifest: dict[str, Any]
+    settings: RetrofitSettings
+    base: BaseIdentity
+    kinds: tuple[Which, ...]
+    patch_digest: str | None
+    versions: dict[str, str]
 
     @property
-    def kinds(self) -> tuple[Which, ...]:
-        """What the saved model does, as its weights file name says.
+    def manifest_path(self) -> Path:
+        """``DIR/retrofit.json``."""
+        return self.directory / MANIFEST_NAME
 
-        ``("regressor",)``, ``("classifier",)``, or both for a v3.5 model.
+    def base_location(self) -> Path:
+        """Where a path base is: its absolute path, or its path joined to the directory.
+
+        Raises:
+            SavedModelError: The base is a name, not a path.
         """
-        for kind in KINDS:
-            if self.checkpoint.name.endswith(f"_{kind}_retrofit{WEIGHTS_SUFFIX}"):
-                return (kind,)
-        return KINDS
+        if self.base.path is None:
+            raise SavedModelError(f"{self.manifest_path} names its base {self.base.name!r}")
+        path = Path(self.base.path).expanduser()
+        return path if path.is_absolute() else Path(os.path.abspath(self.directory / path))
+
+    def verified_base(self, file: Path | None) -> Path:
+        """``file`` if it holds the recorded base; else the one-line refusal.
+
+        Args:
+            file: The checkpoint the base resolved to; None when it resolved to no file.
+
+        Raises:
+            SavedModelError: No file, or one whose SHA-256 is not the recorded
+                one, naming the base, both digests and what to do.
+        """
+        expected = self.base.sha256
+        found = sha256_of_checkpoint(file) if file is not None and file.is_file() else None
+        if found == expected:
+            return file
+        where = f" ({file})" if file is not None and str(file) != self.base.label else ""
+        if found is None:
+            state = f"is missing{where}: expected SHA-256 {expected[:_SHORT]}, found no file"
+            restore = "put that checkpoint back"
+        else:
+            state = (
+                f"changed since the retrofit was saved{where}: expected SHA-256 "
+                f"{expected[:_SHORT]}, found {found[:_SHORT]}"
+            )
+            restore = "restore that checkpoint"
+        raise SavedModelError(
+            f"saved retrofit {self.directory}: its base {self.base.label!r} {state}; "
+            f"{restore}, or retrofit the base you have into this directory again with "
+            f"'{self.patch_command()}'"
+        )
+
+    def patch_command(self) -> str:
+        """The ``tabpfn-retrofit patch`` command that writes this directory again."""
+        s, base = self.settings, self.base
+        model = base.name if base.name is not None else str(self.base_location())
+        task = " --task classification" if base.kind == "classifier" else ""
+        return (
+            f"tabpfn-retrofit patch --model {model}{task} --mode {s.mode} --tau {s.tau!r} "
+            f"--support {s.support} --eps-den {s.eps_den!r} --out {self.directory} --force"
+        )
 
 
 def is_saved_dir(path: object) -> bool:
@@ -127,17 +224,19 @@ def is_saved_dir(path: object) -> bool:
 
 
 def check_replaceable(out_dir: str | os.PathLike[str], *, overwrite: bool) -> None:
-    """Refuses an ``out_dir`` that writing a saved directory there may not replace.
+    """Refuses an ``out_dir`` that writing a saved retrofit there may not replace.
 
-    Nothing there is fine. With ``overwrite`` a file, or a saved retrofit
-    directory holding only its ``retrofit.json`` and weights, may be replaced;
-    any other directory never is (it may hold the user's files).
+    Nothing there, or an empty directory, is fine. With ``overwrite`` a file,
+    or a saved retrofit directory holding only its ``retrofit.json`` (and the
+    weights file of the format before adapters), may be replaced; any other
+    directory never is (it may hold the user's files).
 
     Raises:
         OutputExistsError: ``out_dir`` exists and may not be replaced.
     """
     out = Path(out_dir).expanduser()
-    if not os.path.lexists(out):
+    empty_dir = out.is_dir() and not out.is_symlink() and not any(out.iterdir())
+    if not os.path.lexists(out) or empty_dir:
         return
     if not overwrite:
         raise OutputExistsError(f"{out} already exists (use --force to replace it)")
@@ -151,7 +250,7 @@ def check_replaceable(out_dir: str | os.PathLike[str], *, overwrite: bool) -> No
     others = sorted(
         entry.name
         for entry in out.iterdir()
-        if entry.name != MANIFEST_NAME and not _is_weights_file_name(entry.name)
+        if entry.name != MANIFEST_NAME and not _WEIGHTS_FILE.fullmatch(entry.name)
     )
     if others:
         raise OutputExistsError(
@@ -160,173 +259,59 @@ def check_replaceable(out_dir: str | os.PathLike[str], *, overwrite: bool) -> No
         )
 
 
-def _is_weights_file_name(name: str) -> bool:
-    return name.endswith(f"_retrofit{WEIGHTS_SUFFIX}")
-
-
-# Leftovers of a killed write beside DIR: .DIR.tmp-PID-XXXX and .DIR.old-PID.
-def _leftover_pattern(out: Path) -> re.Pattern[str]:
-    return re.compile(rf"\.{re.escape(out.name)}\.(tmp|old)-(\d+)(?:-.*)?")
-
-
-def remove_leftovers(out_dir: str | os.PathLike[str]) -> list[Path]:
-    """Removes what a killed write of ``out_dir`` left beside it; returns what it removed.
-
-    Only leftovers of processes that no longer run are touched. A ``.DIR.old-PID``
-    (the previous ``DIR``, moved aside just before the new one was renamed in)
-    is put back when ``DIR`` itself is missing.
-    """
-    out = Path(out_dir).expanduser()
-    if not out.parent.is_dir():
-        return []
-    pattern = _leftover_pattern(out)
-    removed: list[Path] = []
-    for entry in sorted(out.parent.iterdir()):
-        match = pattern.fullmatch(entry.name)
-        if match is None or process_alive(int(match.group(2))):
-            continue
-        if match.group(1) == "old" and not os.path.lexists(out):
-            os.rename(entry, out)
-            continue
-        _remove(entry)
-        removed.append(entry)
-    return removed
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
-
-
-def _match_modes(tmp: Path, out: Path) -> None:
-    """Gives ``tmp`` and its files the modes of the ``out`` they replace, else the umask's.
-
-    ``mkdtemp`` makes the folder 0700 and a writer may use a private temporary
-    file too, so every mode is set explicitly.
-    """
-    replaced = out.is_dir() and not out.is_symlink()
-    for entry in tmp.iterdir():
-        old = out / entry.name
-        keep = replaced and old.is_file()
-        os.chmod(entry, stat.S_IMODE(old.stat().st_mode) if keep else default_file_mode())
-    os.chmod(tmp, stat.S_IMODE(out.stat().st_mode) if replaced else default_dir_mode())
-
-
-def _weights_file_name(architecture_name: str, kinds: Collection[str]) -> str:
-    # tabpfn picks the version from the file name ("v3" in it -> v3, "v3.5" ->
-    # v3.5, none of its identifiers -> v2), so the architecture name leads it,
-    # with its minor version written as tabpfn spells it ("tabpfn_v3_5" -> "tabpfn_v3.5");
-    # the kind follows, as in tabpfn's own names, unless the model does both.
-    versioned = re.sub(r"^(tabpfn_v\d+)_(\d+)$", r"\1.\2", architecture_name)
-    kind = f"_{next(iter(kinds))}" if len(kinds) == 1 else ""
-    return f"{versioned}{kind}_retrofit{WEIGHTS_SUFFIX}"
-
-
 def write_saved(
-    source_checkpoint: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
     *,
-    settings: Mapping[str, Any],
-    patch_digest: str | None = None,
-    source_label: str | None = None,
-    kinds: Collection[str] = ("regressor",),
+    settings: RetrofitSettings,
+    base: BaseIdentity,
+    kinds: Collection[Which],
+    patch_digest: str | None,
     overwrite: bool = False,
 ) -> SavedRetrofit:
-    """Write ``source_checkpoint``'s weights and ``settings`` as a saved directory.
+    """Writes a saved retrofit: ``out_dir/retrofit.json``, and nothing else.
 
-    The settings are written as given; validate them first (the caller patches
-    a model with them, see ``retrofit.save_patched``).
+    The caller resolved the settings and patched the base with them
+    (:func:`retrofit.save_patched`); they are written as given.
 
     Args:
-        source_checkpoint: A ``.ckpt`` or ``.safetensors`` file tabpfn can read.
-        out_dir: The directory to create.
-        settings: ``mode``, ``tau``, ``support``, ``eps_den``.
-        patch_digest: ``PatchReport.digest()`` of the model patched with these
-            settings, recorded for provenance.
-        source_label: How the user named the source (``"embedded"``, ``"v3"``, a path).
-        kinds: What the model does (:func:`retrofit.models.kinds.host_kinds`):
-            ``("regressor",)``, ``("classifier",)`` or both; it names the weights file.
-        overwrite: Replace an existing ``out_dir`` (only once the new one is complete).
+        out_dir: The directory to create (or an empty one, or one to replace).
+        settings: The resolved settings.
+        base: The base, as it is to be recorded (:func:`recorded_path` for a file).
+        kinds: What the retrofitted model does.
+        patch_digest: ``PatchReport.digest()`` of the patch (None: mode ``"none"``).
+        overwrite: Replace an existing saved retrofit directory or file.
 
     Returns:
-        The saved directory, as :func:`load_saved` reads it.
+        The saved retrofit, read back.
 
     Raises:
-        OutputExistsError: ``out_dir`` exists and ``overwrite`` is false, or it
-            is a directory that is not a saved retrofit (see
-            :func:`check_replaceable`), or it is ``source_checkpoint`` itself.
-        SavedModelError: ``settings`` lacks a setting, or the checkpoint has no
-            state dict.
-        retrofit.errors.UnsafeCheckpointError: A ``.ckpt`` source holds more
-            than tensors and plain values (read with the weights-only unpickler).
+        OutputExistsError: ``out_dir`` exists and may not be replaced
+            (:func:`check_replaceable`).
     """
-    missing = [name for name in SETTING_NAMES if name not in settings]
-    if missing:
-        raise SavedModelError(f"settings lack {', '.join(missing)}")
-    if not kinds or not set(kinds) <= set(KINDS):
-        raise SavedModelError(f"kinds must be among {', '.join(KINDS)}, got {list(kinds)}")
-    source = Path(source_checkpoint)
     out = Path(out_dir).expanduser()
-    remove_leftovers(out)
     check_replaceable(out, overwrite=overwrite)
-    if out.exists() and out.resolve() == source.resolve():
-        raise OutputExistsError(f"{out} is the source checkpoint; give another directory")
-
-    checkpoint = load_checkpoint(source)
-    if not isinstance(checkpoint.get("state_dict"), dict):
-        raise SavedModelError(f"{source} holds no state_dict; it is not a TabPFN checkpoint")
-    architecture_name = checkpoint.get("architecture_name", "tabpfn_v2")
-    kept = {"state_dict": checkpoint["state_dict"]}
-    kept.update({k: checkpoint[k] for k in _CHECKPOINT_KEYS if k in checkpoint})
-    weights_name = _weights_file_name(architecture_name, set(kinds))
-
-    created = missing_dirs(out.parent)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
+    manifest = {
+        "format": FORMAT,
+        "settings": settings.to_dict(),
+        "base": base.to_dict(),
+        "kinds": [kind for kind in KINDS if kind in kinds],
+        "patch_digest": patch_digest,
+        "versions": package_versions(_VERSIONED_PACKAGES),
+    }
+    text = json.dumps(manifest, indent=2) + "\n"
+    created = missing_dirs(out)
     try:
-        save_as_safetensors(kept, tmp / weights_name)
-        manifest = {
-            "format": FORMAT,
-            "settings": {name: settings[name] for name in SETTING_NAMES},
-            "weights": {"file": weights_name, "sha256": sha256_file(tmp / weights_name)},
-            "source": {
-                "label": source_label if source_label is not None else str(source),
-                "file": source.name,
-                "sha256": sha256_file(source),
-                "dropped_keys": sorted(
-                    k for k in checkpoint if k != "state_dict" and k not in _CHECKPOINT_KEYS
-                ),
-            },
-            "architecture_name": architecture_name,
-            "patch_digest": patch_digest,
-            "versions": package_versions(_VERSIONED_PACKAGES),
-            "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
-        (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        _match_modes(tmp, out)
-        _move_into_place(tmp, out, overwrite=overwrite)
+        if out.is_symlink() or out.is_file():
+            out.unlink()  # the file (or link) --force replaces
+        out.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out / MANIFEST_NAME, text)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
         remove_empty_dirs(created)
         raise
-    return load_saved(out)
-
-
-def _move_into_place(tmp: Path, out: Path, *, overwrite: bool) -> None:
-    if not os.path.lexists(out):
-        os.rename(tmp, out)
-        return
-    check_replaceable(out, overwrite=overwrite)  # again: it may have changed meanwhile
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    os.rename(out, old)
-    try:
-        os.rename(tmp, out)
-    except BaseException:
-        os.rename(old, out)
-        raise
-    _remove(old)  # a directory, or the file (or link) --force replaced
+    for entry in out.iterdir():  # a replaced directory of the format before adapters
+        if _WEIGHTS_FILE.fullmatch(entry.name):
+            entry.unlink()
+    return read_saved(out)
 
 
 def _parse_json_once_per_key(text: str, path: Path) -> Any:
@@ -350,109 +335,153 @@ def _parse_json_once_per_key(text: str, path: Path) -> Any:
     return data
 
 
-def _check_field_types(manifest_path: Path, manifest: dict, settings: dict[str, Any]) -> None:
-    """Refuses a field of the wrong type, naming the file and the field.
+def _object(value: Any, path: Path, field: str | None, keys: Collection[str]) -> dict[str, Any]:
+    """``value`` when it is an object holding exactly ``keys``; else the one-line refusal.
+
+    ``field`` names it in the message; None: the file's top level.
+    """
+    subject = f"{path}: field {field}" if field else str(path)
+    if not isinstance(value, dict):
+        raise SavedModelError(f"{subject} must be an object, got {type(value).__name__}")
+    missing = [key for key in keys if key not in value]
+    unknown = sorted(set(value) - set(keys))
+    if missing or unknown:
+        lacks = f"lacks {', '.join(missing)}" if missing else ""
+        extra = f"holds {', '.join(unknown)}, which it does not take" if unknown else ""
+        raise SavedModelError(f"{subject} {'; '.join(p for p in (lacks, extra) if p)}")
+    return value
+
+
+def _text(value: Any, path: Path, field: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise SavedModelError(
+            f"{path}: field {field} must be text, got {type(value).__name__} {value!r}"
+        )
+    return value
+
+
+def _settings(value: Any, path: Path) -> RetrofitSettings:
+    fields = _object(value, path, "settings", SETTING_NAMES)
+    try:
+        return RetrofitSettings(**fields)
+    except InvalidPatchConfigError as exc:
+        raise SavedModelError(f"{path}: field settings: {exc}") from None
+
+
+def _base(value: Any, path: Path) -> BaseIdentity:
+    named = "name" if isinstance(value, dict) and "name" in value else "path"
+    fields = _object(value, path, "base", (named, "kind", "sha256"))
+    where = _text(fields[named], path, f"base.{named}")
+    if named == "name" and Path(where).name != where:
+        raise SavedModelError(
+            f"{path}: field base.name {where!r} is a path; a file is recorded as base.path"
+        )
+    kind = fields["kind"]
+    if kind not in KINDS:
+        raise SavedModelError(
+            f"{path}: field base.kind must be one of {', '.join(KINDS)}, got {kind!r}"
+        )
+    digest = _text(fields["sha256"], path, "base.sha256")
+    if len(digest) != 64 or set(digest) - set("0123456789abcdef"):
+        raise SavedModelError(
+            f"{path}: field base.sha256 must be 64 lowercase hex digits, got {digest!r}"
+        )
+    return BaseIdentity(
+        name=where if named == "name" else None,
+        path=where if named == "path" else None,
+        kind=kind,
+        sha256=digest,
+    )
+
+
+def _kinds(value: Any, path: Path, base: BaseIdentity) -> tuple[Which, ...]:
+    if (
+        not isinstance(value, list)
+        or not value
+        or len(set(map(str, value))) != len(value)
+        or not set(value) <= set(KINDS)
+    ):
+        raise SavedModelError(
+            f"{path}: field kinds must list one or both of {', '.join(KINDS)}, got {value!r}"
+        )
+    if base.kind not in value:
+        raise SavedModelError(
+            f"{path}: field base.kind {base.kind!r} is not among the kinds {value!r}"
+        )
+    return tuple(kind for kind in KINDS if kind in value)
+
+
+def read_saved(directory: str | os.PathLike[str]) -> SavedRetrofit:
+    """Reads and checks a saved retrofit directory's ``retrofit.json``; the base is not read.
+
+    Args:
+        directory: A directory written by :func:`write_saved`.
+
+    Returns:
+        The saved retrofit.
 
     Raises:
-        SavedModelError: A setting out of range or of the wrong type, or a
-            weights file name, SHA-256 or patch digest that is not text.
+        SavedModelError: In one line naming the file: no or unreadable
+            ``retrofit.json``, one naming a key twice, the format before adapters
+            (run ``patch`` again), an unknown format, a field missing, unknown, of
+            the wrong type or out of range (the settings are checked by
+            :class:`RetrofitSettings`).
     """
-    for name, value in settings.items():
-        try:
-            if value is None:
-                raise InvalidPatchConfigError("no value")
-            check_given({name: value})
-        except InvalidPatchConfigError as exc:
-            raise SavedModelError(f"{manifest_path}: field settings.{name}: {exc}") from None
-    texts = {
-        "weights.file": manifest["weights"]["file"],
-        "weights.sha256": manifest["weights"]["sha256"],
-    }
-    if manifest.get("patch_digest") is not None:
-        texts["patch_digest"] = manifest["patch_digest"]
-    for field, value in texts.items():
-        if not isinstance(value, str):
-            raise SavedModelError(
-                f"{manifest_path}: field {field} must be text, got {type(value).__name__} {value!r}"
-            )
+    root = Path(directory).expanduser()
+    path = root / MANIFEST_NAME
+    if not path.is_file():
+        raise SavedModelError(f"{root} is not a saved retrofit: no {MANIFEST_NAME}")
+    try:
+        manifest = _parse_json_once_per_key(path.read_text(encoding="utf-8"), path)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SavedModelError(f"cannot read {path}: {exc}") from exc
+    found = manifest.get("format") if isinstance(manifest, dict) else None
+    if found == _WEIGHTS_FORMAT:
+        raise SavedModelError(
+            f"{root} is a saved retrofit of the format before adapters ({found}, a copy of "
+            "the host's weights), which this version no longer reads; save it again as an "
+            f"adapter with 'tabpfn-retrofit patch --model BASE --out {root} --force'"
+        )
+    if found != FORMAT:
+        raise SavedModelError(f"{path} has format {found!r}, expected {FORMAT!r}")
+    manifest = _object(manifest, path, None, _FIELDS)
+    base = _base(manifest["base"], path)
+    digest = manifest["patch_digest"]
+    if digest is not None:
+        _text(digest, path, "patch_digest")
+    versions = manifest["versions"]
+    if not isinstance(versions, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in versions.items()
+    ):
+        raise SavedModelError(f"{path}: field versions must map package names to versions")
+    return SavedRetrofit(
+        directory=root,
+        settings=_settings(manifest["settings"], path),
+        base=base,
+        kinds=_kinds(manifest["kinds"], path, base),
+        patch_digest=digest,
+        versions=dict(versions),
+    )
 
 
 def check_patch_digest(saved: SavedRetrofit, digests: Collection[str | None]) -> None:
-    """Refuses a saved directory whose recorded patch is not the one just applied.
+    """Refuses a saved retrofit whose recorded patch is not the one just applied.
 
     ``retrofit.json`` records ``PatchReport.digest()`` of the patch its settings
     make (None for mode ``"none"``); a model loaded from it is patched with those
     settings, so its digest must be among ``digests``.
 
     Args:
-        saved: The loaded directory.
+        saved: The saved retrofit.
         digests: The digests of the patches made from it (None: no patch).
 
     Raises:
         SavedModelError: Naming ``retrofit.json`` and both digests.
     """
-    recorded = saved.manifest.get("patch_digest")
-    if recorded not in digests:
+    if saved.patch_digest not in digests:
         found = ", ".join(sorted(str(d) for d in set(digests)))
         raise SavedModelError(
-            f"{saved.directory / MANIFEST_NAME} records patch_digest {recorded!r}, but its "
+            f"{saved.manifest_path} records patch_digest {saved.patch_digest!r}, but its "
             f"settings patch the model to {found} (the file was modified, or saved by another "
-            "version of tabpfn or the retrofit): patch the source again"
+            "version of tabpfn or the retrofit): patch the base again"
         )
-
-
-def load_saved(directory: str | os.PathLike[str]) -> SavedRetrofit:
-    """Read and verify a saved retrofit directory.
-
-    Args:
-        directory: A directory written by :func:`write_saved`.
-
-    Returns:
-        The directory, its verified weights file and its settings.
-
-    Raises:
-        SavedModelError: No or unreadable ``retrofit.json``, one naming a key
-            twice, a field of the wrong type or out of range, an unknown format,
-            a weights file that is not ``.safetensors``, a missing weights file,
-            or a SHA-256 mismatch (a modified file). The SHA-256 guards the
-            files' integrity, not their origin: whoever can edit the directory
-            can write a matching hash.
-    """
-    root = Path(directory).expanduser()
-    manifest_path = root / MANIFEST_NAME
-    if not manifest_path.is_file():
-        raise SavedModelError(f"{root} is not a saved retrofit: no {MANIFEST_NAME}")
-    try:
-        manifest = _parse_json_once_per_key(manifest_path.read_text(), manifest_path)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SavedModelError(f"cannot read {manifest_path}: {exc}") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        found = manifest.get("format") if isinstance(manifest, dict) else None
-        raise SavedModelError(f"{manifest_path} has format {found!r}, expected {FORMAT!r}")
-    try:
-        settings = {name: manifest["settings"][name] for name in SETTING_NAMES}
-        weights_name = manifest["weights"]["file"]
-        expected_sha = manifest["weights"]["sha256"]
-    except KeyError as exc:
-        raise SavedModelError(f"{manifest_path} lacks the field {exc}") from exc
-    except TypeError:
-        raise SavedModelError(
-            f"{manifest_path}: fields settings and weights must be objects (name: value)"
-        ) from None
-    _check_field_types(manifest_path, manifest, settings)
-    weights = root / weights_name
-    if not weights_name.endswith(WEIGHTS_SUFFIX):
-        # tabpfn unpickles any other file; a matching SHA-256 proves no origin.
-        raise SavedModelError(
-            f"{manifest_path} names the weights file {weights_name!r}; a saved retrofit "
-            f"holds {WEIGHTS_SUFFIX} weights only (no pickle)"
-        )
-    if Path(weights_name).name != weights_name or not weights.is_file():
-        raise SavedModelError(f"{root} lacks its weights file {weights_name}")
-    actual_sha = sha256_of_checkpoint(weights)
-    if actual_sha != expected_sha:
-        raise SavedModelError(
-            f"SHA-256 mismatch for {weights}: expected {expected_sha}, found {actual_sha} "
-            "(the file was modified or is incomplete)"
-        )
-    return SavedRetrofit(root, weights, settings, manifest)

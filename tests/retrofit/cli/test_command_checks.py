@@ -188,7 +188,7 @@ def test_predict_refuses_a_target_named_like_an_output_column(
     assert not (tmp_path / "pred.csv").exists()
 
 
-# --- saved directories ------------------------------------------------------------------
+# --- saved retrofits ------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -225,11 +225,13 @@ def test_a_retrofit_json_whose_patch_digest_was_changed_is_refused(saved_dir, tm
 @pytest.mark.parametrize(
     ("path", "value", "field"),
     [
-        (("settings", "tau"), "abc", "settings.tau"),
-        (("settings", "mode"), 3, "settings.mode"),
-        (("weights", "file"), 5, "weights.file"),
-        (("weights", "sha256"), None, "weights.sha256"),
-        (("patch_digest",), 12, "patch_digest"),
+        (("settings", "tau"), "abc", "field settings: tau must be"),
+        (("settings", "mode"), 3, "field settings: unknown mode 3"),
+        (("base", "path"), 5, "field base.path must be text"),
+        (("base", "sha256"), None, "field base.sha256 must be text"),
+        (("base", "kind"), "regression", "field base.kind must be one of"),
+        (("kinds",), "regressor", "field kinds must list"),
+        (("patch_digest",), 12, "field patch_digest must be text"),
     ],
 )
 def test_a_retrofit_json_field_of_the_wrong_type_names_the_file_and_field(

@@ -159,7 +159,7 @@ def test_patch_then_predict_from_the_directory_is_bit_identical(data, model_arg,
         capsys,
     )
     assert code == 0 and "saved retrofitted regressor" in stdout
-    assert _listing(saved_dir) == ["retrofit.json", "tabpfn_v3_regressor_retrofit.safetensors"]
+    assert _listing(saved_dir) == ["retrofit.json"]  # an adapter: no weights
     manifest = json.loads((saved_dir / "retrofit.json").read_text())
     assert manifest["settings"] == {
         "mode": "oattention",
@@ -169,7 +169,8 @@ def test_patch_then_predict_from_the_directory_is_bit_identical(data, model_arg,
     }
     assert len(manifest["patch_digest"]) == 16
     source = EMBEDDED if model_arg == "embedded" else Path(model_arg)
-    assert manifest["source"]["sha256"] == sha256_file(source)
+    named = {"name": "embedded"} if model_arg == "embedded" else {"path": model_arg}
+    assert manifest["base"] == {**named, "kind": "regressor", "sha256": sha256_file(source)}
 
     out = tmp_path / "pred.csv"
     code, _, _ = _run(
@@ -222,11 +223,13 @@ def test_a_saved_directory_refuses_conflicting_settings(data, model_arg, capsys,
     assert not out.exists()
 
 
-def test_a_tampered_directory_is_refused(data, model_arg, capsys, tmp_path):
+def test_a_base_changed_since_patch_is_refused_in_one_line(data, model_arg, capsys, tmp_path):
+    base = tmp_path / "host_v3.safetensors"
+    shutil.copyfile(EMBEDDED if model_arg == "embedded" else model_arg, base)
     saved_dir = tmp_path / "retrofitted"
-    assert _run(["patch", "--model", model_arg, "--out", saved_dir, "--quiet"], capsys)[0] == 0
-    weights = saved_dir / "tabpfn_v3_regressor_retrofit.safetensors"
-    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    assert _run(["patch", "--model", base, "--out", saved_dir, "--quiet"], capsys)[0] == 0
+    expected = sha256_file(base)
+    base.write_bytes(base.read_bytes()[:-1] + bytes([base.read_bytes()[-1] ^ 0xFF]))
     out = tmp_path / "pred.csv"
     code, _, err = _run(
         _args(
@@ -242,7 +245,8 @@ def test_a_tampered_directory_is_refused(data, model_arg, capsys, tmp_path):
         ),
         capsys,
     )
-    assert code == 2 and err.count("\n") == 1 and "SHA-256 mismatch" in err
+    assert code == 2 and err.count("\n") == 1 and "changed since the retrofit was saved" in err
+    assert f"expected SHA-256 {expected[:12]}, found {sha256_file(base)[:12]}" in err
     assert not out.exists()
 
 
@@ -382,12 +386,12 @@ def test_patch_refuses_an_existing_directory_unless_forced(model_arg, capsys, tm
         ["patch", "--model", model_arg, "--mode", "none", "--out", out, "--quiet"], capsys
     )
     assert code == 2 and "already exists" in err
-    assert saved.load_saved(out).settings["mode"] == "full-o"
+    assert saved.read_saved(out).settings.mode == "full-o"
     code, _, _ = _run(
         ["patch", "--model", model_arg, "--mode", "none", "--out", out, "--force", "--quiet"],
         capsys,
     )
-    assert code == 0 and saved.load_saved(out).settings["mode"] == "none"
+    assert code == 0 and saved.read_saved(out).settings.mode == "none"
     assert _listing(tmp_path) == ["d"]
 
 
@@ -621,8 +625,10 @@ def test_patch_reaches_the_embedded_classifier_with_task_classification(capsys, 
     assert f"OTabPFNClassifier(model_path={str(out)!r})" in printed
     assert "OTabPFNRegressor" not in printed
     meta = json.loads((out / "retrofit.json").read_text())
-    assert meta["weights"]["file"].endswith("_classifier_retrofit.safetensors")
-    assert meta["source"]["sha256"] == sha256_file(retrofit.embedded_model_path(which="classifier"))
+    classifier_file = retrofit.embedded_model_path(which="classifier")
+    assert meta["base"] == {"name": "embedded", "kind": "classifier",
+                            "sha256": sha256_file(classifier_file)}  # fmt: skip
+    assert meta["kinds"] == ["classifier"]
     rng = np.random.default_rng(0)
     x = rng.normal(size=(40, 3))
     y = (x[:, 0] > 0).astype(int)
@@ -630,7 +636,6 @@ def test_patch_reaches_the_embedded_classifier_with_task_classification(capsys, 
                             inference_precision=torch.float32).fit(x, y)  # fmt: skip
     assert clf.predict_proba(x).shape == (40, 2)
     # A task the model cannot run is one line naming its kind, as predict's --task.
-    classifier_file = next(out.glob("*.safetensors"))
     assert cli.main(["patch", "--model", str(classifier_file), "--task", "regression",
                      "--out", str(tmp_path / "r"), "--quiet"]) == 2  # fmt: skip
     err = capsys.readouterr().err.strip()

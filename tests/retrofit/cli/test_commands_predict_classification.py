@@ -7,6 +7,8 @@ shapes, compared within the classifier bound of ``tests/helpers/exactness.py``.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -169,17 +171,16 @@ def test_one_text_label_in_train_leaves_integer_test_labels_equal_to_their_class
     assert printed == f"accuracy {accuracy:.6g} on {N_TEST} rows with a known label"
 
 
-def test_patching_a_classifier_names_the_file_and_the_estimator_by_its_kind(
+def test_patching_a_classifier_records_its_kind_and_names_the_estimator(
     tmp_path, files, classifier_checkpoint, capsys
 ):
     saved_dir = tmp_path / "retrofitted"
     argv = ["patch", "--model", str(classifier_checkpoint), "--mode", "full-o"]
     assert main([*argv, "--out", str(saved_dir), "--quiet"]) == 0
     printed = capsys.readouterr().out
-    assert sorted(p.name for p in saved_dir.iterdir()) == [
-        "retrofit.json",
-        "tabpfn_v2_classifier_retrofit.safetensors",
-    ]
+    assert sorted(p.name for p in saved_dir.iterdir()) == ["retrofit.json"]
+    manifest = json.loads((saved_dir / "retrofit.json").read_text())
+    assert manifest["kinds"] == ["classifier"] and manifest["base"]["kind"] == "classifier"
     assert f"saved retrofitted classifier to {saved_dir}" in printed
     assert f"OTabPFNClassifier(model_path={str(saved_dir)!r})" in printed
     assert "OTabPFNRegressor" not in printed
@@ -208,7 +209,7 @@ def test_patch_help_names_both_estimators(capsys):
         main(["patch", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "OTabPFNClassifier(model_path=DIR)" in text
-    assert "<tabpfn_vX>_<kind>_retrofit.safetensors" in text
+    assert "as an adapter" in text and "No weights are copied" in text
 
 
 def test_float_written_test_labels_equal_the_integer_classes_of_a_train_file_with_text(

@@ -161,10 +161,9 @@ def test_patching_a_model_that_does_both_names_both_estimators(tmp_path, both_ch
     saved_dir = tmp_path / "retrofitted"
     assert main(["patch", "--model", str(both_checkpoint), "--out", str(saved_dir), "--quiet"]) == 0
     printed = capsys.readouterr().out
-    assert sorted(p.name for p in saved_dir.iterdir()) == [
-        "retrofit.json",
-        "tabpfn_v3.5_retrofit.safetensors",
-    ]
+    assert sorted(p.name for p in saved_dir.iterdir()) == ["retrofit.json"]
+    manifest = json.loads((saved_dir / "retrofit.json").read_text())
+    assert manifest["kinds"] == ["regressor", "classifier"]
     assert f"saved retrofitted regressor and classifier to {saved_dir}" in printed
     for estimator in ("OTabPFNRegressor", "OTabPFNClassifier"):
         assert f"{estimator}(model_path={str(saved_dir)!r})" in printed

@@ -29,6 +29,7 @@ from retrofit import (
     FitStateError,
     OTabPFNClassifier,
     OTabPFNRegressor,
+    SavedModelError,
     UnsafeCheckpointError,
     is_patched,
     patch,
@@ -233,6 +234,18 @@ def test_a_resolved_model_and_a_saved_directory_round_trip(checkpoints, tmp_path
     loaded = _round_trip(estimator, tmp_path)
     assert loaded.settings_["mode"] == "oattention" and loaded.mode is None
     assert _regressor_outputs(loaded, X[:7]) == _regressor_outputs(estimator, X[:7])
+
+
+def test_a_fit_state_of_a_saved_retrofit_whose_base_changed_is_refused_naming_it(tmp_path):
+    """The refit resolves the saved retrofit again: its base is verified before any fit."""
+    X, y = _regression_data()
+    base = tiny_v3_checkpoint(tmp_path / "hosts")
+    saved_dir = save_patched(str(base), tmp_path / "saved", mode="oattention").directory
+    estimator = OTabPFNRegressor(**_kwargs(model_path=str(saved_dir))).fit(X, y)
+    estimator.save_fit_state(tmp_path / "fit.tabpfn_fit")
+    tiny_v3_checkpoint(tmp_path / "hosts", seed=1)  # another host under the base's name
+    with pytest.raises(SavedModelError, match=r"its base .* changed since the retrofit was saved"):
+        OTabPFNRegressor.load_from_fit_state(tmp_path / "fit.tabpfn_fit", device="cpu")
 
 
 def test_a_model_patched_by_the_caller_is_patched_again_on_load(tmp_path):

@@ -17,17 +17,17 @@ import pytest
 import torch
 from tabpfn.checkpoint import Checkpoint
 
-from retrofit.errors import CorruptCheckpointError, SavedModelError, UnsafeCheckpointError
+from retrofit.errors import CorruptCheckpointError, UnsafeCheckpointError
 from retrofit.files import sha256_file
 from retrofit.models import loading, saved
 from retrofit.models.checkpoints import check_checkpoint, load_checkpoint
+from retrofit.models.saved.save import save_patched
 from retrofit.regressor import OTabPFNRegressor
 from tests.helpers.tiny_models import tiny_v3_checkpoint
 
 # tabpfn's loader warns that the variable forces full unpickling: that is the point here.
 pytestmark = pytest.mark.filterwarnings("ignore:Environment variable TORCH_FORCE_NO_WEIGHTS")
 
-SETTINGS = {"mode": "full-o", "tau": 1.0, "support": "count", "eps_den": 1e-6}
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -76,10 +76,10 @@ def test_loading_a_marker_ckpt_as_a_model_runs_no_code(tmp_path, legacy_default)
 
 
 def test_saving_from_a_marker_ckpt_runs_no_code(tmp_path, legacy_default):
-    """The saved-directory writer reads sources weights-only too."""
+    """``save_patched`` resolves its base through the weights-only check too."""
     path, marker = _marker_checkpoint(tmp_path)
     with pytest.raises(UnsafeCheckpointError):
-        saved.write_saved(path, tmp_path / "out", settings=SETTINGS)
+        save_patched(str(path), tmp_path / "out")
     with pytest.raises(UnsafeCheckpointError):
         load_checkpoint(path)
     assert not marker.exists()
@@ -116,29 +116,21 @@ def test_a_text_file_named_ckpt_is_not_a_checkpoint_rather_than_an_unsafe_pickle
     assert str(path) in str(caught.value) and "\n" not in str(caught.value)
 
 
-def _point_manifest_at(directory: Path, weights: Path) -> None:
-    manifest_path = directory / saved.MANIFEST_NAME
-    manifest = json.loads(manifest_path.read_text())
-    manifest["weights"] = {"file": weights.name, "sha256": sha256_file(weights)}
-    manifest_path.write_text(json.dumps(manifest))
-
-
-def test_a_saved_dir_edited_to_name_a_ckpt_with_its_sha256_is_refused(tmp_path, legacy_default):
-    """The saved format admits safetensors only, whatever the hash says."""
+def test_a_saved_retrofit_edited_to_name_a_marker_ckpt_with_its_sha256_runs_no_code(
+    tmp_path, legacy_default
+):
+    """The SHA-256 proves no origin: the base still passes the weights-only check first."""
     source = tiny_v3_checkpoint(tmp_path, name="tiny_v3.safetensors")
-    out = saved.write_saved(source, tmp_path / "d", settings=SETTINGS).directory
-    plain = out / "tabpfn_v3_regressor_retrofit.ckpt"
-    torch.save(Checkpoint(source).load(), plain)
-    _point_manifest_at(out, plain)
-    with pytest.raises(SavedModelError, match=r"\.safetensors weights only"):
-        saved.load_saved(out)
+    out = save_patched(str(source), tmp_path / "d").directory
     marker_ckpt, marker = _marker_checkpoint(tmp_path, name="payload_v3.ckpt")
-    booby = out / marker_ckpt.name
-    marker_ckpt.rename(booby)
-    _point_manifest_at(out, booby)
-    with pytest.raises(SavedModelError, match="safetensors"):
+    manifest_path = out / saved.MANIFEST_NAME
+    manifest = json.loads(manifest_path.read_text())
+    manifest["base"] = {**manifest["base"], "path": str(marker_ckpt)}
+    manifest["base"]["sha256"] = sha256_file(marker_ckpt)
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(UnsafeCheckpointError, match="could run code"):
         loading.load_host(str(out))
-    with pytest.raises(SavedModelError, match="safetensors"):
+    with pytest.raises(UnsafeCheckpointError, match="could run code"):
         OTabPFNRegressor(model_path=str(out), device="cpu").fit([[0.0], [1.0]], [0.0, 1.0])
     assert not marker.exists()
 

@@ -87,7 +87,7 @@ def checkpoint(tmp_path) -> Path:
 def test_refits_load_verify_and_patch_a_saved_host_once(tmp_path, checkpoint, calls):
     saved = tmp_path / "saved"
     save_patched(checkpoint, saved, mode="full-o", tau=2.0)
-    os.utime(next(saved.glob("*.safetensors")))  # a new identity: its digest is not known
+    os.utime(checkpoint)  # the base gets a new identity: its digest is not known
     calls.clear()
     est = _est(saved)
     for seed in range(3):

@@ -1,4 +1,4 @@
-"""Real weights (v2/v3 aliases, local files) and saved retrofit directories.
+"""Real weights: the v2/v3 aliases and local files.
 
 No test downloads: tabpfn's downloader is replaced by a fake wherever a
 download could be tried, and conftest points the model cache at a temp dir.
@@ -6,7 +6,6 @@ download could be tried, and conftest points the model cache at a temp dir.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -17,10 +16,8 @@ from tabpfn import model_loading
 from tabpfn.checkpoint import Checkpoint
 
 from retrofit.classifier import OTabPFNClassifier
-from retrofit.errors import SavedModelError, SettingsConflictError, WeightsUnavailableError
-from retrofit.files import sha256_file
-from retrofit.models import loading, saved, weights
-from retrofit.models.saved.save import save_patched
+from retrofit.errors import SettingsConflictError, WeightsUnavailableError
+from retrofit.models import loading, weights
 from retrofit.regressor import OTabPFNRegressor
 from retrofit.settings import resolve_settings
 from tests.helpers.commands import one_error_line, predict_argv, run_cli
@@ -200,83 +197,7 @@ def test_unknown_version_alias_is_rejected():
         weights.default_checkpoint_path("v4")
 
 
-# --- saved retrofit directories ------------------------------------------------
-
-
-def test_saved_dir_round_trip_keeps_weights_and_settings(tmp_path):
-    source = tiny_v3_checkpoint(tmp_path, name="tiny_v3.safetensors")
-    out = tmp_path / "retrofitted"
-    result = saved.write_saved(source, out, settings=SETTINGS, patch_digest="abc", source_label="x")
-    assert sorted(p.name for p in out.iterdir()) == [
-        "retrofit.json",
-        "tabpfn_v3_regressor_retrofit.safetensors",
-    ]
-    assert "v3" in result.checkpoint.name
-    assert model_loading.resolve_model_version(result.checkpoint).value == "v3"
-    assert result.settings == SETTINGS
-    manifest = json.loads((out / "retrofit.json").read_text())
-    assert manifest["source"]["sha256"] == sha256_file(source)
-    assert manifest["weights"]["sha256"] == sha256_file(result.checkpoint)
-    assert manifest["patch_digest"] == "abc"
-    assert set(manifest["versions"]) >= {"tabpfn", "torch", "tabpfn-retrofit"}
-    original = Checkpoint(source).load()
-    copy = Checkpoint(result.checkpoint).load()
-    assert copy["config"] == original["config"]
-    assert copy["inference_config"] == original["inference_config"]
-    assert copy["state_dict"].keys() == original["state_dict"].keys()
-    for key, tensor in original["state_dict"].items():
-        assert torch.equal(copy["state_dict"][key], tensor), key
-    assert saved.is_saved_dir(out)
-    assert not saved.is_saved_dir(source)
-
-
-def test_tampered_weights_fail_the_sha256_check(tmp_path):
-    source = tiny_v3_checkpoint(tmp_path)
-    out = saved.write_saved(source, tmp_path / "d", settings=SETTINGS).directory
-    weights_file = next(out.glob("*.safetensors"))
-    data = bytearray(weights_file.read_bytes())
-    data[-1] ^= 0xFF
-    weights_file.write_bytes(bytes(data))
-    with pytest.raises(SavedModelError, match="SHA-256 mismatch"):
-        saved.load_saved(out)
-
-
-def test_malformed_saved_dirs_fail_clearly(tmp_path):
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    with pytest.raises(SavedModelError, match=r"no retrofit\.json"):
-        saved.load_saved(empty)
-    (empty / "retrofit.json").write_text("{not json")
-    with pytest.raises(SavedModelError, match="cannot read"):
-        saved.load_saved(empty)
-    (empty / "retrofit.json").write_text(json.dumps({"format": "other/9"}))
-    with pytest.raises(SavedModelError, match="format"):
-        saved.load_saved(empty)
-
-
-def test_existing_output_is_refused_unless_overwrite(tmp_path):
-    source = tiny_v3_checkpoint(tmp_path)
-    out = tmp_path / "d"
-    saved.write_saved(source, out, settings=SETTINGS)
-    with pytest.raises(FileExistsError):
-        saved.write_saved(source, out, settings={**SETTINGS, "mode": "oattention"})
-    assert saved.load_saved(out).settings["mode"] == "full-o"
-    saved.write_saved(source, out, settings={**SETTINGS, "mode": "oattention"}, overwrite=True)
-    assert saved.load_saved(out).settings["mode"] == "oattention"
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
-
-
-def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
-    source = tiny_v3_checkpoint(tmp_path)
-
-    def broken_save(checkpoint, path):
-        Path(path).write_bytes(b"partial")
-        raise OSError("disk full")
-
-    monkeypatch.setattr(saved, "save_as_safetensors", broken_save)
-    with pytest.raises(OSError, match="disk full"):
-        saved.write_saved(source, tmp_path / "d", settings=SETTINGS)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [source.name]
+# --- settings a saved retrofit carries ------------------------------------------------
 
 
 def test_resolve_settings_saved_are_defaults_and_explicit_must_agree():
@@ -340,25 +261,6 @@ def test_v2_alias_uses_the_file_in_tabpfns_cache(cache_dir, no_download):
     assert estimator.patch_report_.host == "TabPFNV2"
     assert estimator.patch_report_.n_replaced == 2
     assert np.isfinite(prediction).all()
-
-
-def test_a_v2_source_saves_as_a_v2_directory_that_loads_and_fits(cache_dir, no_download, tmp_path):
-    source = save_tiny_v2_checkpoint(build_tiny_v2(), tmp_path / "tiny_regressor.safetensors")
-    result = save_patched(str(source), tmp_path / "v2dir", mode="oattention", tau=0.5)
-    assert result.checkpoint.name == "tabpfn_v2_regressor_retrofit.safetensors"
-    assert model_loading.resolve_model_version(result.checkpoint).value == "v2"
-    assert "architecture_name" not in Checkpoint(result.checkpoint).load()  # as in v2 files
-    assert result.manifest["architecture_name"] == "tabpfn_v2"
-    from_dir, prediction = _fit_predict(str(result.directory))
-    assert from_dir.settings_ == {
-        "mode": "oattention",
-        "tau": 0.5,
-        "support": "count",
-        "eps_den": 1e-6,
-    }
-    assert from_dir.patch_report_.host == "TabPFNV2"
-    _, direct = _fit_predict(str(source), mode="oattention", tau=0.5)
-    assert np.array_equal(prediction, direct)
 
 
 def test_offline_v2_without_hf_hub_offline_fails_fast_in_one_line(

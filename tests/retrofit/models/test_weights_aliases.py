@@ -121,13 +121,16 @@ def test_estimator_fit_modes_agree_on_every_new_host(tmp_path, name):
         ("tabpfn_v3_5", ModelVersion.V3_5),
     ],
 )
-def test_a_saved_directory_keeps_the_version_tabpfn_reads_from_its_file_name(
+def test_a_saved_retrofit_of_each_host_class_loads_its_base_file_as_that_version(
     tmp_path, name, version
 ):
     from retrofit.models.saved.save import save_patched
 
-    saved_dir = save_patched(_checkpoint(name, tmp_path), tmp_path / "saved", mode="full-o")
-    assert model_loading.resolve_model_version(saved_dir.checkpoint) == version
+    source = _checkpoint(name, tmp_path)
+    save_patched(source, tmp_path / "saved", mode="full-o")
+    base = loading.resolve_model(tmp_path / "saved").checkpoint
+    assert base == source.resolve()  # the file itself: tabpfn reads its version from its name
+    assert model_loading.resolve_model_version(base) == version
     specs = loading.load_host(tmp_path / "saved")
     assert (
         type(specs.model).__name__
