@@ -83,8 +83,8 @@ def _shape(name: str, value: Any, caller: str) -> tuple[int, ...]:
     shape = getattr(value, "shape", None)
     if shape is None:
         try:
-            shape = np.asarray(value, dtype=object).shape
-        except ValueError:  # rows of different lengths
+            shape = np.asarray(value).shape
+        except ValueError:  # rows of different lengths (numpy refuses an inhomogeneous shape)
             raise InvalidInputError(f"{caller}: {name} has rows of different lengths") from None
     return tuple(shape)
 
