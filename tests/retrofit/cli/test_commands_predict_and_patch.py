@@ -355,8 +355,9 @@ def test_a_crash_while_writing_leaves_no_partial_prediction_file(
 def test_an_existing_prediction_file_survives_a_failed_run(data, model_arg, capsys):
     out = _write(data["train"].parent, "pred.csv", "old content\n")
     argv = ["predict", "--train", data["train"], "--target", "price", "--test", data["test"]]
-    code, _, _ = _run([*argv, "--out", out, "--model", model_arg, *FAST], capsys)
-    assert code == 2 and out.read_text() == "old content\n"
+    # --force: the run may replace the file, and fails later, on the missing target.
+    code, _, err = _run([*argv, "--out", out, "--force", "--model", model_arg, *FAST], capsys)
+    assert code == 2 and "'price' not in" in err and out.read_text() == "old content\n"
 
 
 def test_patch_errors_leave_no_directory(model_arg, capsys, tmp_path):
