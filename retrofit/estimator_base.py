@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import warnings
 from collections.abc import Iterator
 from os import PathLike
 from typing import Any, ClassVar, Self
@@ -37,7 +38,7 @@ from typing import Any, ClassVar, Self
 from sklearn.base import BaseEstimator, clone
 from tabpfn import ModelSpecs
 
-from retrofit.errors import FitStateError
+from retrofit.errors import FitStateError, IgnoredSettingWarning
 from retrofit.fit_state.archive import FitRecord, read_fit_state, weights_digest, write_fit_state
 from retrofit.models.loading import ResolvedModel, resolve_model
 from retrofit.models.patched_host import PatchedHostCache
@@ -89,6 +90,25 @@ def tabpfn_loads(estimator: BaseEstimator, model_path: Any) -> Iterator[None]:
         yield
     finally:
         estimator.model_path = given
+
+
+def _warn_ignored_settings(estimator: str, requested: dict[str, Any]) -> None:
+    """Says, as scikit-learn does for a parameter the fit does not use, that a setting is unused.
+
+    ``mode="none"`` patches nothing, so ``tau``, ``support`` and ``eps_den``
+    change no number: a grid over ``mode`` and ``tau`` fits the unpatched host
+    once per tau, to the same predictions.
+    """
+    given = [
+        f"{name}={requested[name]!r}" for name in SETTING_NAMES[1:] if requested[name] is not None
+    ]
+    if given:
+        warnings.warn(
+            f"{estimator}: {', '.join(given)} has no effect with mode='none' (the unpatched "
+            "host); it applies to mode='full-o' and 'oattention' only",
+            IgnoredSettingWarning,
+            stacklevel=3,
+        )
 
 
 class RetrofitEstimatorMixin:
@@ -156,6 +176,8 @@ class RetrofitEstimatorMixin:
             digests = tuple(report.digest() for report in reports)
         for found in resolved.saved:
             check_patch_digest(found, digests or (None,))
+        if settings[0].mode == "none":
+            _warn_ignored_settings(type(self).__name__, requested)
         self.settings_ = settings[0].to_dict()
         self.patch_reports_ = reports
         return byte_size

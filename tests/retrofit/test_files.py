@@ -17,5 +17,5 @@ def test_predictions_get_the_umask_mode_and_keep_an_existing_files_mode(
     assert file_mode(out) == 0o640
     os.chmod(out, 0o644)
     umask(0o077)
-    assert run_cli(predict_argv(csv_data, model_arg, out), capsys)[0] == 0
+    assert run_cli([*predict_argv(csv_data, model_arg, out), "--force"], capsys)[0] == 0
     assert file_mode(out) == 0o644  # an overwritten file keeps its mode
