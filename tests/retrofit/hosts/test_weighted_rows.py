@@ -366,3 +366,30 @@ def test_what_row_weights_refuse(name):
     with torch.inference_mode(), retrofit.row_weights(model, weights):
         weights.fill_(5.0)
         assert torch.equal(model(x, y, **kwargs), expected)
+
+
+@pytest.mark.parametrize("name", ["tabpfn_v3", "tabpfn_v3_5"])
+def test_n_eff_as_presence_mass_counts_the_weights_too(name):
+    model = build_task_host(name, "multiclass", CLASSES)
+    retrofit.patch(model, "full-o", support="mass")
+    x, y = _data("multiclass")
+    assert _repetition_drift(model, "multiclass", _counts(seed=4), x, y) <= F64_ULPS
+
+
+def test_the_inducing_points_are_the_host_s_again_after_a_weighted_forward():
+    model = _model("tabpfn_v3", "regression")
+    x, y = _data("regression")
+    attentions = [
+        layer.cross_attn_block1.attn for layer in model.feature_distribution_embedder.layers
+    ]
+    classes = [type(a) for a in attentions]
+    with pytest.raises(RuntimeError, match="boom"), torch.inference_mode():
+        with retrofit.row_weights(model, _counts(seed=1) + 1):
+            model.column_aggregator.register_forward_pre_hook(_boom)
+            model(x, y)
+    assert [type(a) for a in attentions] == classes
+    assert all(row_weights_module.SOURCE_WEIGHTS_ATTR not in a.__dict__ for a in attentions)
+
+
+def _boom(module, args):
+    raise RuntimeError("boom")
