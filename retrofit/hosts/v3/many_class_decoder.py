@@ -276,7 +276,9 @@ class OManyClassDecoder(ReadsSourceWeights, nn.Module):
     ) -> torch.Tensor:
         """Per-train-row OAttention weights, averaged over heads: ``(B, M, N)``.
 
-        ``p_i p_j exp(s_ij) / (eps_den + sum_j p_j exp(s_ij))``: a null train
+        ``p_i p_j exp(s_ij) / (eps_den + sum_j p_j exp(s_ij))``, with ``p_j``
+        times the row's weight under row weights (a row of weight ``k`` holds
+        what its ``k`` copies would together): a null train
         row gets weight 0, a null test row none at all; collapsing by label
         gives what :meth:`forward` turns into logits. Unlike the host's, a
         test row's weights sum to its presence ``p_i`` (less ``eps_den``'s

@@ -46,6 +46,8 @@ from tests.helpers.tiny_hosts import HOST_NAMES, build_task_host
 TASKS = ("regression", "multiclass")
 MODES = ("oattention", "full-o")
 F64_ULPS = MODEL_ULPS[torch.float64]
+# vote_weights are float32 (as the host's): a few of its ulps of weights up to 1.
+MODULE_ATOL = 16 * torch.finfo(torch.float32).eps
 R, N, B, C, CLASSES = 14, 9, 2, 4, 4
 NAN_CELLS = ((1, 0), (4, 2), (11, 1))  # (row, column): two train cells and a test cell
 
@@ -393,3 +395,20 @@ def test_the_inducing_points_are_the_host_s_again_after_a_weighted_forward():
 
 def _boom(module, args):
     raise RuntimeError("boom")
+
+
+@pytest.mark.parametrize("name", ["tabpfn_v3", "tabpfn_v3_5"])
+def test_the_decoder_s_vote_of_a_weighted_row_is_its_copies_votes_together(name):
+    model = _model(name, "multiclass")
+    decoder = model.get_submodule(model.decoder_path)
+    g = torch.Generator().manual_seed(5)
+    train_NE = torch.randn(1, N, decoder.input_size, generator=g, dtype=torch.float64)
+    test_ME = torch.randn(1, 4, decoder.input_size, generator=g, dtype=torch.float64)
+    w_N = _counts(seed=6)[0]
+    rows = [j for j in range(N) for _ in range(int(w_N[j]))]
+    with torch.inference_mode():
+        with row_weights_module.source_weights(model, w_N[None]):
+            weighted = decoder.vote_weights(decoder.project_keys(train_NE), test_ME)
+        copies = decoder.vote_weights(decoder.project_keys(train_NE[:, rows]), test_ME)
+    together = torch.zeros_like(weighted).index_add_(-1, torch.tensor(rows), copies)
+    torch.testing.assert_close(weighted, together, rtol=0, atol=MODULE_ATOL)
