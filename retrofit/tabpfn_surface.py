@@ -12,14 +12,16 @@ Four kinds of names:
 
 * :data:`PRIVATE_NAMES`: functions and values imported from tabpfn modules
   (the helpers of ragged ``predict_batched``, the model-cache probe, the
-  architecture name of a fit state's in-memory model and an ensemble member's
-  label transform for transductive leave-out), each
+  architecture name of a fit state's in-memory model, an ensemble member's
+  label transform for transductive leave-out, and the v2 family's encoder
+  steps and v3.5's ECDF key that row weights fit weighted statistics for), each
   available here under the name without its leading underscore;
 * :data:`PRIVATE_METHODS`: private methods and attributes of tabpfn's classes
   that the retrofit calls, overrides (``retrofit/estimator_base.py`` for both
   estimators, ``retrofit/regressor.py``, ``retrofit/classifier.py``,
-  ``retrofit/hosts/v3/icl_host.py``) or reads (the hosts' ICL stages); the
-  regressor's are called through the functions at the end of this module;
+  ``retrofit/hosts/v3/icl_host.py``, ``retrofit/hosts/v2/model.py``) or reads
+  (the hosts' ICL stages); the regressor's are called through the functions at
+  the end of this module;
 * :data:`PRIVATE_ATTRIBUTES`: private attributes of tabpfn's objects that
   the retrofit reads (an ensemble member's model index, v3's NaN guard);
 * :data:`PRIVATE_MODULES`: tabpfn modules whose contents are internal to
@@ -41,6 +43,7 @@ __all__ = [
     "PRIVATE_MODULES",
     "PRIVATE_NAMES",
     "RAGGED_BATCHING",
+    "ROW_WEIGHTS",
     "TABPFN_VERSION",
     "TRANSDUCTIVE_LEAVE_OUT",
     "MissingTabPFNName",
@@ -49,6 +52,7 @@ __all__ = [
     "clean_data_transform",
     "decode_batched_dataset",
     "default_save_peak_memory_factor",
+    "ecdf_context_key",
     "ensure_compatible_predict_input_sklearn",
     "estimator_batch_budget",
     "feature_modality",
@@ -68,6 +72,15 @@ __all__ = [
     "translate_batched_logits",
     "usable_output_types",
     "uses_majority_downsample",
+    "v2_constant_feature_mask",
+    "v2_fit_feature_group_scaling",
+    "v2_remove_constant_features",
+    "v2p5_normalize_feature_groups",
+    "v2p5_pad_and_reshape_feature_groups",
+    "v2p5_remove_constant_features",
+    "v2p6_normalize_feature_groups",
+    "v2p6_pad_and_reshape_feature_groups",
+    "v2p6_remove_constant_features",
     "validate_num_classes",
 ]
 
@@ -76,6 +89,9 @@ RAGGED_BATCHING = "ragged predict_batched"
 
 #: The feature that fits each fold's y side over a shared X side (named in the error).
 TRANSDUCTIVE_LEAVE_OUT = "cross_val_predict(preprocessing='transductive')"
+
+#: The feature whose weighted in-model statistics need the hosts' private helpers.
+ROW_WEIGHTS = "retrofit.row_weights"
 
 #: tabpfn modules internal to its ``predict``; import from them only here.
 PRIVATE_MODULES: tuple[str, ...] = (
@@ -135,6 +151,55 @@ PRIVATE_NAMES: dict[str, tuple[str, str, str]] = {
         "_transform_labels_one",
         TRANSDUCTIVE_LEAVE_OUT,
     ),
+    # The v2 family's feature encoder, step by step, so its statistics can be fitted
+    # weighted and handed back as the host's own cache (retrofit/hosts/v2/model.py).
+    "v2_constant_feature_mask": (
+        "tabpfn.architectures.tabpfn_v2",
+        "_constant_feature_mask",
+        ROW_WEIGHTS,
+    ),
+    "v2_remove_constant_features": (
+        "tabpfn.architectures.tabpfn_v2",
+        "_remove_constant_features",
+        ROW_WEIGHTS,
+    ),
+    "v2_fit_feature_group_scaling": (
+        "tabpfn.architectures.tabpfn_v2",
+        "_fit_feature_group_scaling",
+        ROW_WEIGHTS,
+    ),
+    "v2p5_remove_constant_features": (
+        "tabpfn.architectures.tabpfn_v2_5",
+        "_remove_constant_features",
+        ROW_WEIGHTS,
+    ),
+    "v2p5_pad_and_reshape_feature_groups": (
+        "tabpfn.architectures.tabpfn_v2_5",
+        "_pad_and_reshape_feature_groups",
+        ROW_WEIGHTS,
+    ),
+    "v2p5_normalize_feature_groups": (
+        "tabpfn.architectures.tabpfn_v2_5",
+        "_normalize_feature_groups",
+        ROW_WEIGHTS,
+    ),
+    "v2p6_remove_constant_features": (
+        "tabpfn.architectures.tabpfn_v2_6",
+        "_remove_constant_features",
+        ROW_WEIGHTS,
+    ),
+    "v2p6_pad_and_reshape_feature_groups": (
+        "tabpfn.architectures.tabpfn_v2_6",
+        "_pad_and_reshape_feature_groups",
+        ROW_WEIGHTS,
+    ),
+    "v2p6_normalize_feature_groups": (
+        "tabpfn.architectures.tabpfn_v2_6",
+        "_normalize_feature_groups",
+        ROW_WEIGHTS,
+    ),
+    # Where v3.5's scaler statistics carry the ECDF ranking context.
+    "ecdf_context_key": ("tabpfn.architectures.tabpfn_v3_5", "_ECDF_CONTEXT_KEY", ROW_WEIGHTS),
 }
 
 #: ``module.Class`` -> the private methods and attributes the retrofit relies on.
@@ -160,6 +225,7 @@ PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
         "_pad_and_group_features",
         "_embed_targets",
         "_embed_features",
+        "_embed_nan_target",
         "_decode",
     ),
     "tabpfn.architectures.tabpfn_v2_5.TabPFNV2p5": (
@@ -172,11 +238,17 @@ PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
         "_preprocess_and_embed_targets",
         "_decode",
     ),
-    "tabpfn.architectures.tabpfn_v3.TabPFNV3": ("_stages_0_to_2", "_prepare_y", "_embed_icl_y"),
+    "tabpfn.architectures.tabpfn_v3.TabPFNV3": (
+        "_stages_0_to_2",
+        "_prepare_y",
+        "_embed_icl_y",
+        "_preprocess_raw",
+    ),
     "tabpfn.architectures.tabpfn_v3_5.TabPFNV3p5": (
         "_stages_0_to_2",
         "_prepare_y",
         "_embed_icl_y",
+        "_preprocess_raw",
     ),
 }
 
@@ -250,6 +322,16 @@ default_save_peak_memory_factor = _resolve("default_save_peak_memory_factor")
 get_built_model_cache_size = _resolve("get_built_model_cache_size")
 resolve_architecture_name = _resolve("resolve_architecture_name")
 transform_labels_one = _resolve("transform_labels_one")
+v2_constant_feature_mask = _resolve("v2_constant_feature_mask")
+v2_remove_constant_features = _resolve("v2_remove_constant_features")
+v2_fit_feature_group_scaling = _resolve("v2_fit_feature_group_scaling")
+v2p5_remove_constant_features = _resolve("v2p5_remove_constant_features")
+v2p5_pad_and_reshape_feature_groups = _resolve("v2p5_pad_and_reshape_feature_groups")
+v2p5_normalize_feature_groups = _resolve("v2p5_normalize_feature_groups")
+v2p6_remove_constant_features = _resolve("v2p6_remove_constant_features")
+v2p6_pad_and_reshape_feature_groups = _resolve("v2p6_pad_and_reshape_feature_groups")
+v2p6_normalize_feature_groups = _resolve("v2p6_normalize_feature_groups")
+ecdf_context_key = _resolve("ecdf_context_key")
 
 
 def missing_names(feature: str | None = None) -> list[MissingTabPFNName]:
