@@ -41,7 +41,7 @@ from tabpfn.architectures.tabpfn_v3_5 import TabPFNV3p5
 from torch import nn
 
 import retrofit
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 
 __all__ = [
     "CANDIDATE_TAUS",

@@ -3,7 +3,7 @@
 :func:`add_subcommands` registers ``exactness``, ``ablation``, ``eval``,
 ``report``, ``bench``, ``intervals`` and ``oof-gap``; ``pyproject.toml`` declares it in the
 ``tabpfn_retrofit.commands`` entry-point group, through which the library's
-console (:mod:`retrofit.cli.program`) finds it without importing eval.
+console script finds it without importing eval.
 :func:`main` (``python -m eval``) runs the same parser from the library's and
 eval's groups directly, so it works from a checkout that is not installed.
 Each subcommand is one small ``_add_<name>(subparsers)`` function that
@@ -11,7 +11,7 @@ registers its parser and sets ``handler``; the handler imports its heavy
 module when it runs, so ``--help`` imports neither tabpfn nor pandas; ``eval``
 and ``report`` first check that the runner's dependencies (the ``eval``
 extra: :mod:`eval.extras`) are installed. Every handler runs under
-:func:`retrofit.cli.console.run_command` (one line on stderr and exit 2 on an
+:func:`retrofit.command_line.run_command` (one line on stderr and exit 2 on an
 error). To add a subcommand, write its ``_add_`` function and append it to
 ``SUBCOMMANDS``.
 """
@@ -33,8 +33,7 @@ from eval.paper.protocol import (
     SUITE_TASK,
     SWEEP_TAUS,
 )
-from retrofit.cli import commands as retrofit_cli
-from retrofit.cli import program
+from retrofit import command_line as retrofit_cli
 from retrofit.errors import CommandError
 from retrofit.models.aliases import alias_list
 from retrofit.settings import MODES
@@ -442,7 +441,7 @@ def _run_oof_gap(args: argparse.Namespace) -> int:
     return 1 if report["summary"]["failed"] else 0
 
 
-SUBCOMMANDS: list[program.CommandGroup] = [
+SUBCOMMANDS: list[retrofit_cli.CommandGroup] = [
     _add_exactness,
     _add_ablation,
     _add_eval,
@@ -460,14 +459,14 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
 
 
 #: The library's commands (predict, predict-batch, patch), then the runner's.
-_GROUPS: tuple[program.CommandGroup, ...] = (retrofit_cli.add_subcommands, add_subcommands)
+_GROUPS: tuple[retrofit_cli.CommandGroup, ...] = (retrofit_cli.library_commands, add_subcommands)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with the library's and the runner's subcommands."""
-    return program.build_parser(_GROUPS)
+    return retrofit_cli.build_parser(_GROUPS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line (``python -m eval``); returns the process exit status."""
-    return program.main(argv, _GROUPS)
+    return retrofit_cli.main(argv, _GROUPS)

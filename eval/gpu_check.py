@@ -51,7 +51,7 @@ from eval.device_checks.null_row import host_null_row
 from eval.device_checks.ragged_batches import ragged_batches
 from eval.device_checks.report_markdown import render_markdown
 from eval.provenance import provenance_dict
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
 from retrofit.files import write_json_atomic, write_text_atomic
 

@@ -71,7 +71,7 @@ from eval.benchmarks.shapes import (
 from eval.benchmarks.speed_markdown import part_text, render_markdown
 from eval.locations import DEFAULT_OUTPUT_ROOT, default_output
 from eval.provenance import provenance_dict
-from retrofit.cli.console import PROG
+from retrofit.command_line import PROG
 from retrofit.files import write_json_atomic, write_text_atomic
 
 __all__ = ["PARTS", "bench_command", "run", "unmeasured_parts"]

@@ -26,7 +26,7 @@ from eval.locations import default_output
 from eval.markdown import markdown_table
 from hosttraining.common.loss_curve import plot_loss_curve
 from hosttraining.common.run_files import read_log
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 from retrofit.files import sha256_file, write_text_atomic
 from retrofit.models import embedded
 

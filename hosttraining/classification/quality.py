@@ -48,7 +48,7 @@ from eval.paper.datasets import load_dataset, split, suite_cases
 from hosttraining.common.in_prior import HELDOUT_KEY, load_model
 from hosttraining.priors.classes import IGNORE, ClassPriorConfig, to_classes
 from hosttraining.priors.regression import sample_task
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 from retrofit.files import write_text_atomic
 
 __all__ = [

@@ -102,7 +102,7 @@ from hosttraining.priors.classes import (
     sample_class_batch,
 )
 from hosttraining.priors.tabicl import TabICLPriorConfig, heldout_tabicl_tasks, sample_tabicl_batch
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
 from retrofit.files import sha256_file
 from retrofit.models.checkpoints import load_checkpoint

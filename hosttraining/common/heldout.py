@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from retrofit.cli.console import OneLineArgumentParser
+from retrofit.command_line import OneLineArgumentParser
 from retrofit.errors import CommandError
 from retrofit.files import write_text_atomic
 

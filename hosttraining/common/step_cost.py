@@ -31,7 +31,7 @@ from tabpfn.architectures import tabpfn_v2_6
 
 from eval.provenance import provenance_dict
 from hosttraining.common.loop import DEFAULT_MODEL_CONFIG, build_model
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 from retrofit.files import write_text_atomic
 
 __all__ = ["SIZES", "build_size", "main", "step_seconds"]

@@ -20,7 +20,7 @@ from eval.locations import default_output
 from eval.markdown import markdown_table
 from hosttraining.common.loss_curve import plot_loss_curve
 from hosttraining.common.run_files import read_log
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 from retrofit.models.embedded import EMBEDDED_FILENAME
 
 # Defaults are relative to the working directory (run from the repository root):

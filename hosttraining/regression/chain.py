@@ -59,7 +59,7 @@ from hosttraining.common.loop import DEFAULT_MODEL_CONFIG, TINY_MODEL_CONFIG, bu
 from hosttraining.common.optim import build_optimizers, muon_parameter_names
 from hosttraining.common.run_files import cut_log_after, load_state
 from hosttraining.priors.regression import PRIOR_V2, PriorConfig, sample_batch
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
 
 __all__ = [

@@ -99,6 +99,7 @@ RETROFIT_FLOORS: tuple[tuple[str, ...], ...] = (
     ("regressor", "classifier"),
     ("leave_out",),
     ("cli",),
+    ("command_line",),
 )
 
 # tabpfn modules internal to tabpfn's predict: only retrofit/tabpfn_surface.py imports
@@ -262,6 +263,40 @@ def test_no_module_imports_a_private_name_of_another_module():
                     if a.name.startswith("_") and not a.name.startswith("__")
                 ]
     assert not private, private
+
+
+def _names_imported_from(module: str) -> dict[str, set[str]]:
+    """{importing module: names it imports from ``module``} over the packages' files."""
+    modules = {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    found: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == module:
+                found.setdefault(name, set()).update(a.name for a in node.names)
+    return found
+
+
+def test_no_other_package_imports_the_library_s_command_line_internals():
+    """The runner, the lab and the trainer use retrofit.command_line, never retrofit.cli."""
+    from retrofit import command_line
+
+    graph = _import_graph()
+    # The scan sees such an import where it is allowed, so an empty list below means something.
+    assert "retrofit.cli.console" in graph["retrofit.command_line"]
+    internal = sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        if m.split(".")[0] != "retrofit"
+        for t in targets
+        if t == "retrofit.cli" or t.startswith("retrofit.cli.")
+    )
+    assert not internal, internal
+    unlisted = sorted(
+        f"{m}: {name}"
+        for m, names in _names_imported_from("retrofit.command_line").items()
+        for name in names - set(command_line.__all__)
+    )
+    assert not unlisted, f"not public in retrofit.command_line.__all__: {unlisted}"
 
 
 LAYOUT = ROOT / "docs" / "layout.md"
