@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from eval.benchmarks import BENCH_PARTS, DEFAULT_BATCHED_SIZES
 from eval.extras import require_extra
 from eval.locations import DEFAULT_OUTPUT_ROOT, default_output
 from eval.paper.executors import DEFAULT_CONNECT_TIMEOUT_S, EXECUTORS
@@ -33,6 +32,7 @@ from eval.paper.protocol import (
     SUITE_TASK,
     SWEEP_TAUS,
 )
+from lab.benchmarks import BENCH_PARTS, DEFAULT_BATCHED_SIZES
 from retrofit import command_line as retrofit_cli
 from retrofit.errors import CommandError
 from retrofit.models.aliases import alias_list
@@ -304,9 +304,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from eval.benchmarks.batched import bench_batched_command
-    from eval.benchmarks.leave_out import bench_leave_out_command
-    from eval.benchmarks.speed import bench_command
+    from lab.benchmarks.batched import bench_batched_command
+    from lab.benchmarks.leave_out import bench_leave_out_command
+    from lab.benchmarks.speed import bench_command
     from retrofit.models.loading import resolve_model
 
     # Before any work: an unknown alias or a missing file is one line naming the
@@ -358,7 +358,7 @@ def _add_intervals(sub: argparse._SubParsersAction) -> None:
 
 def _run_intervals(args: argparse.Namespace) -> int:
     require_extra("eval", needed_by="this command")
-    from eval.paper.interval_coverage import interval_coverage
+    from lab.leave_out.interval_coverage import interval_coverage
     from retrofit.models.loading import resolve_model
 
     _ = resolve_model(args.model).checkpoint  # an unknown alias is one line before any work
@@ -415,7 +415,7 @@ def _add_oof_gap(sub: argparse._SubParsersAction) -> None:
 
 def _run_oof_gap(args: argparse.Namespace) -> int:
     require_extra("eval", needed_by="this command")
-    from eval.paper.oof_gap import oof_gap
+    from lab.leave_out.oof_gap import oof_gap
     from retrofit.models.loading import resolve_model
 
     _ = resolve_model(args.model).checkpoint  # an unknown alias is one line before any work

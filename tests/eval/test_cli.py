@@ -33,9 +33,9 @@ def test_a_usage_error_of_every_subcommand_is_one_line(command, capsys):
         ("hosttraining.regression.pretrain", "python -m hosttraining.regression.pretrain"),
         ("hosttraining.regression.quality", "python -m hosttraining.regression.quality"),
         ("hosttraining.regression.card", "python -m hosttraining.regression.card"),
-        ("eval.gpu_check", "gpu_check"),
+        ("lab.device_checks.gpu_check", "gpu_check"),
         ("eval.paper.datasets.__main__", "python -m eval.paper.datasets"),
-        ("eval.calibration", "python -m eval.calibration"),
+        ("lab.calibration", "python -m lab.calibration"),
     ],
 )
 def test_a_usage_error_of_every_python_dash_m_entry_point_is_one_line(module, prog, capsys):

@@ -170,8 +170,8 @@ def test_a_quick_exactness_or_ablation_run_leaves_the_full_run_s_folder_alone(
 
 
 def test_bench_and_host_quality_and_card_default_to_the_untracked_folder() -> None:
-    from eval.benchmarks import batched, speed
     from hosttraining.regression import card, quality
+    from lab.benchmarks import batched, speed
 
     root = locations.DEFAULT_OUTPUT_ROOT.name
     for fn in (speed.run, batched.bench_batched):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("patches", "retrofit", "eval", "hosttraining")
+PACKAGES = ("patches", "retrofit", "eval", "hosttraining", "lab")
 
 
 def _module_name(path: Path) -> str:
@@ -72,6 +72,10 @@ def test_the_import_graph_of_the_packages_has_no_cycle():
         ("retrofit", "eval"),
         ("retrofit", "hosttraining"),
         ("eval", "hosttraining"),
+        ("patches", "lab"),
+        ("retrofit", "lab"),
+        ("eval", "lab"),
+        ("hosttraining", "lab"),
     ],
 )
 def test_dependencies_point_one_way(lower, upper):

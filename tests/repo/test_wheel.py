@@ -29,7 +29,7 @@ from eval.paper.datasets.catalog import ALL_SPECS
 
 ROOT = Path(__file__).resolve().parents[2]
 # The wheel is built from every package of the checkout and must hold only these.
-PACKAGES = ("patches", "retrofit", "eval", "hosttraining")
+PACKAGES = ("patches", "retrofit", "eval", "hosttraining", "lab")
 SHIPPED = ("patches", "retrofit", "eval")
 LIBRARY = ("patches", "retrofit")
 DISTRIBUTION = "tabpfn-retrofit"
@@ -112,7 +112,7 @@ def _installed_by(requires_dist: dict, extra: str | None) -> set[str]:
 
 def _third_party_imports(*folders: str) -> set[str]:
     """Top-level modules imported anywhere in the folders' files, but the stdlib and the project."""
-    # tests/tabpfn_suite/'s scripts import their neighbours by file name.
+    # tests/lab/tabpfn_suite/'s scripts import their neighbours by file name.
     local = {*PACKAGES, "tests", *(p.stem for p in (ROOT / "tests" / "tabpfn_suite").glob("*.py"))}
     found = set()
     for folder in folders:
