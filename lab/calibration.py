@@ -1,6 +1,6 @@
 """Carrier scale and active-path movement per host class, for the default tau.
 
-``python -m lab.calibration`` builds every TabPFN regressor class tabpfn
+``python -m lab calibration`` builds every TabPFN regressor class tabpfn
 ships at its published config size with **random weights** (tabpfn's own
 initialisation, the zero-initialised projections filled with seeded noise by
 :func:`perturb_zero_init`, as the tests do): the published weights need a
@@ -203,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = OneLineArgumentParser(prog="python -m lab.calibration", description=__doc__)
+    parser = OneLineArgumentParser(prog="python -m lab calibration", description=__doc__)
     parser.add_argument("--hosts", nargs="+", default=list(PUBLISHED_CONFIGS))
     parser.add_argument("--taus", nargs="+", type=float, default=list(CANDIDATE_TAUS))
     parser.add_argument("--train", type=int, default=200, help="train rows")
@@ -236,7 +236,3 @@ def _run(args: argparse.Namespace) -> int:
         if all(math.isfinite(v) for r in rows for m in r["movement"].values() for v in m.values())
         else 1
     )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -11,7 +11,7 @@ features), the sizes interleaved, ``--repeats`` times after a warm-up pass,
 and reports the median CPU seconds of a step (``time.process_time``, so the
 ratio holds on a shared machine) with each size's parameter count.
 
-``python -m lab.step_cost --threads 1 --out results/host_step_cost.json``
+``python -m lab step-cost --threads 1 --out results/host_step_cost.json``
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = OneLineArgumentParser(
-        prog="python -m lab.step_cost",
+        prog="python -m lab step-cost",
         description="CPU seconds of a training step of each host class and size.",
     )
     p.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=list(SIZES))
@@ -150,7 +150,7 @@ def _run(args: argparse.Namespace) -> int:
     result = {
         "provenance": provenance_dict(
             include_dirty_paths=False,
-            command=" ".join(["python -m lab.step_cost", *sys.argv[1:]]),
+            command=" ".join(["python -m lab", *sys.argv[1:]]),
             # Process time holds on a shared machine; the load says how shared it was.
             load_average_1min=os.getloadavg()[0],
         ),
@@ -169,7 +169,3 @@ def _run(args: argparse.Namespace) -> int:
         write_text_atomic(args.out, text)
     print(text, end="")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

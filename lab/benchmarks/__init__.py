@@ -1,6 +1,6 @@
 """Benchmarks: OAttention against plain SDPA, memory, fit+predict per mode, ragged batches.
 
-``speed`` runs ``tabpfn-retrofit bench`` from its parts (``attention``,
+``speed`` runs ``python -m lab bench`` from its parts (``attention``,
 ``memory`` with its ``memory_child`` process, ``estimator``, ``fit_loop``,
 ``chunks``) over the shared
 mechanism (``timing``, ``memory_probe``, ``machine``, ``shapes``) and renders

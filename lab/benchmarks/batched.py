@@ -1,4 +1,4 @@
-"""Benchmark of ragged batched prediction (``tabpfn-retrofit bench --batched``).
+"""Benchmark of ragged batched prediction (``python -m lab bench --batched``).
 
 For each size ``N`` it draws ``N`` synthetic regression datasets of random
 shapes (train rows log-uniform in ``[min_rows, max_rows]``, a quarter as many
@@ -400,7 +400,7 @@ def render_batched_markdown(report: dict[str, Any]) -> str:
 
 
 def bench_batched_command(args: Any) -> int:
-    """``tabpfn-retrofit bench --batched``."""
+    """``python -m lab bench --batched``."""
     out = args.out or str(default_output("bench_batched", quick=args.quick))
     sizes = [2, 3] if args.quick else args.batched_sizes
     rows = [20, 60] if args.quick else args.batched_rows

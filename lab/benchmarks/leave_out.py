@@ -1,4 +1,4 @@
-"""Benchmark of out-of-fold prediction (``tabpfn-retrofit bench --leave-out``).
+"""Benchmark of out-of-fold prediction (``python -m lab bench --leave-out``).
 
 Out-of-fold predictions two ways, on the same estimator (the host patched in
 Full-O, float32) and the same folds:
@@ -280,7 +280,7 @@ def render_leave_out_markdown(report: dict[str, Any]) -> str:
 
 
 def bench_leave_out_command(args: Any) -> int:
-    """``tabpfn-retrofit bench --leave-out``."""
+    """``python -m lab bench --leave-out``."""
     out = args.out or str(default_output("bench_leave_out", quick=args.quick))
     bench_leave_out(
         out,

@@ -71,7 +71,6 @@ from lab.benchmarks.shapes import (
     icl_shapes,
 )
 from lab.benchmarks.speed_markdown import part_text, render_markdown
-from retrofit.command_line import PROG
 from retrofit.files import write_json_atomic, write_text_atomic
 
 __all__ = ["PARTS", "bench_command", "run", "unmeasured_parts"]
@@ -274,7 +273,7 @@ def bench_command(args: Any) -> int:
     if unmeasured:
         why = "; ".join(f"{part} ({reason})" for part, reason in unmeasured.items())
         print(
-            f"{PROG} bench: not measured: {why}; see {args.out}/bench.md, fix the cause and "
+            f"python -m lab bench: not measured: {why}; see {args.out}/bench.md, fix the cause and "
             "run again (or leave the part out with --parts)",
             file=sys.stderr,
         )

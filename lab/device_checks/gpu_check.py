@@ -1,8 +1,8 @@
 """The GPU check: OAttention's exactness, a null-row proof and its speed on CUDA.
 
-Usage::
+Usage (from a checkout)::
 
-    python lab/device_checks/gpu_check.py OUT_DIR [--device cuda|cpu] [--quick] [--model embedded]
+    python -m lab gpu-check OUT_DIR [--device cuda|cpu] [--quick] [--model embedded]
 
 One call on a CUDA machine (about 5 minutes) writes ``gpu_check.json`` and
 ``gpu_check.md`` to ``OUT_DIR``:
@@ -25,16 +25,15 @@ One call on a CUDA machine (about 5 minutes) writes ``gpu_check.json`` and
    against per-dataset ``predict`` (log-probability gap), and its time against
    a loop of fit/predict, interleaved.
 
-Each part is a module of :mod:`lab.device_checks`; this script runs them and
+Each part is a module of :mod:`lab.device_checks`; this command runs them and
 writes the report. Without CUDA it exits with status 2 and one line on stderr,
 writing nothing. ``--device cpu`` is a dry run of the same code on CPU
-(``--quick`` shrinks every size), so the script is tested where no GPU is.
+(``--quick`` shrinks every size), so the check is tested where no GPU is.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import traceback
 import warnings
@@ -57,21 +56,6 @@ from retrofit.files import write_json_atomic, write_text_atomic
 
 __all__ = ["main"]
 
-_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _fix_sys_path() -> None:
-    """Puts the repository root, not ``eval/``, on ``sys.path``.
-
-    Run as a script, ``eval/`` itself is ``sys.path[0]``; its module names
-    (``datasets``, ``report``, ...) must not shadow installed packages, and the
-    repository root must be importable without an installed package.
-    """
-    here = str(Path(__file__).resolve().parent)
-    sys.path[:] = [p for p in sys.path if (Path(p).resolve() if p else Path.cwd()) != Path(here)]
-    if str(_ROOT) not in sys.path:
-        sys.path.insert(0, str(_ROOT))
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the GPU check; returns the exit status (2: no CUDA or bad usage)."""
@@ -80,7 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(
-        prog="gpu_check", description="OAttention exactness, null-row proof and speed on CUDA."
+        prog="python -m lab gpu-check",
+        description="OAttention exactness, null-row proof and speed on CUDA.",
     )
     parser.add_argument("out_dir", help="folder for gpu_check.json and gpu_check.md")
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu for a dry run")
@@ -96,7 +81,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    _fix_sys_path()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise CommandError(
             f"CUDA is not available (torch {torch.__version__}, built for "
@@ -138,9 +122,7 @@ def _run(args: argparse.Namespace) -> int:
             report[part] = {"error": traceback.format_exc(limit=8)[-4000:]}
             progress(f"{part}: FAILED\n{report[part]['error']}")
     report["wall_s"] = time.time() - t0
-    report["provenance"] = provenance_dict(
-        check="lab/device_checks/gpu_check.py", parts=list(args.parts)
-    )
+    report["provenance"] = provenance_dict(check="python -m lab gpu-check", parts=list(args.parts))
     # Rendered before either file is written: a report that cannot be rendered
     # leaves no gpu_check.json without its gpu_check.md.
     markdown = render_markdown(report)
@@ -150,7 +132,3 @@ def _run(args: argparse.Namespace) -> int:
     print(f"wrote {out}/gpu_check.json and gpu_check.md")
     failed = [p for p in args.parts if "error" in report[p]]
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Coverage of jackknife+, CV+ and split-conformal intervals on a regression suite.
 
-``tabpfn-retrofit intervals``: for every case of the suite (each dataset under
+``python -m lab intervals``: for every case of the suite (each dataset under
 each split seed, :func:`eval.paper.datasets.split`), the retrofit regressor
 (Full-O, float32) gives prediction intervals at ``alpha`` for the case's test
 rows three ways through :func:`retrofit.prediction_intervals`: jackknife+
@@ -147,7 +147,7 @@ def interval_coverage(
         "cases": rows,
         "summary": summarise(rows, alpha),
         "provenance": provenance_dict(
-            command="tabpfn-retrofit intervals", suite=suite, threads_set=threads
+            command="python -m lab intervals", suite=suite, threads_set=threads
         ),
     }
     write_report(out_dir, "interval_coverage", report, render_coverage_markdown)

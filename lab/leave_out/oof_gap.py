@@ -1,6 +1,6 @@
 """How far transductive out-of-fold predictions are from k true refits, on a suite.
 
-``tabpfn-retrofit oof-gap``: for every case of a suite (each dataset under
+``python -m lab oof-gap``: for every case of a suite (each dataset under
 each split seed, :func:`eval.paper.datasets.split`; the whole train part,
 or its first ``max_train_rows`` rows, a seeded subsample since the split is
 shuffled), the out-of-fold predictions of the case's train rows under one
@@ -179,7 +179,7 @@ def oof_gap(
         "cases": rows,
         "summary": summarise(rows, task),
         "provenance": provenance_dict(
-            command="tabpfn-retrofit oof-gap", suite=suite, threads_set=threads
+            command="python -m lab oof-gap", suite=suite, threads_set=threads
         ),
     }
     write_report(out_dir, "oof_gap", report, render_gap_markdown)

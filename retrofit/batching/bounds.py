@@ -33,7 +33,7 @@ __all__ = [
 #: Bound on each length bucket's padded share of rows and of attention cells
 #: in a ragged batched prediction (``retrofit.batching.engine``) on an accelerator,
 #: where a wider batch should cost little more than a narrow one (not yet
-#: measured on one: ``eval/gpu_check.py``'s ``batched`` part does).
+#: measured on one: ``python -m lab gpu-check``'s ``batched`` part does).
 DEFAULT_MAX_PADDED_FRACTION: float = 0.25
 #: The bound by device type where it differs. On a CPU a padded cell costs what a
 #: real one does and a fused forward saves only per-call overhead, so a CPU pads

@@ -43,7 +43,7 @@ echo "$n"
 # The word of each step's command that the stand-in fails on.
 FAIL_WORD = {
     "torch": "-c",
-    "gpu_check": "lab/device_checks/gpu_check.py",
+    "gpu_check": "gpu-check",
     "bench_batched": "bench",
     "train_regressor": "hosttraining.regression.pretrain",
     "train_classifier": "hosttraining.classification.train",

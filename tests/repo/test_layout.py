@@ -145,9 +145,16 @@ def test_every_room_of_retrofit_imports_only_rooms_on_lower_floors():
 # the transductive fold fit, then the fold engine and the interval maths, then the
 # intervals of an estimator on both.
 # hosttraining/: the priors, what both tasks share, then one folder per task, neither
-# of which imports the other (no module sits flat beside them).
+# of which imports the other (no module sits flat beside them). lab/: one room per job
+# (the GPU check reuses the benchmarks' timing), then the command line that runs them all.
 INNER_FLOORS: dict[str, tuple[tuple[str, ...], ...]] = {
     "hosttraining": (("priors",), ("common",), ("regression", "classification")),
+    "lab": (
+        ("benchmarks", "leave_out", "calibration", "step_cost"),
+        ("device_checks",),
+        ("cli",),
+        ("__main__",),
+    ),
     "retrofit.hosts": (("common",), ("v2", "v3")),
     "retrofit.leave_out": (
         ("transductive",),
@@ -351,7 +358,7 @@ def test_docs_layout_names_every_module_of_the_packages():
 
 
 TESTS = ROOT / "tests"
-TEST_FOLDERS_BESIDE_THE_PACKAGES = ("helpers", "repo", "tabpfn_suite")
+TEST_FOLDERS_BESIDE_THE_PACKAGES = ("helpers", "repo")
 
 
 def test_the_tests_mirror_the_packages_in_folders_that_are_packages():
@@ -388,6 +395,10 @@ CROSS_MODULE_TESTS: dict[str, str] = {
     "tests/retrofit/test_tabpfn_private_api.py": "tabpfn_surface and the overrides it serves",
     # A suite end to end: its datasets, metrics, runs and report.
     "tests/eval/paper/test_classification_suite.py": "the classification suite end to end",
+    # The lab's room holds what only the lab's extra or a device runs, not only lab/'s tests.
+    "tests/lab/test_executors_live.py": "eval/paper/executors.py on live Dask and Ray clusters",
+    "tests/lab/test_device_session.py": ".ci/device-session: a lent GPU's session",
+    "tests/lab/tabpfn_suite/test_suite_targets.py": "tabpfn's own tests against ours, their set-up",
 }
 
 
@@ -480,7 +491,7 @@ def test_help_imports_neither_tabpfn_nor_pandas_nor_sklearn():
         "import sys\n"
         "from eval.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "for sub in ('predict', 'patch', 'eval', 'report', 'bench'):\n"
+        "for sub in ('predict', 'patch', 'eval', 'report'):\n"
         "    try:\n        main([sub, '--help'])\n    except SystemExit:\n        pass\n"
         "heavy = [m for m in ('tabpfn', 'pandas', 'sklearn') if m in sys.modules]\n"
         "print('HEAVY=' + ','.join(heavy))\n"

@@ -1,18 +1,19 @@
-"""``tabpfn-retrofit bench --batched`` (lab/benchmarks/batched.py): its peers and its hosts."""
+"""``python -m lab bench --batched`` (lab/benchmarks/batched.py): its peers and its hosts."""
 
 from __future__ import annotations
 
 import json
 
-from eval.cli import main
+from eval.cli import main as console_main
 from lab.benchmarks.batched import bench_batched, ragged_datasets
+from lab.cli import main
 
 
 def test_bench_batched_accepts_a_saved_directory_as_its_host(tiny_v3_path, tmp_path, capsys):
     """Plain tabpfn's loop read the directory as a checkpoint file (IsADirectoryError)."""
     saved = tmp_path / "saved"
     patch = ["patch", "--model", str(tiny_v3_path), "--mode", "full-o", "--out", str(saved)]
-    assert main([*patch, "--quiet"]) == 0
+    assert console_main([*patch, "--quiet"]) == 0
     out = tmp_path / "bench"
     argv = ["bench", "--batched", "--quick", "--model", str(saved), "--out", str(out)]
     assert main([*argv, "--threads", "1"]) == 0, capsys.readouterr().err

@@ -8,9 +8,9 @@ import numpy as np
 import torch
 from sklearn.model_selection import KFold, cross_val_predict
 
-from eval.cli import main
 from lab.benchmarks.batched import ragged_datasets
 from lab.benchmarks.leave_out import bench_leave_out
+from lab.cli import main
 from retrofit import OTabPFNRegressor
 from tests.helpers.exactness import MODEL_ULPS
 

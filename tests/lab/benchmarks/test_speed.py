@@ -1,15 +1,18 @@
-"""``tabpfn-retrofit bench``: its parts in one report and its exit codes (never its speed)."""
+"""``python -m lab bench``: its parts in one report and its exit codes (never its speed)."""
 
 from __future__ import annotations
 
+import inspect
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
-from eval.cli import main
-from lab.benchmarks import speed, speed_markdown
+from eval.locations import DEFAULT_OUTPUT_ROOT
+from lab.benchmarks import batched, speed, speed_markdown
 from lab.benchmarks.shapes import QUICK_SHAPES
+from lab.cli import main
 from tests.helpers.exactness import MODEL_ULPS
 from tests.helpers.memory_children import zero_probe_children
 
@@ -144,3 +147,9 @@ def test_bench_exits_non_zero_when_a_part_it_was_asked_for_was_not_measured(
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "not measured: fit_loop (RuntimeError: no host for the loop)" in err
     assert "Not measured" in (out / "bench.md").read_text()  # the report still says why
+
+
+def test_bench_writes_under_the_untracked_folder_unless_told():
+    for fn in (speed.run, batched.bench_batched):
+        out = Path(inspect.signature(fn).parameters["out_dir"].default)
+        assert out.parts[0] == DEFAULT_OUTPUT_ROOT.name

@@ -35,11 +35,7 @@ def test_gpu_check_dry_run_of_ragged_batches_matches_predict_and_times_the_loop(
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message only")
 def test_gpu_check_without_cuda_exits_2_with_a_clear_message(tmp_path):
     proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "lab" / "device_checks" / "gpu_check.py"),
-            str(tmp_path / "gpu"),
-        ],
+        [sys.executable, "-m", "lab", "gpu-check", str(tmp_path / "gpu")],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -1,4 +1,4 @@
-"""``tabpfn-retrofit intervals``: its cases, its counts and its refusals (tiny host)."""
+"""``python -m lab intervals``: its cases, its counts and its refusals (tiny host)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 from sklearn.model_selection import KFold
 
-from eval.cli import main
 from eval.paper.datasets import load_dataset, split
+from lab.cli import main
 from lab.leave_out import interval_coverage
 from retrofit import OTabPFNRegressor, prediction_intervals
 

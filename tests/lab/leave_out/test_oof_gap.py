@@ -1,4 +1,4 @@
-"""``tabpfn-retrofit oof-gap``: its peers, distances, records and refusals (tiny hosts)."""
+"""``python -m lab oof-gap``: its peers, distances, records and refusals (tiny hosts)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 from sklearn.model_selection import KFold
 
-from eval.cli import main
 from eval.paper.datasets import load_dataset, split
+from lab.cli import main
 from lab.leave_out import oof_gap
 from retrofit import OTabPFNRegressor, cross_val_predict
 from tests.helpers.exactness import MODEL_ULPS
