@@ -17,7 +17,7 @@ Three comparisons, each of log loss and accuracy (mean over cases):
   fields replaced. Inference settings are chosen here, never
   on ``offline_cls6``. The wide sets let this suite show a host's weakness on
   wide tables before the evaluation suite does (``wide`` below scores them
-  apart; why they were added: ``docs/training.md``).
+  apart; why they were added: ``docs/lab/training.md``).
 * ``offline_cls6``: the evaluation suite, for the model card only.
 
 ``python -m hosttraining.classification.quality --checkpoint X --suite in-prior dev`` prints

@@ -310,11 +310,11 @@ def test_no_other_package_imports_the_library_s_command_line_internals():
     assert not unlisted, f"not public in retrofit.command_line.__all__: {unlisted}"
 
 
-LAYOUT = ROOT / "docs" / "layout.md"
+LAYOUT = ROOT / "docs" / "lab" / "layout.md"
 
 
 def _layout_paths() -> tuple[set[str], set[str]]:
-    """The folders and module files docs/layout.md's maps name, as paths from the root.
+    """The folders and module files docs/lab/layout.md's maps name, as paths from the root.
 
     In each code block a line that starts with a name ending in ``/`` is a folder from
     the root; an indented line's first name ending in ``/`` or ``.py`` lies in that folder.
@@ -338,11 +338,11 @@ def _layout_paths() -> tuple[set[str], set[str]]:
 
 def test_every_folder_and_module_docs_layout_names_exists():
     folders, files = _layout_paths()
-    assert len(files) > 100, "docs/layout.md's file-by-file map was not read"
+    assert len(files) > 100, "docs/lab/layout.md's file-by-file map was not read"
     # The runs' work folder is local: a clone has it only while a run folder is tracked.
     named = (folders - {f"{RUNS_FOLDER}/"}) | files
     missing = sorted(path for path in named if not (ROOT / path).exists())
-    assert not missing, f"docs/layout.md names what does not exist: {missing}"
+    assert not missing, f"docs/lab/layout.md names what does not exist: {missing}"
 
 
 def test_docs_layout_names_every_module_of_the_packages():
@@ -354,7 +354,7 @@ def test_docs_layout_names_every_module_of_the_packages():
         for p in (ROOT / package).rglob("*.py")
         if p.name != "__init__.py"
     }
-    assert not sorted(modules - files), f"docs/layout.md lacks {sorted(modules - files)}"
+    assert not sorted(modules - files), f"docs/lab/layout.md lacks {sorted(modules - files)}"
 
 
 TESTS = ROOT / "tests"
@@ -551,7 +551,7 @@ def test_a_run_row_is_compact_and_names_the_cpu(tmp_path):
 
 # The clone carries the library, not the lab: of the training runs' work folder only the
 # one running run's folder is tracked, with at most two files of resume state, 40 MiB
-# together (docs/training.md).
+# together (docs/lab/training.md).
 RUNS_FOLDER = "hostchain"
 MAX_RESUME_FILES = 2
 MAX_RESUME_BYTES = 40 * 2**20

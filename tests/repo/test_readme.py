@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-PAGES = [README, *sorted(DOCS.glob("*.md"))]
+PAGES = [README, *sorted(DOCS.rglob("*.md"))]
 CPU_INDEX = "--index-url https://download.pytorch.org/whl/cpu"
 README_MAX_LINES = 300
 
@@ -49,7 +49,9 @@ def test_every_python_block_in_readme_runs_in_order(tmp_path, monkeypatch):
     assert [p.shape for p in namespace["preds"]] == [(len(x),) for x in namespace["X_test_list"]]
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if p != README], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES if p != README], ids=lambda p: p.relative_to(DOCS).as_posix()
+)
 def test_every_python_block_of_a_docs_page_runs_in_order(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -57,7 +59,8 @@ def test_every_python_block_of_a_docs_page_runs_in_order(page, tmp_path, monkeyp
     monkeypatch.setenv("TABPFN_MODEL_CACHE_DIR", str(tmp_path / "model_cache"))
     namespace: dict = {"__name__": "docs"}
     for number, code in enumerate(_blocks("python", page.read_text(encoding="utf-8")), start=1):
-        exec(compile(code, f"docs/{page.name}, python block {number}", "exec"), namespace)
+        name = page.relative_to(ROOT).as_posix()
+        exec(compile(code, f"{name}, python block {number}", "exec"), namespace)
 
 
 def _slug(heading: str) -> str:
@@ -124,8 +127,8 @@ def test_readme_is_a_users_page_of_at_most_300_lines():
 def test_readme_set_up_clones_shallow_installs_the_package_alone_and_tests_as_ci_run_does():
     section = _section("Set-up on a fresh machine")
     clone, install, tests = _blocks("bash", section)[:3]
-    # The tree of main alone: the history holds the lab's old files (docs/history.md).
-    assert clone.startswith("git clone --depth 1 ") and "docs/history.md" in section
+    # The tree of main alone: the history holds the lab's old files (docs/lab/history.md).
+    assert clone.startswith("git clone --depth 1 ") and "docs/lab/history.md" in section
     # The main job: torch first, the package with the runner's extra (not the test
     # extra), eval, report; the commands install from the configured registries only
     # (CI reaches no other index), and the text tells a user elsewhere how to get the
