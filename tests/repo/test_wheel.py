@@ -174,13 +174,10 @@ def test_every_non_python_file_in_the_shipped_packages_is_in_the_wheel(wheel):
         "eval/paper/suites/offline18.json",
         "retrofit/models/embedded/tabpfn_v3_embedded_regressor.safetensors",
         "retrofit/models/embedded/tabpfn_v3_embedded_regressor.safetensors.sha256",
-        "retrofit/models/embedded/training_log.jsonl",
+        "retrofit/models/embedded/MODEL_CARD.md",
         "retrofit/models/embedded/tabpfn_v3_embedded_classifier.safetensors",
         "retrofit/models/embedded/tabpfn_v3_embedded_classifier.safetensors.sha256",
         "retrofit/models/embedded/CLASSIFIER_MODEL_CARD.md",
-        "retrofit/models/embedded/classifier_loss_curve.png",
-        "retrofit/models/embedded/classifier_quality.json",
-        "retrofit/models/embedded/classifier_training_log.jsonl",
     ):
         assert needed in data_files
     missing = [f for f in data_files if f not in wheel["names"]]
