@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 PAGES = [README, *sorted(DOCS.rglob("*.md"))]
+# The shipped hosts' model cards: their links (to docs/lab/embedded/) are checked too.
+CARDS = sorted((ROOT / "retrofit" / "models" / "embedded").glob("*.md"))
 CPU_INDEX = "--index-url https://download.pytorch.org/whl/cpu"
 README_MAX_LINES = 300
 
@@ -81,8 +83,9 @@ def _links(page: Path) -> list[str]:
 
 
 def test_every_relative_link_of_readme_and_docs_resolves():
+    assert CARDS, "the model cards were not found"
     broken = []
-    for page in PAGES:
+    for page in [*PAGES, *CARDS]:
         for link in _links(page):
             if re.match(r"[a-z]+:", link):  # https:, mailto: (not checked offline)
                 continue
@@ -107,7 +110,7 @@ def test_every_relative_link_of_readme_and_docs_names_a_tracked_file():
     tracked = {ROOT / p for p in out.decode().split("\0") if p}
     folders = {folder for path in tracked for folder in path.parents}
     untracked = []
-    for page in PAGES:
+    for page in [*PAGES, *CARDS]:
         for link in _links(page):
             path = link.partition("#")[0]
             if re.match(r"[a-z]+:", link) or not path:
