@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.rooms import LAB_ROOM, readme_room
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
@@ -144,6 +146,23 @@ def test_readme_set_up_clones_shallow_installs_the_package_alone_and_tests_as_ci
     first = next(line for line in ci if line.startswith("python3 -m venv"))
     assert tests.strip() == first
     assert CPU_INDEX not in first and '".[test]"' in first
+
+
+def test_readme_s_tests_are_the_library_s_and_the_runner_s_and_ci_runs_the_lab_s_room_next():
+    """A bare pytest collects README's room; every test folder is in one room; CI runs both."""
+    readme = readme_room()
+    assert set(readme) == {"tests/patches", "tests/retrofit", "tests/eval", "tests/repo"}
+    with_tests = {
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "tests").iterdir()
+        if p.is_dir() and any(p.rglob("test_*.py"))
+    }
+    assert with_tests == {*readme, *LAB_ROOM}, with_tests
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    first = next(i for i, line in enumerate(ci) if line.startswith("python3 -m venv"))
+    later = [line for line in ci[first + 1 :] if line and not line.startswith("#")]
+    assert later[0] == 'pip install -q -e ".[lab]"'
+    assert later[1].startswith("python -m pytest ") and later[1].endswith(" ".join(LAB_ROOM))
 
 
 def test_the_gpu_section_states_the_bounds_the_settings_hold():
