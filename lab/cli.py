@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from collections.abc import Sequence
 
 from retrofit.command_line import OneLineArgumentParser
@@ -27,8 +28,7 @@ PROG = "python -m lab"
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": (
         "lab.benchmarks.command:main",
-        "OAttention vs plain SDPA: time, peak memory, fit+predict per mode "
-        "(--batched: ragged batches; --leave-out: out-of-fold prediction)",
+        "OAttention vs plain SDPA: time, memory, fit+predict (--batched, --leave-out)",
     ),
     "intervals": (
         "lab.leave_out.commands:intervals_main",
@@ -70,8 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs one lab command (``python -m lab``); returns the process exit status."""
+    parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(argv)
+        if not words:  # argparse would also ask for the arguments a command takes
+            parser.error(f"give a COMMAND: {', '.join(COMMANDS)}")
+        args = parser.parse_args(words)
     except SystemExit as exit_:  # --help (0) or a usage error, printed on one line (2)
         return int(exit_.code or 0)
     module, function = COMMANDS[args.command][0].split(":")
