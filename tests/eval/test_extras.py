@@ -83,10 +83,9 @@ import sys
 for module in {blocked!r}:
     sys.modules[module] = None  # import raises ModuleNotFoundError, find_spec answers None
 from eval.cli import add_subcommands
-from retrofit.cli import commands
-from retrofit.cli.program import main
+from retrofit.command_line import library_commands, main
 
-sys.exit(main(sys.argv[1:], [commands.add_subcommands, add_subcommands]))
+sys.exit(main(sys.argv[1:], [library_commands, add_subcommands]))
 """
 
 

@@ -358,7 +358,7 @@ def test_no_help_text_names_a_file_that_the_wheel_lacks(wheel, tmp_path):
 
 _PRINT_EVERY_HELP = """
 import argparse
-from retrofit.cli.program import build_parser
+from retrofit.command_line import build_parser
 
 parser = build_parser()  # the console script's: the library's and every installed group's
 (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
