@@ -31,7 +31,7 @@ import torch
 
 from hosttraining.common.errors import RunFileError
 from hosttraining.common.run_files import read_log
-from retrofit.cli.console import OneLineArgumentParser
+from retrofit.command_line import OneLineArgumentParser
 from retrofit.errors import CommandError
 from retrofit.files import write_text_atomic
 

@@ -24,7 +24,7 @@ fitted on them would be, so the result equals scikit-learn's
 ``cross_val_predict`` with ``k`` refits of the same estimator (an integer
 ``random_state``) within the padded path's rounding bound. Either way the
 batch shares the model, the patching and the fused ICL forwards. Measured
-(``tabpfn-retrofit oof-gap``, ``results/leave_out/{offline18,offline_cls6}``:
+(``python -m lab oof-gap``, ``results/leave_out/{offline18,offline_cls6}``:
 every case, all train rows, ``k = 5``, the embedded hosts in Full-O, float32):
 transductive's per-case largest difference from ``k`` refits averages 0.022
 of the target's std (at most 0.11; RMSE +0.044 %) on offline18 and 0.045 in
