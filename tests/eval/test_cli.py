@@ -58,9 +58,6 @@ def test_a_python_dash_m_entry_point_fails_in_one_line_as_a_process():
 
 def test_every_command_that_takes_model_defaults_to_tabpfns_auto():
     """As the estimators: a user who names no model gets what ``TabPFNRegressor()`` loads."""
-    from eval import gpu_check
-
     defaults = model_defaults(cli.build_parser())
     assert {"predict", "predict-batch", "patch", "eval"} <= defaults.keys()
     assert defaults == dict.fromkeys(defaults, "auto")
-    assert gpu_check._parser().parse_args(["out"]).model == "auto"

@@ -64,3 +64,18 @@ def test_python_dash_m_lab_runs_a_command_and_its_help_imports_nothing_heavy():
     )
     assert ran.returncode == 2
     one_prog_error_line(ran.stderr, "python -m lab oof-gap")
+
+
+@pytest.mark.parametrize(
+    ("parser", "argv"),
+    [
+        ("lab.benchmarks.command:_parser", []),
+        ("lab.leave_out.commands:_intervals_parser", []),
+        ("lab.leave_out.commands:_oof_gap_parser", []),
+        ("lab.device_checks.gpu_check:_parser", ["out"]),
+    ],
+)
+def test_every_lab_command_that_takes_model_defaults_to_tabpfns_auto(parser, argv):
+    """As the console script's: naming no model means tabpfn's default; .ci names 'embedded'."""
+    module, function = parser.split(":")
+    assert getattr(importlib.import_module(module), function)().parse_args(argv).model == "auto"
