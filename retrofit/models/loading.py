@@ -105,7 +105,7 @@ def _resolve_entry(entry: Any, which: Which) -> tuple[_Entry, saved.SavedRetrofi
             f"or a list of these; got {type(entry).__name__}"
         )
     if entry == EMBEDDED:
-        return embedded_model_path(which), None
+        return Path(embedded_model_path(which)), None
     if weights.is_version_alias(entry):
         # "auto" too: tabpfn's default version, through its own resolver and
         # downloader, with the one-line offline error naming where to place the file.
