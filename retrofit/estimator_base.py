@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from os import PathLike
 from typing import Any, ClassVar, Self
 
+import torch
 from sklearn.base import BaseEstimator, clone
 from tabpfn import ModelSpecs
 
@@ -229,23 +230,43 @@ class RetrofitEstimatorMixin:
     def load_from_fit_state(cls, path: str | PathLike[str], *, device: Any = "auto") -> Self:
         """The estimator :meth:`save_fit_state` saved, fitted again on ``device``.
 
-        The estimator is built from the saved parameters and fitted on the saved
-        inputs: tabpfn loads a fresh model and the retrofit patches it. On the
-        same machine and package versions it predicts what the saved estimator
-        predicted, bit for bit; the refit must reproduce the saved settings,
-        patch report digests and weight digests, or loading fails.
+        The file is checked before anything in it is used: the sizes its zip
+        directory declares (nothing is unpacked past a bound a saved file never
+        reaches), then the SHA-256 of its manifest (parameters, settings, model
+        path) and of every member (:mod:`retrofit.fit_state.archive`). The
+        estimator is then built from the saved parameters and fitted on the
+        saved inputs: tabpfn loads a fresh model and the retrofit patches it.
+        The refit must reproduce the saved settings, patch report digests and
+        weight digests, or loading fails. On the same machine, device and
+        package versions the loaded estimator predicts what the saved one
+        predicted, bit for bit.
+
+        The digests catch a file edited or damaged since it was saved, not a
+        forger who recomputes them; such a file still holds data only (nothing
+        in it runs), and any error its refit meets is a ``FitStateError`` too.
 
         Raises:
-            FitStateError: A missing, foreign or tampered file, a fit of another
-                class, or a refit that differs from the saved fit (a changed
-                checkpoint file, another retrofit version).
+            FitStateError: Naming ``path``: a missing, foreign or oversized
+                file, one edited or damaged since it was saved, a fit of another
+                class, a refit that fails, or a refit that differs from the
+                saved fit (a changed checkpoint file, another retrofit version).
         """
         saved = read_fit_state(path, estimator=cls.__name__, which=cls._estimator_kind())
         try:
             estimator = cls(**saved.params, device=device)
         except TypeError as err:  # a parameter this class does not take
             raise FitStateError(f"{path}: {err}; save the fit state again") from err
-        estimator.fit(saved.X, saved.y)
+        try:
+            estimator.fit(saved.X, saved.y)
+        except (FitStateError, MemoryError, torch.OutOfMemoryError):
+            raise  # named already, or the machine's limit rather than the file's
+        except Exception as err:
+            # A model file moved or changed since the save, or a forged file whose
+            # digests match (another estimator named, inputs that do not fit).
+            raise FitStateError(
+                f"{path}: refitting its saved inputs failed ({type(err).__name__}: "
+                f"{str(err)[:200]}); fit and save again"
+            ) from err
         found = {
             "settings": estimator.settings_,
             "patch report digests": tuple(r.digest() for r in estimator.patch_reports_),

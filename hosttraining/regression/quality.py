@@ -423,7 +423,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.checkpoint is None:
         from retrofit.models.embedded import embedded_model_path
 
-        model_path = embedded_model_path()
+        model_path = Path(embedded_model_path())
     else:
         model_path = args.checkpoint.resolve()
     if args.suite == "offline":

@@ -104,7 +104,7 @@ def _file_entry(entry: ModelPathLike, which: Which) -> Path | str:
 def _name_entry(name: str, which: Which) -> Path | str:
     """``"embedded"``, a version alias or ``"auto"``: its checkpoint file; else a file entry."""
     if name == EMBEDDED:
-        return embedded_model_path(which)
+        return Path(embedded_model_path(which))
     if weights.is_version_alias(name):
         # "auto" too: tabpfn's default version, through its own resolver and
         # downloader, with the one-line offline error naming where to place the file.

@@ -15,7 +15,7 @@ RECORDS = Path(__file__).resolve().parents[3] / "docs" / "lab" / "embedded"
 
 
 def test_the_shipped_classifier_card_is_the_shipped_files_and_says_where_it_stands() -> None:
-    path = embedded.embedded_model_path("classifier")  # verifies the digest
+    path = Path(embedded.embedded_model_path("classifier"))  # verifies the digest
     digest = sha256_file(path)
     card = (path.parent / class_card.CARD_NAME).read_text(encoding="utf-8")
     # Beside the regressor's card, its curve beside the regressor's, under names of their own.
@@ -65,7 +65,7 @@ def test_a_recorded_command_of_a_renamed_trainer_runs_under_todays_module_name()
 
 
 def test_the_shipped_classifier_card_names_no_trainer_module_but_as_recorded() -> None:
-    card_path = embedded.embedded_model_path("classifier").parent / class_card.CARD_NAME
+    card_path = Path(embedded.embedded_model_path("classifier")).parent / class_card.CARD_NAME
     card = card_path.read_text(encoding="utf-8")
     for old in class_card.RENAMED_TRAINERS:
         card = card.replace(f"(recorded as `{old}`, the trainer's name then)", "")
