@@ -39,7 +39,7 @@ import torch
 from sklearn.base import BaseEstimator, clone
 from tabpfn import ModelSpecs
 
-from retrofit.errors import FitStateError, IgnoredSettingWarning
+from retrofit.errors import FitStateError, IgnoredSettingWarning, RetrofitError
 from retrofit.fit_state.archive import FitRecord, read_fit_state, weights_digest, write_fit_state
 from retrofit.models.loading import ResolvedModel, resolve_model
 from retrofit.models.patched_host import PatchedHostCache
@@ -262,10 +262,12 @@ class RetrofitEstimatorMixin:
             raise  # named already, or the machine's limit rather than the file's
         except Exception as err:
             # A model file moved or changed since the save, or a forged file whose
-            # digests match (another estimator named, inputs that do not fit).
+            # digests match (another estimator named, inputs that do not fit). The
+            # library's own errors are one line that says what to do: kept whole.
+            why = str(err) if isinstance(err, RetrofitError) else str(err).strip()[:200]
             raise FitStateError(
-                f"{path}: refitting its saved inputs failed ({type(err).__name__}: "
-                f"{str(err)[:200]}); fit and save again"
+                f"{path}: refitting its saved inputs failed ({type(err).__name__}: {why}); "
+                "fit and save again"
             ) from err
         found = {
             "settings": estimator.settings_,

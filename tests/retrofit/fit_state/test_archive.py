@@ -32,7 +32,6 @@ from retrofit import (
     FitStateError,
     OTabPFNClassifier,
     OTabPFNRegressor,
-    SavedModelError,
     UnsafeCheckpointError,
     is_patched,
     patch,
@@ -249,7 +248,11 @@ def test_a_fit_state_of_a_saved_retrofit_whose_base_changed_is_refused_naming_it
     estimator = OTabPFNRegressor(**_kwargs(model_path=str(saved_dir))).fit(X, y)
     estimator.save_fit_state(tmp_path / "fit.tabpfn_fit")
     tiny_v3_checkpoint(tmp_path / "hosts", seed=1)  # another host under the base's name
-    with pytest.raises(SavedModelError, match=r"its base .* changed since the retrofit was saved"):
+    with pytest.raises(
+        FitStateError,
+        match=r"fit.tabpfn_fit: .*SavedModelError: .*its base .* "
+        r"changed since the retrofit was saved.*--force'\); fit and save again$",
+    ):
         OTabPFNRegressor.load_from_fit_state(tmp_path / "fit.tabpfn_fit", device="cpu")
 
 
