@@ -40,7 +40,7 @@ from retrofit.errors import (
     SettingsConflictError,
 )
 from retrofit.models import saved, weights
-from retrofit.models.aliases import EMBEDDED, alias_list
+from retrofit.models.aliases import AUTO, EMBEDDED, alias_list
 from retrofit.models.checkpoints import check_checkpoint
 from retrofit.models.embedded import embedded_model_path
 from retrofit.models.weights import Which
@@ -285,7 +285,7 @@ def resolve_model(model_path: Any, which: Which = "regressor") -> ResolvedModel:
 
 
 def load_host(
-    model_path: ModelPathLike | ResolvedModel = "embedded", *, which: Which = "regressor"
+    model_path: ModelPathLike | ResolvedModel = AUTO, *, which: Which = "regressor"
 ) -> ModelSpecs:
     """A freshly built host model with its configs, ready for ``TabPFNRegressor`` (or ``which``).
 
@@ -296,7 +296,8 @@ def load_host(
     given by path would.
 
     Args:
-        model_path: See :func:`resolve_model`.
+        model_path: See :func:`resolve_model`; tabpfn's ``"auto"`` by default, as
+            the estimators' (``"embedded"`` names the small offline stand-in).
         which: The estimator kind tabpfn loads the checkpoint for.
 
     Returns:
