@@ -80,12 +80,13 @@ def _reuse_source(args: Any, store: Path) -> Path | None:
     """The committed store ``--reuse-committed`` copies from (``None``: reuse not asked).
 
     Raises:
-        CommandError: ``--committed`` without ``--reuse-committed`` (eval reads it for
-            nothing else), or ``--reuse-committed`` with no committed store.
+        CommandError: ``--committed DIR`` without ``--reuse-committed`` (eval reads it
+            for nothing else), or ``--reuse-committed`` with no committed store.
     """
     option = getattr(args, "committed", None)
     if not getattr(args, "reuse_committed", False):
-        if option is not None:
+        # "none" says what eval does anyway (copy nothing): scripts may keep saying it.
+        if option not in (None, "none"):
             raise CommandError(
                 "eval reads --committed only to copy runs from it: add --reuse-committed "
                 "(report compares with the committed table by itself)"
