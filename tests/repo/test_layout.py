@@ -397,7 +397,7 @@ CROSS_MODULE_TESTS: dict[str, str] = {
     # A suite end to end: its datasets, metrics, runs and report.
     "tests/eval/paper/test_classification_suite.py": "the classification suite end to end",
     # The lab's room holds what only the lab's extra or a device runs, not only lab/'s tests.
-    "tests/lab/test_executors_live.py": "eval/paper/executors.py on live Dask and Ray clusters",
+    "tests/lab/test_executors_live.py": "eval/paper/executors.py on a live Dask cluster",
     "tests/lab/test_device_session.py": ".ci/device-session: a lent GPU's session",
     "tests/lab/tabpfn_suite/test_suite_targets.py": "tabpfn's own tests against ours, their set-up",
 }

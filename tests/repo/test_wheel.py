@@ -155,7 +155,7 @@ def _readme_tests_and_what_they_run() -> tuple[str, ...]:
     """README's tests, what they share, and the lab modules those import.
 
     The packages they test need the plain install (the library) and the runner's extra, which
-    the test extra holds; the runner's optional imports (Dask, Ray) stay the cluster extra's.
+    the test extra holds; the runner's optional import (Dask) stays the cluster extra's.
     """
     places = [*readme_room(), "tests/helpers", "tests/conftest.py"]
     seen: set[str] = set()
