@@ -32,29 +32,33 @@ from retrofit.weighted_preprocessing import (
 
 __all__ = [
     "PRESETS",
+    "cleaned_test_rows",
     "mixed_table",
     "preset_config",
     "repeat_rows",
     "tabpfn_fit",
-    "test_rows_cleaned",
     "weighted_members",
 ]
 
 
 def mixed_table(n_rows: int, seed: int, *, task: str) -> tuple[pd.DataFrame, np.ndarray]:
-    """Numeric, categorical (numeric codes and strings) and NaN columns, and a target."""
+    """Numeric, categorical (numeric codes and strings) and NaN columns, and a target.
+
+    The codes column is categorical only when tabpfn infers it (more than 100 rows).
+    """
     rng = np.random.default_rng(seed)
     X = pd.DataFrame(
         {
             "skewed": rng.lognormal(size=n_rows),
             "normal": rng.normal(size=n_rows),
             "heavy": rng.standard_t(3, size=n_rows),
-            "codes": rng.integers(0, 4, size=n_rows).astype(np.float64),
+            # Three values: categorical only past tabpfn's 100-row rule.
+            "codes": rng.integers(0, 3, size=n_rows).astype(np.float64),
             "letters": rng.choice(["a", "b", "c"], size=n_rows).astype(object),
             "ties": np.round(rng.normal(size=n_rows), 1),
         }
     )
-    for column, share in (("normal", 0.15), ("heavy", 0.1), ("codes", 0.1)):
+    for column, share in (("normal", 0.15), ("heavy", 0.1), ("ties", 0.1)):
         X.loc[rng.random(n_rows) < share, column] = np.nan
     X.loc[rng.random(n_rows) < 0.1, "letters"] = None
     signal = np.nan_to_num(X["normal"].to_numpy()) + np.log(X["skewed"].to_numpy())
@@ -106,11 +110,12 @@ def tabpfn_fit(task: str, config: InferenceConfig, X: Any, y: Any, **overrides: 
 
 def weighted_members(
     task: str, config: InferenceConfig, X: Any, y: np.ndarray, w_N: np.ndarray
-) -> tuple[Any, Any, list[Any]]:
+) -> tuple[Any, Any, list[Any], np.ndarray]:
     """The weighted fit: tabpfn's fit on the rows held, then its members fitted weighted.
 
     Returns the tabpfn estimator (fitted on ``X``), the weighted ensemble
-    preprocessor and its fitted members.
+    preprocessor, its fitted members and the targets they were fitted on
+    (encoded, or standardised with the weighted moments).
     """
     threshold = categorical_inference_threshold(
         w_N, config.MIN_NUMBER_SAMPLES_FOR_CATEGORICAL_INFERENCE
@@ -132,10 +137,11 @@ def weighted_members(
         X_train=X_train,
         y_train=y_train,
     )
-    return estimator, weighted, weighted.fit_transform_ensemble_members(X_train, y_train)
+    members = weighted.fit_transform_ensemble_members(X_train, y_train)
+    return estimator, weighted, members, y_train
 
 
-def test_rows_cleaned(estimator: Any, X_test: Any) -> np.ndarray:
+def cleaned_test_rows(estimator: Any, X_test: Any) -> np.ndarray:
     """``X_test`` as tabpfn's ``predict`` cleans it before the members transform it."""
     check_input_shape_matches(X_test, estimator=estimator)
     X_test = estimator.date_transformer_.transform(X_test)

@@ -4,9 +4,13 @@ Each step (a one-step ``PreprocessingPipeline``, as tabpfn runs it) is fitted
 on distinct rows with integer weights and, by tabpfn's own code, on the rows
 repeated; float64. Compared: the train rows' outputs (each weighted row
 repeated) and the test rows'. Bit-identical where the step's statistics are
-counts, sets or order statistics; the SVD features within ``SVD_ULPS`` ulps
-of ``max(1, max|feature|)`` (ARPACK on ``diag(sqrt w) X`` against the
-repeated rows: measured at most 19 ulps over 30 tables of 80 rows); the
+counts, sets or order statistics; the SVD features within ``SVD_RTOL`` of
+``max(1, max|feature|)``: ARPACK (tolerance 0: machine precision) on
+``diag(sqrt w) X`` against the repeated rows, where a component moves by
+about ``eps ||X|| / gap`` to the next singular value; measured at most 19
+float64 ulps (4.2e-15) over 30 random tables of 80 rows here, and 1.3e-12 on
+the preset tables of ``test_ensemble.py`` (an original column next to its
+quantile transform: closer singular values). The
 polynomial features' standardiser (a mean and a variance) within
 ``SUM_ULPS``. The
 fingerprint is defined, not equal: a weighted row gets its first copy's.
@@ -37,8 +41,8 @@ from retrofit.errors import UnsupportedWeightingError
 from retrofit.weighted_preprocessing.fitting import fitting_with
 from retrofit.weighted_preprocessing.steps import weighted_pipeline
 
-#: SVD features, weighted vs repeated, in float64 ulps of max(1, max|feature|).
-SVD_ULPS = 1024
+#: SVD features, weighted vs repeated, relative to max(1, max|feature|).
+SVD_RTOL = 1e-10
 #: A mean and a variance summed in another order, in float64 ulps of the output's scale.
 SUM_ULPS = 64
 EPS = float(np.finfo(np.float64).eps)
@@ -171,8 +175,8 @@ def test_svd_features_of_the_weighted_rows_are_the_repeated_rows_within_the_boun
             )
             assert got.shape == expected.shape  # components sized by sum w, as repeated
             for e, g in ((expected, got), (expected_test, got_test)):
-                worst = max(worst, np.max(np.abs(e - g)) / (EPS * max(1.0, np.max(np.abs(e)))))
-    assert worst <= SVD_ULPS
+                worst = max(worst, np.max(np.abs(e - g)) / max(1.0, np.max(np.abs(e))))
+    assert worst <= SVD_RTOL
 
 
 def test_svd_components_beyond_the_distinct_rows_are_fitted_without_error():
