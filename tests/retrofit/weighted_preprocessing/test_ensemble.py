@@ -17,12 +17,13 @@ is compared with tabpfn's fit on the table repeated, member by member: train
 rows (each weighted row repeated by its member's weights), targets, cleaned
 test rows, the outlier clipping. Bit-identical where the member's transforms
 are order statistics (``squashing_scaler``, ``quantile_*``, ``none``);
-within ``test_steps.SVD_RTOL`` with SVD features; within
-``test_transformers.POWER_OUTPUT_RTOL`` with a power transform (the
-regressor's ``safepower`` target transform too); the standardised targets
-to ``SUM_ULPS``. Fingerprints (on in v2 and v2.5) are compared on each
-weighted row's first copy where the member's other columns are bit-identical
-(elsewhere they hash values equal to the bound only, so nothing is promised).
+within ``SVD_RTOL`` with SVD features; within ``POWER_OUTPUT_RTOL`` with a
+power transform (the regressor's ``safepower`` target transform too); the
+standardised targets to ``SUM_ULPS`` (the bounds and what was measured:
+``tests/helpers/weighted_fits.py``). Fingerprints (on in v2 and v2.5) are
+compared on each weighted row's first copy where the member's other columns
+are bit-identical (elsewhere they hash values equal to the bound only, so
+nothing is promised).
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ from retrofit.weighted_preprocessing import (
     weighted_ensemble_preprocessor,
 )
 from tests.helpers.weighted_fits import (
+    POWER_OUTPUT_RTOL,
     PRESETS,
+    SUM_ULPS,
+    SVD_RTOL,
     cleaned_test_rows,
     mixed_table,
     preset_config,
@@ -49,10 +53,7 @@ from tests.helpers.weighted_fits import (
     tabpfn_fit,
     weighted_members,
 )
-from tests.retrofit.weighted_preprocessing.test_steps import SVD_RTOL
-from tests.retrofit.weighted_preprocessing.test_transformers import POWER_OUTPUT_RTOL
 
-SUM_ULPS = 64
 EPS = float(np.finfo(np.float64).eps)
 TASKS = ("classifier", "regressor")
 #: The presets with a member that is exact and has a fingerprint: the v2 and v2.5

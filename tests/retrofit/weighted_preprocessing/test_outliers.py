@@ -2,7 +2,8 @@
 
 The clipping bounds are a mean and a sample standard deviation (twice): with
 integer weights they are the repeated rows' to rounding, asserted within
-``SUM_ULPS`` float64 ulps of the data's scale, and so are the clipped rows.
+``SUM_ULPS`` float64 ulps of the data's scale (``tests/helpers/weighted_fits.py``),
+and so are the clipped rows.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ from retrofit.weighted_preprocessing.outliers import (
     weighted_device_pipeline,
 )
 from tests.helpers.exactness import assert_within_ulps
-
-SUM_ULPS = 64
+from tests.helpers.weighted_fits import SUM_ULPS
 
 
 def _rows(seed: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:

@@ -4,15 +4,9 @@ Each step (a one-step ``PreprocessingPipeline``, as tabpfn runs it) is fitted
 on distinct rows with integer weights and, by tabpfn's own code, on the rows
 repeated; float64. Compared: the train rows' outputs (each weighted row
 repeated) and the test rows'. Bit-identical where the step's statistics are
-counts, sets or order statistics; the SVD features within ``SVD_RTOL`` of
-``max(1, max|feature|)``: ARPACK (tolerance 0: machine precision) on
-``diag(sqrt w) X`` against the repeated rows, where a component moves by
-about ``eps ||X|| / gap`` to the next singular value; measured at most 19
-float64 ulps (4.2e-15) over 30 random tables of 80 rows here, and 1.3e-12 on
-the preset tables of ``test_ensemble.py`` (an original column next to its
-quantile transform: closer singular values). The
-polynomial features' standardiser (a mean and a variance) within
-``SUM_ULPS``. The
+counts, sets or order statistics; the SVD features within ``SVD_RTOL`` and
+the polynomial features' standardiser (a mean and a variance) within
+``SUM_ULPS`` (both stated in ``tests/helpers/weighted_fits.py``). The
 fingerprint is defined, not equal: a weighted row gets its first copy's.
 All weights 1: every weighted step is tabpfn's bit for bit.
 """
@@ -40,11 +34,8 @@ from tabpfn.preprocessing.steps import (
 from retrofit.errors import UnsupportedWeightingError
 from retrofit.weighted_preprocessing.fitting import fitting_with
 from retrofit.weighted_preprocessing.steps import weighted_pipeline
+from tests.helpers.weighted_fits import SUM_ULPS, SVD_RTOL
 
-#: SVD features, weighted vs repeated, relative to max(1, max|feature|).
-SVD_RTOL = 1e-10
-#: A mean and a variance summed in another order, in float64 ulps of the output's scale.
-SUM_ULPS = 64
 EPS = float(np.finfo(np.float64).eps)
 
 
