@@ -44,6 +44,7 @@ from retrofit.weighted_preprocessing.ensemble import (
     WeightedEnsemblePreprocessor,
     weighted_ensemble_preprocessor,
 )
+from retrofit.weighted_preprocessing.fitting import fitting_with
 from retrofit.weighted_preprocessing.rows import (
     categorical_inference_threshold,
     drop_zero_weight_rows,
@@ -59,6 +60,7 @@ __all__ = [
     "WeightedEnsemblePreprocessor",
     "categorical_inference_threshold",
     "drop_zero_weight_rows",
+    "fitting_with",
     "positive_row_weights",
     "weighted_class_counts",
     "weighted_ensemble_preprocessor",

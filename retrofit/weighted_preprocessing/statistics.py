@@ -39,7 +39,9 @@ def _sorted_with_cumulative_weights(
     """The non-NaN values of one column, sorted, and their cumulative weights."""
     valid_N = ~np.isnan(x_N)
     x_n, w_n = x_N[valid_N], w_N[valid_N]
-    order_n = np.argsort(x_n, kind="stable")
+    # Equal values are equal bits (but for the sign of zero, which numpy leaves as
+    # arbitrary): their order does not matter.
+    order_n = np.argsort(x_n)
     return x_n[order_n], np.cumsum(w_n[order_n], dtype=np.float64)
 
 

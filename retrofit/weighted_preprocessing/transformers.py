@@ -34,6 +34,7 @@ installed (its kernel density has no weighted fit here).
 from __future__ import annotations
 
 import copy
+import numbers
 from typing import Any
 
 import numpy as np
@@ -251,8 +252,10 @@ class WeightedSquashingScaler(SquashingScaler):
         w_N = fit_weights(_rows(X), type(self).__name__)
         if w_N is None:
             return super().fit(X, y)
-        super().fit(X, y)  # validates the parameters and the input, sets n_features_in_
-        X = np.asarray(X, dtype=np.float64)
+        limit = self.max_absolute_value
+        if not (isinstance(limit, numbers.Number) and np.isfinite(limit) and limit > 0):
+            return super().fit(X, y)  # raises tabpfn's own error
+        X = validate_data(self, X, reset=True, dtype=FLOAT_DTYPES, ensure_all_finite=False)
         X = np.where(np.isinf(X), np.nan, X)
         col_min, col_max = np.nanmin(X, axis=0), np.nanmax(X, axis=0)
         lower, upper = self.quantile_range

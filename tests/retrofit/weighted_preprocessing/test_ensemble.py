@@ -28,6 +28,7 @@ nothing is promised).
 
 from __future__ import annotations
 
+import pickle
 import warnings
 
 import numpy as np
@@ -287,3 +288,17 @@ def test_members_fitted_in_parallel_threads_are_the_members_fitted_in_turn():
     again = list(weighted.fit_transform_ensemble_members_iterator(X_train, y_train, "in-order"))
     for a, b in zip(members, again, strict=True):
         assert np.array_equal(a.X_train, b.X_train, equal_nan=True)
+
+
+def test_a_fitted_weighted_ensemble_pickles_with_its_members():
+    config = preset_config("v2.5", "classifier")
+    X, y = mixed_table(40, 9, task="classifier")
+    w_N = np.random.default_rng(4).integers(1, 4, size=40).astype(np.float64)
+    estimator, weighted, members, _ = weighted_members("classifier", config, X, y, w_N)
+    test = cleaned_test_rows(estimator, mixed_table(8, 10, task="classifier")[0])
+    again = pickle.loads(pickle.dumps((weighted, members)))
+    for ours, theirs in zip(again[1], members, strict=True):
+        assert np.array_equal(ours.row_weights, theirs.row_weights)
+        assert np.array_equal(
+            ours.transform_X_test(test), theirs.transform_X_test(test), equal_nan=True
+        )
