@@ -302,3 +302,65 @@ def test_a_fitted_weighted_ensemble_pickles_with_its_members():
         assert np.array_equal(
             ours.transform_X_test(test), theirs.transform_X_test(test), equal_nan=True
         )
+
+
+def _narrow(config, width: int):
+    """``config`` with each member limited to ``width`` features (feature subsampling on)."""
+    config.PREPROCESS_TRANSFORMS = [
+        type(p)(**{**p.__dict__, "max_features_per_estimator": width})
+        for p in config.PREPROCESS_TRANSFORMS
+    ]
+    return config
+
+
+SETTINGS = {
+    "balanced features": ("regressor", {"FEATURE_SUBSAMPLING_METHOD": "balanced"}, 4),
+    "random features": ("classifier", {"FEATURE_SUBSAMPLING_METHOD": "random"}, 4),
+    "constant and balanced": (
+        "regressor",
+        {
+            "FEATURE_SUBSAMPLING_METHOD": "constant_and_balanced",
+            "FEATURE_SUBSAMPLING_CONSTANT_FEATURE_COUNT": 2,
+        },
+        4,
+    ),
+    "auto features": ("classifier", {"FEATURE_SUBSAMPLING_METHOD": "auto"}, 4),
+    "stratified rows": (
+        "classifier",
+        {"SUBSAMPLE_SAMPLES": 0.5, "SAMPLE_SUBSAMPLING_METHOD": "stratified"},
+        None,
+    ),
+    "majority downsampled rows": (
+        "classifier",
+        {"SUBSAMPLE_SAMPLES": 120, "SAMPLE_SUBSAMPLING_METHOD": "majority_downsample"},
+        None,
+    ),
+    "infinities passed through": ("regressor", {"PASSTHROUGH_INF": True}, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_settings_beyond_the_presets_weighted_are_the_repeated_rows_bit_for_bit(name):
+    # The embedded config's transform is exact, so every member must be bit-identical.
+    task, settings, width = SETTINGS[name]
+    X, y = mixed_table(70, 11, task=task)
+    if settings.get("PASSTHROUGH_INF"):
+        X.loc[[3, 9], "heavy"] = [np.inf, -np.inf]
+    w_N = np.random.default_rng(5).integers(1, 4, size=70).astype(np.float64)
+
+    def config():
+        base = preset_config("embedded", task)
+        for key, value in settings.items():
+            setattr(base, key, value)
+        return _narrow(base, width) if width else base
+
+    repeated = tabpfn_fit(task, config(), repeat_rows(X, w_N), repeat_rows(y, w_N))
+    expected = repeated.ensemble_preprocessor_.fit_transform_ensemble_members(
+        repeated.executor_.X_train, repeated.executor_.y_train
+    )
+    _, _, members, _ = weighted_members(task, config(), X, y, w_N)
+    for theirs, ours in zip(expected, members, strict=True):
+        assert np.array_equal(ours.feature_indices, theirs.feature_indices)
+        got = np.repeat(ours.X_train, ours.row_weights.astype(int), axis=0)
+        order_e, order_g = np.lexsort(theirs.X_train.T[::-1]), np.lexsort(got.T[::-1])
+        assert np.array_equal(got[order_g], theirs.X_train[order_e], equal_nan=True)
