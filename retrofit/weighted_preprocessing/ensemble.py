@@ -33,8 +33,8 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any, Literal
 
-import joblib
 import numpy as np
+from sklearn.utils.parallel import Parallel, delayed
 from tabpfn.constants import AUTO_FEATURE_SUBSAMPLING_IMPORTANCE_MIN_SAMPLES
 from tabpfn.preprocessing.configs import (
     FeatureSubsamplingMethod,
@@ -150,13 +150,13 @@ class WeightedEnsemblePreprocessor(TabPFNEnsemblePreprocessor):
                 f"row weights: the ensemble was given {len(X_train)} train rows but the "
                 f"weights cover {len(self.row_weights)}"
             )
-        run = joblib.Parallel(
+        run = Parallel(
             n_jobs=self.n_preprocessing_jobs,
             prefer="threads",
             return_as="list" if parallel_mode == "block" else "generator",
         )
         yield from run(
-            joblib.delayed(self._fit_member)(index, X_train, y_train)
+            delayed(self._fit_member)(index, X_train, y_train)
             for index in range(len(self.configs))
         )
 
