@@ -34,6 +34,7 @@ __all__ = [
     "UnknownVersionError",
     "UnsafeCheckpointError",
     "UnsupportedArchitectureError",
+    "UnsupportedWeightingError",
     "WeightsUnavailableError",
 ]
 
@@ -143,3 +144,7 @@ class ManifestError(RetrofitError, ValueError):
 
 class BatchInputError(RetrofitError, ValueError):
     """A batched prediction's input lists or options are malformed; messages name the dataset."""
+
+
+class UnsupportedWeightingError(RetrofitError, ValueError):
+    """A fit with row weights meets a setting or step it cannot weight; the message names it."""

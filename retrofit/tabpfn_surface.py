@@ -13,13 +13,16 @@ Four kinds of names:
 * :data:`PRIVATE_NAMES`: functions and values imported from tabpfn modules
   (the helpers of ragged ``predict_batched``, the model-cache probe, the
   architecture name of a fit state's in-memory model and an ensemble member's
-  label transform for transductive leave-out), each
+  label transform for transductive leave-out, the mean imputer and the
+  importance-ranking size that the weighted preprocessing reads), each
   available here under the name without its leading underscore;
 * :data:`PRIVATE_METHODS`: private methods and attributes of tabpfn's classes
   that the retrofit calls, overrides (``retrofit/estimator_base.py`` for both
   estimators, ``retrofit/regressor.py``, ``retrofit/classifier.py``,
-  ``retrofit/hosts/v3/icl_host.py``) or reads (the hosts' ICL stages); the
-  regressor's are called through the functions at the end of this module;
+  ``retrofit/hosts/v3/icl_host.py``, the weighted preprocessing steps of
+  ``retrofit/weighted_preprocessing/``) or reads (the hosts' ICL stages, the
+  fits whose formulas the weighted ones re-derive); the regressor's are
+  called through the functions at the end of this module;
 * :data:`PRIVATE_ATTRIBUTES`: private attributes of tabpfn's objects that
   the retrofit reads (an ensemble member's model index, v3's NaN guard);
 * :data:`PRIVATE_MODULES`: tabpfn modules whose contents are internal to
@@ -41,6 +44,7 @@ __all__ = [
     "PRIVATE_MODULES",
     "PRIVATE_NAMES",
     "RAGGED_BATCHING",
+    "ROW_WEIGHTS",
     "TABPFN_VERSION",
     "TRANSDUCTIVE_LEAVE_OUT",
     "MissingTabPFNName",
@@ -60,9 +64,11 @@ __all__ = [
     "members_per_forward",
     "missing_names",
     "models_may_be_shared",
+    "no_inverse_imputer",
     "prepare_model_inputs",
     "require",
     "resolve_architecture_name",
+    "resolve_importance_top_k",
     "should_save_peak_mem",
     "transform_labels_one",
     "translate_batched_logits",
@@ -76,6 +82,9 @@ RAGGED_BATCHING = "ragged predict_batched"
 
 #: The feature that fits each fold's y side over a shared X side (named in the error).
 TRANSDUCTIVE_LEAVE_OUT = "cross_val_predict(preprocessing='transductive')"
+
+#: The feature that fits tabpfn's preprocessing with row weights (named in the error).
+ROW_WEIGHTS = "fit(sample_weight=...)"
 
 #: tabpfn modules internal to its ``predict``; import from them only here.
 PRIVATE_MODULES: tuple[str, ...] = (
@@ -135,6 +144,14 @@ PRIVATE_NAMES: dict[str, tuple[str, str, str]] = {
         "_transform_labels_one",
         TRANSDUCTIVE_LEAVE_OUT,
     ),
+    # The mean imputer of tabpfn's safe scalers: its weighted counterpart subclasses it.
+    "no_inverse_imputer": ("tabpfn.preprocessing.steps.utils", "_NoInverseImputer", ROW_WEIGHTS),
+    # How many features an importance ranking keeps (row weights refuse the ranking).
+    "resolve_importance_top_k": (
+        "tabpfn.preprocessing.ensemble",
+        "_resolve_importance_top_k",
+        ROW_WEIGHTS,
+    ),
 }
 
 #: ``module.Class`` -> the private methods and attributes the retrofit relies on.
@@ -171,6 +188,34 @@ PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
         "_preprocess_and_embed_features",
         "_preprocess_and_embed_targets",
         "_decode",
+    ),
+    # Row weights (retrofit/weighted_preprocessing/): the steps' fits overridden, and
+    # the public fits whose formulas the weighted ones re-derive (a change is re-checked).
+    "tabpfn.preprocessing.steps.reshape_feature_distribution_step."
+    "ReshapeFeatureDistributionsStep": (
+        "_create_transformers_and_new_schema",  # overridden: sized by sum w, fitted weighted
+    ),
+    "tabpfn.preprocessing.steps.encode_categorical_features_step.EncodeCategoricalFeaturesStep": (
+        "_get_transformer",  # overridden: the common-category filters count sum w
+        "_fit_transform_internal",  # its one-hot size guard is redone on sum w rows
+    ),
+    "tabpfn.preprocessing.steps.add_svd_features_step.AddSVDFeaturesStep": ("_fit",),
+    "tabpfn.preprocessing.steps.add_fingerprint_features_step.AddFingerprintFeaturesStep": (
+        "_fit",
+    ),
+    "tabpfn.preprocessing.steps.safe_power_transformer.SafePowerTransformer": (
+        "_yeo_johnson_optimize",
+    ),
+    "tabpfn.preprocessing.steps.squashing_scaler_transformer.SquashingScaler": ("fit",),
+    "tabpfn.preprocessing.steps.adaptive_quantile_transformer.AdaptiveQuantileTransformer": (
+        "fit",
+    ),
+    "tabpfn.preprocessing.steps.kdi_transformer.KDITransformerWithNaN": ("fit",),
+    "tabpfn.preprocessing.torch.steps.TorchSoftClipOutliersStep": ("_fit",),
+    "tabpfn.preprocessing.torch.torch_soft_clip_outliers.TorchSoftClipOutliers": ("fit",),
+    "tabpfn.preprocessing.ensemble.TabPFNEnsemblePreprocessor": (
+        "__init__",  # called with the weighted row count; its sampler draws on it
+        "fit_transform_ensemble_members_iterator",  # overridden: members fitted weighted
     ),
     "tabpfn.architectures.tabpfn_v3.TabPFNV3": ("_stages_0_to_2", "_prepare_y", "_embed_icl_y"),
     "tabpfn.architectures.tabpfn_v3_5.TabPFNV3p5": (
@@ -250,6 +295,8 @@ default_save_peak_memory_factor = _resolve("default_save_peak_memory_factor")
 get_built_model_cache_size = _resolve("get_built_model_cache_size")
 resolve_architecture_name = _resolve("resolve_architecture_name")
 transform_labels_one = _resolve("transform_labels_one")
+no_inverse_imputer = _resolve("no_inverse_imputer")
+resolve_importance_top_k = _resolve("resolve_importance_top_k")
 
 
 def missing_names(feature: str | None = None) -> list[MissingTabPFNName]:

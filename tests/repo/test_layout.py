@@ -91,7 +91,7 @@ def test_dependencies_point_one_way(lower, upper):
 RETROFIT_FLOORS: tuple[tuple[str, ...], ...] = (
     ("errors", "files", "versions"),
     ("settings", "tabpfn_surface", "validation"),
-    ("hosts",),
+    ("hosts", "weighted_preprocessing"),
     ("batching", "patcher"),
     ("models",),
     ("fit_state",),

@@ -206,6 +206,78 @@ PINNED = {
         "(self, y_BN, *, task_type)",
         "442d429c0946994319f1eb378d322b5d92f7e55fd743ad857fb4e174cb7a2ab6",
     ),
+    # Row weights (retrofit/weighted_preprocessing/).
+    "tabpfn.preprocessing.steps.utils._NoInverseImputer": (
+        "(*, missing_values=nan, strategy='mean', fill_value=None, copy=True, add_indicator=False,"
+        " keep_empty_features=False)",
+        "7c99694f20328e1fb966422ba17bd16fc1ba1e3d26357248d09e6fd0bd9c1985",
+    ),
+    "tabpfn.preprocessing.ensemble._resolve_importance_top_k": (
+        "(importance_top_k_count, n_total_features, auto_top_k=150, auto_min_features=200)",
+        "44bcadfa8fd7390c38a6e0ab7fec6519c90552a8d30c5cd03f8ca158a36aa5db",
+    ),
+    "tabpfn.preprocessing.steps.reshape_feature_distribution_step."
+    "ReshapeFeatureDistributionsStep._create_transformers_and_new_schema": (
+        "(self, n_samples, n_features, feature_schema)",
+        "e0323c2e2748876ab4cfbfb42c26aefad284df740e3587bb17b2c96fe5dc2dda",
+    ),
+    "tabpfn.preprocessing.steps.encode_categorical_features_step."
+    "EncodeCategoricalFeaturesStep._get_transformer": (
+        "(self, X, categorical_features)",
+        "201e46a9a046c6e8709fafca1e2531940eed3564203c6d3efd99da36755bd81e",
+    ),
+    "tabpfn.preprocessing.steps.encode_categorical_features_step."
+    "EncodeCategoricalFeaturesStep._fit_transform_internal": (
+        "(self, X, feature_schema)",
+        "ee3fc8840521eb21f529b438912f49ee060c10ef1e442b9e198cbfd85ecb53bd",
+    ),
+    "tabpfn.preprocessing.steps.add_svd_features_step.AddSVDFeaturesStep._fit": (
+        "(self, X, feature_schema)",
+        "39454d60d042921c70dce14e8f465e4d7d0bf5d9d157ea2392e79268a0553505",
+    ),
+    "tabpfn.preprocessing.steps.add_fingerprint_features_step.AddFingerprintFeaturesStep._fit": (
+        "(self, X, feature_schema)",
+        "b5d94d16ff9df7b92e3f91aaa05e7a0acaf51a291500ca51a47127dc0ba3add6",
+    ),
+    "tabpfn.preprocessing.steps.safe_power_transformer.SafePowerTransformer."
+    "_yeo_johnson_optimize": (
+        "(self, x)",
+        "9ee626e69a12f4b0d72968193d0fff8498a2d376cdc62579916c8ba5ea7b6942",
+    ),
+    "tabpfn.preprocessing.steps.squashing_scaler_transformer.SquashingScaler.fit": (
+        "(self, X, y=None)",
+        "3b855411e06a187517c479858e3b8b47e5235c4ae1d41b323be03fdfd257a0b2",
+    ),
+    "tabpfn.preprocessing.steps.adaptive_quantile_transformer.AdaptiveQuantileTransformer.fit": (
+        "(self, X, y=None)",
+        "53778c34e11599f7b457987ead8d4167012031a1f27f9de7ace12f03e6bc3200",
+    ),
+    "tabpfn.preprocessing.steps.kdi_transformer.KDITransformerWithNaN.fit": (
+        "(self, X, y=None)",
+        "838ceeb25017fc3d23ba665e4141c6b269a84edca4676813a0a8d5e029ff4b77",
+    ),
+    "tabpfn.preprocessing.torch.steps.TorchSoftClipOutliersStep._fit": (
+        "(self, x)",
+        "f6a196bb7b3fda335951fc4f0dcc4cf3fcff730a29927405a2f2772efb8aed14",
+    ),
+    "tabpfn.preprocessing.torch.torch_soft_clip_outliers.TorchSoftClipOutliers.fit": (
+        "(self, x)",
+        "106244856c23a6be859e051f7c62e5634a4439fa72a28c4c1c81b17bc4fa8d3c",
+    ),
+    "tabpfn.preprocessing.ensemble.TabPFNEnsemblePreprocessor.__init__": (
+        "(self, *, configs, n_samples, feature_schema, random_state, n_preprocessing_jobs,"
+        " keep_fitted_cache=False, enable_gpu_preprocessing=False,"
+        " feature_subsampling_method=<FeatureSubsamplingMethod.RANDOM: 'random'>,"
+        " constant_feature_count=50, subsample_samples=None,"
+        " sample_subsampling_method=<SampleSubsamplingMethod.AUTO: 'auto'>,"
+        " importance_top_k_count='auto', X_train=None, y_train=None, task_type='classifier')",
+        "ca06674eb0694db1777dcf2ff719cf0390014ef712747124aed259310ef20bbc",
+    ),
+    "tabpfn.preprocessing.ensemble.TabPFNEnsemblePreprocessor."
+    "fit_transform_ensemble_members_iterator": (
+        "(self, X_train, y_train, parallel_mode)",
+        "121cd9b6c9d1d7188f77806054deb2d3e9cb256f8afec2d5c7439c2d80814d81",
+    ),
 }
 
 PINNED_VALUES = {
