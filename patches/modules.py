@@ -42,7 +42,9 @@ def _check_kernel(kernel: str) -> str:
     return kernel
 
 
-def support_size(p_BS: torch.Tensor, kind: SupportKind = "count") -> torch.Tensor:
+def support_size(
+    p_BS: torch.Tensor, kind: SupportKind = "count", weights: torch.Tensor | None = None
+) -> torch.Tensor:
     """Effective number of sources per batch element, shape ``(B,)``.
 
     Args:
@@ -50,14 +52,20 @@ def support_size(p_BS: torch.Tensor, kind: SupportKind = "count") -> torch.Tenso
         kind: ``"count"``: number of non-null sources (equals ``S`` when none
             is null, so a pretrained length scaling is reproduced exactly);
             ``"mass"``: the sum of presence.
+        weights: Optional nonnegative multiplicity ``w`` of each source
+            (``(B, S)``): a source counts ``w`` times, so ``"count"`` is
+            ``sum w [p > 0]`` and ``"mass"`` is ``sum w p``. None: every source once
+            (the same arithmetic as without the argument).
 
     Returns:
         ``n_eff`` in float32 (float64 for float64 presence).
     """
     if kind == "count":
-        return (p_BS > 0).sum(dim=-1).to(p_BS.dtype)
+        if weights is None:
+            return (p_BS > 0).sum(dim=-1).to(p_BS.dtype)
+        return ((p_BS > 0).to(p_BS.dtype) * weights).sum(dim=-1)
     if kind == "mass":
-        return p_BS.sum(dim=-1)
+        return p_BS.sum(dim=-1) if weights is None else (p_BS * weights).sum(dim=-1)
     raise ValueError(f"support must be 'count' or 'mass', got {kind!r}")
 
 

@@ -5,6 +5,7 @@ host architecture), :class:`PatchReport`, the scikit-learn estimators
 :class:`OTabPFNRegressor` and :class:`OTabPFNClassifier`, model loading
 (:func:`resolve_model`, :func:`load_host`), :func:`embedded_model_path`,
 :func:`row_presence` (train rows of a patched forward marked absent),
+:func:`row_weights` (train rows of a patched forward counted ``w_j`` times each),
 :func:`cross_val_predict` (out-of-fold predictions, the folds in one ragged
 batch; the feature preprocessing fitted once on all rows by default, or per
 fold) and the regressor's jackknife+/CV+/split-conformal
@@ -39,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "ReplacedModule": "retrofit.hosts.common.base",
     "is_patched": "retrofit.hosts.common.base",
     "row_presence": "retrofit.hosts.common.row_presence",
+    "row_weights": "retrofit.hosts.common.row_weights",
     "patch": "retrofit.patcher",
     "unpatch": "retrofit.patcher",
     "save_patched": "retrofit.models.saved.save",

@@ -21,6 +21,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidModelPathError",
     "InvalidPatchConfigError",
+    "InvalidRowWeightsError",
     "ManifestError",
     "MissingPresenceError",
     "NotPatchedError",
@@ -96,6 +97,10 @@ class UnsafeCheckpointError(CorruptCheckpointError):
 
 class InvalidInputError(RetrofitError, ValueError):
     """Data given to ``fit`` or ``predict`` is malformed (e.g. a non-numeric target)."""
+
+
+class InvalidRowWeightsError(InvalidInputError):
+    """Row weights (or presence) of a patched forward are malformed: shape, value or context."""
 
 
 class UnknownVersionError(RetrofitError, ValueError):

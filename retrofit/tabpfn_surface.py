@@ -14,15 +14,17 @@ Four kinds of names:
   (the helpers of ragged ``predict_batched``, the model-cache probe, the
   architecture name of a fit state's in-memory model and an ensemble member's
   label transform for transductive leave-out, the mean imputer and the
-  importance-ranking size that the weighted preprocessing reads), each
+  importance-ranking size that the weighted preprocessing reads, and the v2
+  family's encoder steps and v3.5's ECDF key that row weights fit weighted
+  statistics for), each
   available here under the name without its leading underscore;
 * :data:`PRIVATE_METHODS`: private methods and attributes of tabpfn's classes
   that the retrofit calls, overrides (``retrofit/estimator_base.py`` for both
   estimators, ``retrofit/regressor.py``, ``retrofit/classifier.py``,
-  ``retrofit/hosts/v3/icl_host.py``, the weighted preprocessing steps of
-  ``retrofit/weighted_preprocessing/``) or reads (the hosts' ICL stages, the
-  fits whose formulas the weighted ones re-derive); the regressor's are
-  called through the functions at the end of this module;
+  ``retrofit/hosts/v3/icl_host.py``, ``retrofit/hosts/v2/model.py``, the
+  weighted preprocessing steps of ``retrofit/weighted_preprocessing/``) or reads
+  (the hosts' ICL stages, the fits whose formulas the weighted ones re-derive);
+  the regressor's are called through the functions at the end of this module;
 * :data:`PRIVATE_ATTRIBUTES`: private attributes of tabpfn's objects that
   the retrofit reads (an ensemble member's model index, v3's NaN guard);
 * :data:`PRIVATE_MODULES`: tabpfn modules whose contents are internal to
@@ -47,12 +49,14 @@ __all__ = [
     "ROW_WEIGHTS",
     "TABPFN_VERSION",
     "TRANSDUCTIVE_LEAVE_OUT",
+    "WEIGHTED_FIT",
     "MissingTabPFNName",
     "batch_member_inputs",
     "check_input_shape_matches",
     "clean_data_transform",
     "decode_batched_dataset",
     "default_save_peak_memory_factor",
+    "ecdf_context_key",
     "ensure_compatible_predict_input_sklearn",
     "estimator_batch_budget",
     "feature_modality",
@@ -74,6 +78,15 @@ __all__ = [
     "translate_batched_logits",
     "usable_output_types",
     "uses_majority_downsample",
+    "v2_constant_feature_mask",
+    "v2_fit_feature_group_scaling",
+    "v2_remove_constant_features",
+    "v2p5_normalize_feature_groups",
+    "v2p5_pad_and_reshape_feature_groups",
+    "v2p5_remove_constant_features",
+    "v2p6_normalize_feature_groups",
+    "v2p6_pad_and_reshape_feature_groups",
+    "v2p6_remove_constant_features",
     "validate_num_classes",
 ]
 
@@ -84,7 +97,10 @@ RAGGED_BATCHING = "ragged predict_batched"
 TRANSDUCTIVE_LEAVE_OUT = "cross_val_predict(preprocessing='transductive')"
 
 #: The feature that fits tabpfn's preprocessing with row weights (named in the error).
-ROW_WEIGHTS = "fit(sample_weight=...)"
+WEIGHTED_FIT = "fit(sample_weight=...)"
+
+#: The feature whose weighted in-model statistics need the hosts' private helpers.
+ROW_WEIGHTS = "retrofit.row_weights"
 
 #: tabpfn modules internal to its ``predict``; import from them only here.
 PRIVATE_MODULES: tuple[str, ...] = (
@@ -145,13 +161,62 @@ PRIVATE_NAMES: dict[str, tuple[str, str, str]] = {
         TRANSDUCTIVE_LEAVE_OUT,
     ),
     # The mean imputer of tabpfn's safe scalers: its weighted counterpart subclasses it.
-    "no_inverse_imputer": ("tabpfn.preprocessing.steps.utils", "_NoInverseImputer", ROW_WEIGHTS),
+    "no_inverse_imputer": ("tabpfn.preprocessing.steps.utils", "_NoInverseImputer", WEIGHTED_FIT),
     # How many features an importance ranking keeps (row weights refuse the ranking).
     "resolve_importance_top_k": (
         "tabpfn.preprocessing.ensemble",
         "_resolve_importance_top_k",
+        WEIGHTED_FIT,
+    ),
+    # The v2 family's feature encoder, step by step, so its statistics can be fitted
+    # weighted and handed back as the host's own cache (retrofit/hosts/v2/model.py).
+    "v2_constant_feature_mask": (
+        "tabpfn.architectures.tabpfn_v2",
+        "_constant_feature_mask",
         ROW_WEIGHTS,
     ),
+    "v2_remove_constant_features": (
+        "tabpfn.architectures.tabpfn_v2",
+        "_remove_constant_features",
+        ROW_WEIGHTS,
+    ),
+    "v2_fit_feature_group_scaling": (
+        "tabpfn.architectures.tabpfn_v2",
+        "_fit_feature_group_scaling",
+        ROW_WEIGHTS,
+    ),
+    "v2p5_remove_constant_features": (
+        "tabpfn.architectures.tabpfn_v2_5",
+        "_remove_constant_features",
+        ROW_WEIGHTS,
+    ),
+    "v2p5_pad_and_reshape_feature_groups": (
+        "tabpfn.architectures.tabpfn_v2_5",
+        "_pad_and_reshape_feature_groups",
+        ROW_WEIGHTS,
+    ),
+    "v2p5_normalize_feature_groups": (
+        "tabpfn.architectures.tabpfn_v2_5",
+        "_normalize_feature_groups",
+        ROW_WEIGHTS,
+    ),
+    "v2p6_remove_constant_features": (
+        "tabpfn.architectures.tabpfn_v2_6",
+        "_remove_constant_features",
+        ROW_WEIGHTS,
+    ),
+    "v2p6_pad_and_reshape_feature_groups": (
+        "tabpfn.architectures.tabpfn_v2_6",
+        "_pad_and_reshape_feature_groups",
+        ROW_WEIGHTS,
+    ),
+    "v2p6_normalize_feature_groups": (
+        "tabpfn.architectures.tabpfn_v2_6",
+        "_normalize_feature_groups",
+        ROW_WEIGHTS,
+    ),
+    # Where v3.5's scaler statistics carry the ECDF ranking context.
+    "ecdf_context_key": ("tabpfn.architectures.tabpfn_v3_5", "_ECDF_CONTEXT_KEY", ROW_WEIGHTS),
 }
 
 #: ``module.Class`` -> the private methods and attributes the retrofit relies on.
@@ -177,6 +242,7 @@ PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
         "_pad_and_group_features",
         "_embed_targets",
         "_embed_features",
+        "_embed_nan_target",
         "_decode",
     ),
     "tabpfn.architectures.tabpfn_v2_5.TabPFNV2p5": (
@@ -217,11 +283,17 @@ PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
         "__init__",  # called with the weighted row count; its sampler draws on it
         "fit_transform_ensemble_members_iterator",  # overridden: members fitted weighted
     ),
-    "tabpfn.architectures.tabpfn_v3.TabPFNV3": ("_stages_0_to_2", "_prepare_y", "_embed_icl_y"),
+    "tabpfn.architectures.tabpfn_v3.TabPFNV3": (
+        "_stages_0_to_2",
+        "_prepare_y",
+        "_embed_icl_y",
+        "_preprocess_raw",
+    ),
     "tabpfn.architectures.tabpfn_v3_5.TabPFNV3p5": (
         "_stages_0_to_2",
         "_prepare_y",
         "_embed_icl_y",
+        "_preprocess_raw",
     ),
 }
 
@@ -297,6 +369,16 @@ resolve_architecture_name = _resolve("resolve_architecture_name")
 transform_labels_one = _resolve("transform_labels_one")
 no_inverse_imputer = _resolve("no_inverse_imputer")
 resolve_importance_top_k = _resolve("resolve_importance_top_k")
+v2_constant_feature_mask = _resolve("v2_constant_feature_mask")
+v2_remove_constant_features = _resolve("v2_remove_constant_features")
+v2_fit_feature_group_scaling = _resolve("v2_fit_feature_group_scaling")
+v2p5_remove_constant_features = _resolve("v2p5_remove_constant_features")
+v2p5_pad_and_reshape_feature_groups = _resolve("v2p5_pad_and_reshape_feature_groups")
+v2p5_normalize_feature_groups = _resolve("v2p5_normalize_feature_groups")
+v2p6_remove_constant_features = _resolve("v2p6_remove_constant_features")
+v2p6_pad_and_reshape_feature_groups = _resolve("v2p6_pad_and_reshape_feature_groups")
+v2p6_normalize_feature_groups = _resolve("v2p6_normalize_feature_groups")
+ecdf_context_key = _resolve("ecdf_context_key")
 
 
 def missing_names(feature: str | None = None) -> list[MissingTabPFNName]:

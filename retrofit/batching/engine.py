@@ -22,6 +22,14 @@ every patched host (v2, v2.5, v2.6, v3, v3.5;
 ``retrofit/hosts/*/icl_stage.py``); another host opts in with
 :func:`retrofit.hosts.common.base.register_icl_stage`.
 
+Row weights: :func:`run_padded` takes one weight vector per dataset (over the
+train rows its members' forwards get, ``(N_d,)`` for every member or
+``(E_d, N_d)`` per ensemble member in config order); each dataset's stages
+before ICL run under them (:func:`retrofit.row_weights`) and its rows count
+that many times in the padded ICL forward and the classifier's decoder
+(:func:`retrofit.batching.padding.run_padded_icl`). The per-dataset fit is
+tabpfn's own here; weighting its preprocessing is the caller's (``fit``).
+
 With ``fit_mode="fit_with_cache"`` the padded path, like tabpfn's own
 ``predict_batched``, runs the full forward instead of the KV cache: it equals
 per-dataset ``predict`` exactly with an unquantized cache
@@ -30,6 +38,7 @@ per-dataset ``predict`` exactly with an unquantized cache
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 from collections.abc import Callable, Sequence
@@ -53,6 +62,7 @@ from retrofit.batching.padding import (
 )
 from retrofit.errors import BatchInputError
 from retrofit.hosts.common.base import icl_stage_for
+from retrofit.hosts.common.row_weights import row_weights
 from retrofit.tabpfn_surface import (
     RAGGED_BATCHING,
     batch_member_inputs,
@@ -125,7 +135,7 @@ class _Unit:
     Their stages before ICL run as one forward, as in ``predict``; their
     carriers ``(B, R, D)`` are one entry of a padded ICL batch. ``y_NB`` are
     their train targets as the forward got them (a classifier's decoder reads
-    them).
+    them); ``weights_BN`` their train rows' weights, None when each counts once.
     """
 
     dataset: int
@@ -134,6 +144,7 @@ class _Unit:
     carriers_BRD: torch.Tensor | None
     num_keys: int
     y_NB: torch.Tensor
+    weights_BN: torch.Tensor | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -227,6 +238,7 @@ def _embed_dataset(
     cast: dict[tuple[int, torch.dtype], torch.nn.Module],
     random_state: Any,
     fit: DatasetFit,
+    weights: Any = None,
 ) -> tuple[EmbeddedDataset | None, Estimator]:
     """Fits one dataset and runs its members' stages before ICL, as ``predict`` does.
 
@@ -237,6 +249,7 @@ def _embed_dataset(
     (keyed by identity and dtype; shared by every dataset, since the workers
     use the same model objects). Returns ``(None, worker)`` for a constant
     target (answered analytically). ``fit`` gives the dataset's fitted worker.
+    ``weights`` (``(N,)`` or per member ``(E, N)``) are its train rows' weights.
     """
     worker = fit(index, X, y, random_state)
     if _is_constant_target(worker):
@@ -286,10 +299,13 @@ def _embed_dataset(
         for start in range(0, len(group), size):
             chunk = group[start : start + size]
             X_RBC, y_NB = batch_member_inputs([c[1] for c in chunk], [c[2] for c in chunk])
+            unit_members = [c[0] for c in chunk]
+            w_BN = _unit_weights(weights, unit_members, len(members))
             with (
                 get_autocast_context(device, enabled=worker.use_autocast_),
                 torch.inference_mode(),
                 lowered_chunk_cells(model, chunk_cells_for(device, *X_RBC.shape[1:])),
+                contextlib.nullcontext() if w_BN is None else row_weights(model, w_BN),
             ):
                 carriers_BRD = icl_stage_for(model).embed(
                     model,
@@ -299,9 +315,28 @@ def _embed_dataset(
                     task_type=_task_type(worker),
                 )
             num_keys = key_rows(carriers_BRD, X_RBC.shape[0] - y_NB.shape[0])
-            unit = _Unit(index, [c[0] for c in chunk], model, carriers_BRD, num_keys, y_NB)
+            unit = _Unit(index, unit_members, model, carriers_BRD, num_keys, y_NB, w_BN)
             data.units.append(unit)
     return data, worker
+
+
+def _unit_weights(weights: Any, members: list[int], num_members: int) -> torch.Tensor | None:
+    """The weights ``(len(members), N)`` of a unit's members, None when the dataset has none.
+
+    Raises:
+        BatchInputError: If per-member weights do not have one row per member.
+    """
+    if weights is None:
+        return None
+    w = torch.as_tensor(weights, dtype=torch.float64)
+    if w.dim() == 1:
+        return w.expand(len(members), -1)
+    if w.dim() != 2 or w.shape[0] != num_members:
+        raise BatchInputError(
+            f"row weights of shape {tuple(w.shape)}; pass (N,) or one row per ensemble "
+            f"member ({num_members}, N)"
+        )
+    return w[members]
 
 
 def models_of(estimator: Estimator) -> list[Any]:
@@ -383,6 +418,7 @@ def run_padded(
     max_bucket_bytes: int | str | None,
     progress: Progress | None,
     fit: DatasetFit | None = None,
+    weights: Sequence[Any] | None = None,
 ) -> PaddedRun:
     """Fits every dataset, runs its stages before ICL alone and the ICL stage padded.
 
@@ -391,7 +427,9 @@ def run_padded(
     (:func:`retrofit.batching.classification.predict_proba_batched`); the caller has
     checked the lists and refused per-dataset state. ``fit`` fits each
     dataset's worker (:data:`DatasetFit`); None: tabpfn's ``fit`` on the
-    dataset's own rows.
+    dataset's own rows. ``weights``: per dataset, its train rows' weights
+    (``(N_d,)``, or ``(E_d, N_d)`` per ensemble member; see the module
+    docstring) or None; None: every row counts once.
 
     Raises:
         BatchInputError: A dataset's fit or test cleaning fails (named).
@@ -413,9 +451,12 @@ def run_padded(
     fitted: list[tuple[Estimator, EmbeddedDataset | None]] = []
     embedded: dict[int, EmbeddedDataset] = {}
     cast: dict[tuple[int, torch.dtype], torch.nn.Module] = {}
+    if weights is not None and len(weights) != n_data:
+        raise BatchInputError(f"{len(weights)} weight vectors for {n_data} datasets")
     for i, (X, y, X_test) in enumerate(zip(X_train_list, y_train_list, X_test_list, strict=True)):
+        w = None if weights is None else weights[i]
         try:
-            data, worker = _embed_dataset(estimator, i, X, y, X_test, cast, random_state, fit)
+            data, worker = _embed_dataset(estimator, i, X, y, X_test, cast, random_state, fit, w)
         except (ValueError, TypeError) as err:
             raise BatchInputError(f"dataset {i}: {err}") from err
         fitted.append((worker, data))
@@ -504,6 +545,7 @@ def _run_icl(
                 [u.num_keys for u in bucket],
                 stats=stats,
                 decode=_class_decoder(model, bucket) if classify else None,
+                weights=[u.weights_BN for u in bucket],
                 performance_options=_options(model, save_peak),
             )
         for unit, out_MBO in zip(bucket, outs, strict=True):

@@ -21,6 +21,12 @@ longest test part of the bucket)::
 
 with ``single_eval_pos = N``, so every key row is a train row or a null.
 
+Row weights (:mod:`retrofit.hosts.common.row_weights`): a dataset whose train
+rows carry weights ``(B_d, N_d)`` (its stages before ICL ran under them) gets
+them as the blocks' source weights in the padded forward, zeros for its
+padding rows (which are null, so any weight would do), and as the decoder's
+when a classifier decodes it from its own train rows.
+
 Shape letters: B batch elements (ensemble members of one dataset), R rows
 (train then test), N train rows, M test rows, D ICL width, O decoder outputs;
 ``...`` the trailing carrier dimensions of a row (``D`` for v3, ``(C, D)`` for
@@ -37,7 +43,9 @@ import torch
 from torch import nn
 
 from retrofit.batching.bounds import DEFAULT_MAX_PADDED_FRACTION, check_max_padded_fraction
+from retrofit.errors import BatchInputError
 from retrofit.hosts.common.base import icl_stage_for
+from retrofit.hosts.common.row_weights import source_weights
 
 __all__ = [
     "DEFAULT_MAX_ROWS_PER_FORWARD",
@@ -46,6 +54,7 @@ __all__ = [
     "icl_working_set_bytes",
     "key_rows",
     "pad_carriers",
+    "pad_weights",
     "plan_buckets",
     "run_padded_icl",
 ]
@@ -223,6 +232,45 @@ def pad_carriers(
     return x_BRD, n_max
 
 
+def pad_weights(
+    weights: Sequence[torch.Tensor | None],
+    carriers: Sequence[torch.Tensor],
+    num_train: Sequence[int],
+) -> torch.Tensor | None:
+    """The datasets' row weights as one ``(B, N - T)`` batch, zeros for padding rows.
+
+    Args:
+        weights: ``(B_d, N_d)`` or ``(N_d,)`` per dataset over its train rows
+            (the key rows after the ``T`` learned rows a host adds first, v2.5's
+            thinking rows), or None for a dataset whose rows count once.
+        carriers: The datasets' carriers ``(B_d, R_d, ...)``.
+        num_train: Their key rows ``T + N_d``.
+
+    Returns:
+        The padded weights, None when no dataset has any.
+
+    Raises:
+        BatchInputError: If a dataset's weights do not fit its rows.
+    """
+    if all(w is None for w in weights):
+        return None
+    learned = {n - w.shape[-1] for w, n in zip(weights, num_train, strict=True) if w is not None}
+    if len(learned) != 1 or min(learned) < 0:
+        raise BatchInputError(
+            f"row weights of {[None if w is None else w.shape[-1] for w in weights]} rows do "
+            f"not fit datasets of {list(num_train)} key rows"
+        )
+    (T,) = learned
+    first = next(w for w in weights if w is not None)
+    w_BN = first.new_zeros((sum(x.shape[0] for x in carriers), max(num_train) - T))
+    start = 0
+    for w, x, n in zip(weights, carriers, num_train, strict=True):
+        b = x.shape[0]
+        w_BN[start : start + b, : n - T] = 1.0 if w is None else w
+        start += b
+    return w_BN
+
+
 def run_padded_icl(
     model: nn.Module,
     carriers: Sequence[torch.Tensor],
@@ -230,6 +278,7 @@ def run_padded_icl(
     *,
     stats: PaddingStats | None = None,
     decode: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    weights: Sequence[torch.Tensor | None] | None = None,
     **forward_kwargs: Any,
 ) -> list[torch.Tensor]:
     """One ICL forward over the zero-padded carriers of several datasets.
@@ -237,12 +286,14 @@ def run_padded_icl(
     Args:
         model: A host with a registered :class:`ICLStage` (a patched host).
         carriers: ``(B_d, R_d, ...)`` per dataset, from the stage's ``embed``.
-        num_train: ``N_d`` per dataset.
+        num_train: ``N_d`` per dataset (its key rows).
         stats: Accumulates the padding counts when given.
         decode: ``decode(d, keys, test)`` decodes dataset ``d`` from its own
             key rows ``(B_d, N_d, ...)`` and test rows ``(B_d, M_d, ...)``
             (a classifier's decoder may read the train rows); None: the
             stage's ``decode`` of the test rows.
+        weights: Per dataset, the row weights its ``embed`` ran under
+            (:func:`pad_weights`), or None; None: every row counts once.
         **forward_kwargs: Passed to the stage (e.g. ``performance_options``).
 
     Returns:
@@ -250,11 +301,13 @@ def run_padded_icl(
         padded rows are dropped before the decoder.
     """
     stage = icl_stage_for(model)
+    weights = [None] * len(carriers) if weights is None else list(weights)
     x_BRD, n_max = pad_carriers(carriers, num_train)
     if stats is not None:
         shapes = [(n, x.shape[1] - n) for x, n in zip(carriers, num_train, strict=True)]
         stats.add(shapes, [x.shape[0] for x in carriers])
-    x_BRD = stage.run_blocks(model, x_BRD, n_max, **forward_kwargs)
+    with source_weights(model, pad_weights(weights, carriers, num_train)):
+        x_BRD = stage.run_blocks(model, x_BRD, n_max, **forward_kwargs)
     outputs = []
     start = 0
     for d, (x, n) in enumerate(zip(carriers, num_train, strict=True)):
@@ -263,6 +316,8 @@ def run_padded_icl(
         if decode is None:
             outputs.append(stage.decode(model, test))
         else:
-            outputs.append(decode(d, x_BRD[start : start + b, :n], test))
+            w = weights[d]
+            with source_weights(model, None if w is None else w.expand(b, -1)):
+                outputs.append(decode(d, x_BRD[start : start + b, :n], test))
         start += b
     return outputs

@@ -156,8 +156,7 @@ class WeightedEnsemblePreprocessor(TabPFNEnsemblePreprocessor):
             return_as="list" if parallel_mode == "block" else "generator",
         )
         yield from run(
-            delayed(self._fit_member)(index, X_train, y_train)
-            for index in range(len(self.configs))
+            delayed(self._fit_member)(index, X_train, y_train) for index in range(len(self.configs))
         )
 
     def fit_transform_ensemble_members(

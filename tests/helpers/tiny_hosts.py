@@ -29,10 +29,12 @@ from tests.helpers.tiny_models import (
 )
 
 __all__ = [
+    "HOST_NAMES",
     "TINY",
     "TINY_MAX_CLASSES",
     "TINY_V2",
     "build_host",
+    "build_task_host",
     "build_tiny_v2",
     "save_tiny_host_checkpoint",
     "save_tiny_v2_checkpoint",
@@ -92,6 +94,30 @@ def build_host(name: str, seed: int = 0, config: dict[str, Any] | None = None, *
         **overrides: Fields replacing those of ``config``.
     """
     return build_random_host(name, {**(config or TINY[name]), **overrides}, seed)
+
+
+#: Every host class tabpfn 9.2 ships, by its key in ``tabpfn.architectures.ARCHITECTURES``.
+HOST_NAMES = ("tabpfn_v2", "tabpfn_v2_5", "tabpfn_v2_6", "tabpfn_v3", "tabpfn_v3_5")
+
+
+def build_task_host(name: str, task: str, classes: int = 4, seed: int = 0):
+    """A tiny random ``name`` host for ``task`` (``"regression"`` or ``"multiclass"``), float64.
+
+    Every classifier scores ``classes`` classes; v3's and v3.5's decoders scale
+    their queries by the learned log-n scaling (so ``n_eff`` reaches them), and
+    v3 has three ICL blocks.
+    """
+    multiclass = {"max_num_classes": classes} if task == "multiclass" else {}
+    if name == "tabpfn_v3":
+        decoder = {"decoder_use_softmax_scaling": True} if multiclass else {}
+        model = build_tiny_v3(tiny_v3_config(nlayers=3, **multiclass, **decoder), seed)
+    elif name == "tabpfn_v3_5":
+        model = build_host(name, seed, decoder_use_softmax_scaling=True)
+    elif name == "tabpfn_v2":
+        model = build_host(name, seed, config={**TINY_V2, **multiclass})
+    else:
+        model = build_host(name, seed, **multiclass)
+    return model.double()
 
 
 def tiny_host_specs(name: str, n_estimators: int = 2, seed: int = 0) -> ModelSpecs:

@@ -216,6 +216,20 @@ def test_support_size():
         support_size(p, "bogus")
 
 
+def test_support_size_counts_a_source_as_often_as_its_weight():
+    # Weight 2 on a source is that source twice; a weight on a null source counts nothing.
+    p = torch.tensor([[0.0, 0.5, 0.25, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    w = torch.tensor([[3.0, 2.0, 1.0, 0.5], [0.0, 1.0, 2.0, 0.5]])
+    assert torch.equal(support_size(p, "count", weights=w), torch.tensor([3.0, 3.5]))
+    assert torch.equal(support_size(p, "mass", weights=w), torch.tensor([1.25, 3.5]))
+    twice = torch.cat([p, p[:, 1:2]], dim=1)  # source 1 repeated: weight 2
+    ones = torch.ones(2, 5)
+    ones_but = torch.tensor([[1.0, 2.0, 1.0, 1.0], [1.0, 2.0, 1.0, 1.0]])
+    for kind in ("count", "mass"):
+        assert torch.equal(support_size(twice, kind, weights=ones), support_size(twice, kind))
+        assert torch.equal(support_size(p, kind, weights=ones_but), support_size(twice, kind))
+
+
 # --- OAttention -----------------------------------------------------------------
 
 

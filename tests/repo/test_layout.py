@@ -340,6 +340,7 @@ CROSS_MODULE_TESTS: dict[str, str] = {
     "tests/retrofit/cli/test_command_checks.py": "the commands' refusals",
     # The law every host family must meet, each file across all of them.
     "tests/retrofit/hosts/test_absent_rows.py": "row presence on every host class",
+    "tests/retrofit/hosts/test_weighted_rows.py": "row weights on every host class",
     "tests/retrofit/hosts/test_host_overrides.py": "the tabpfn code the families override",
     "tests/retrofit/hosts/test_null_row_classifiers.py": "O-Closure of every classifier class",
     "tests/retrofit/hosts/test_published_hosts.py": "every host class at its published size",

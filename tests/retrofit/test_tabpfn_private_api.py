@@ -278,6 +278,56 @@ PINNED = {
         "(self, X_train, y_train, parallel_mode)",
         "121cd9b6c9d1d7188f77806054deb2d3e9cb256f8afec2d5c7439c2d80814d81",
     ),
+    # Row weights: the v2 family's encoder steps, v2's NaN-target embedding, and the
+    # preprocessing v3 and v3.5 are handed weighted statistics in (retrofit/hosts/).
+    "tabpfn.architectures.tabpfn_v2._constant_feature_mask": (
+        "(x_RSF)",
+        "fcab956443fc9246bfc50db0ab147b59d8d0266d6028cb08ccf1a931b46908b9",
+    ),
+    "tabpfn.architectures.tabpfn_v2._remove_constant_features": (
+        "(x_RSF, non_constant_mask)",
+        "9c4fe83de95687da1622562387857037d4013ef7158f8309c576292856ef5e84",
+    ),
+    "tabpfn.architectures.tabpfn_v2._fit_feature_group_scaling": (
+        "(x_RSF)",
+        "a8000a39eedad3d3aa5621ca22411d129bd19ce8ebbff57185e0b9101a914889",
+    ),
+    "tabpfn.architectures.tabpfn_v2_5._remove_constant_features": (
+        "(x_RiBC, *, column_mask=None)",
+        "2956e79db4f3c9e71be269313d2ed9f65fb6f9a96822ce429cf0df10f9289f84",
+    ),
+    "tabpfn.architectures.tabpfn_v2_5._pad_and_reshape_feature_groups": (
+        "(x_RiBC, num_features_per_group)",
+        "4a5c87c23532d2869aed74955d9c0e11712cd31d517c546fec317e14f081a9b7",
+    ),
+    "tabpfn.architectures.tabpfn_v2_5._normalize_feature_groups": (
+        "(x_RiBF, num_features_per_group, *, params=None)",
+        "74b63518856e5c3d20cae2f50cd56a3c8834edcd117510263e1cae038c365592",
+    ),
+    "tabpfn.architectures.tabpfn_v2_6._remove_constant_features": (
+        "(x_RiBC, *, column_mask=None)",
+        "2956e79db4f3c9e71be269313d2ed9f65fb6f9a96822ce429cf0df10f9289f84",
+    ),
+    "tabpfn.architectures.tabpfn_v2_6._pad_and_reshape_feature_groups": (
+        "(x_RiBC, num_features_per_group)",
+        "4a5c87c23532d2869aed74955d9c0e11712cd31d517c546fec317e14f081a9b7",
+    ),
+    "tabpfn.architectures.tabpfn_v2_6._normalize_feature_groups": (
+        "(x_RiBF, num_features_per_group, *, params=None)",
+        "74b63518856e5c3d20cae2f50cd56a3c8834edcd117510263e1cae038c365592",
+    ),
+    "tabpfn.architectures.tabpfn_v2.TabPFNV2._embed_nan_target": (
+        "(self, feature_means_B1, unique_ys, batch_size)",
+        "0de44ac94cccc0c161350277e61ac817cf7189b70b162b37b050715befd0637d",
+    ),
+    "tabpfn.architectures.tabpfn_v3.TabPFNV3._preprocess_raw": (
+        "(self, x_RiBC, num_train, scaler_cache=None)",
+        "9496e19ca313a6b0341b4dd04f96b8413b7cd041e7d00b7cc4eaffa2764b0b37",
+    ),
+    "tabpfn.architectures.tabpfn_v3_5.TabPFNV3p5._preprocess_raw": (
+        "(self, x_RiBC, num_train, scaler_cache=None)",
+        "a9f8394e451e0244a3dc306653cfced5ad78d51140135da950d9ef6a46eae4be",
+    ),
 }
 
 PINNED_VALUES = {
@@ -290,6 +340,7 @@ PINNED_VALUES = {
         "main",
     ),
     "tabpfn.constants.DEFAULT_SAVE_PEAK_MEMORY_FACTOR": 8,
+    "tabpfn.architectures.tabpfn_v3_5._ECDF_CONTEXT_KEY": "ecdf_buckets",
 }
 #: Per estimator: (tabpfn's class, the private methods overridden). A drop-in keeps
 #: every default of tabpfn's, ``model_path="auto"`` included.

@@ -24,7 +24,15 @@ from torch import nn
 
 from patches import oattention
 
-__all__ = ["Attend", "keeps_zero_rows", "oattend_rows", "oattend_train_then_test", "scale_queries"]
+__all__ = [
+    "Attend",
+    "keeps_zero_rows",
+    "oattend_rows",
+    "oattend_train_then_test",
+    "scale_queries",
+    "source_mass",
+    "weights_as",
+]
 
 #: Maps that send a zero row to an exact zero row when they have no bias: the
 #: projections and norms of the patched blocks (tabpfn's own norms subclass
@@ -74,18 +82,37 @@ def oattend_train_then_test(
     v_BNJD: torch.Tensor,
     p_BR: torch.Tensor,
     test_heads: int,
+    sources_BN: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Train queries read every key/value head, test queries the first ``test_heads``.
 
-    ``N`` (the train rows) is the keys' length; returns ``(B, R, H, D)``.
+    ``N`` (the train rows) is the keys' length; the train rows' presence
+    ``p_BR[:, :N]`` gates them as receivers, and ``sources_BN`` (their mass as
+    sources: presence times row weight) weights them as keys, by default their
+    presence. Returns ``(B, R, H, D)``.
     """
     N = k_BNJD.shape[1]
     p_BN = p_BR[:, :N]
-    o_train = attend(q_BRHD[:, :N], k_BNJD, v_BNJD, p_BN, p_BN)
+    s_BN = p_BN if sources_BN is None else sources_BN
+    o_train = attend(q_BRHD[:, :N], k_BNJD, v_BNJD, p_BN, s_BN)
     o_test = attend(
-        q_BRHD[:, N:], k_BNJD[:, :, :test_heads], v_BNJD[:, :, :test_heads], p_BR[:, N:], p_BN
+        q_BRHD[:, N:], k_BNJD[:, :, :test_heads], v_BNJD[:, :, :test_heads], p_BR[:, N:], s_BN
     )
     return torch.cat([o_train, o_test], dim=1)
+
+
+def weights_as(w_BN: torch.Tensor | None, p_BN: torch.Tensor) -> torch.Tensor | None:
+    """Row weights (:mod:`retrofit.hosts.common.row_weights`) in presence's dtype and device."""
+    return None if w_BN is None else w_BN.to(device=p_BN.device, dtype=p_BN.dtype)
+
+
+def source_mass(p_BN: torch.Tensor, w_BN: torch.Tensor | None) -> torch.Tensor:
+    """The sources' mass in OAttention: their presence, times their row weight if any.
+
+    None: the presence itself (the same tensor), so an unweighted forward is
+    the same arithmetic as without weights.
+    """
+    return p_BN if w_BN is None else p_BN * w_BN
 
 
 def scale_queries(scaling: nn.Module, q_BLHD: torch.Tensor, n_eff_B: torch.Tensor) -> torch.Tensor:

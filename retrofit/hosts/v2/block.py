@@ -40,6 +40,11 @@ between-items attention, and in Full-O's ONorm/OFFN), whatever its carrier. A
 test-only forward from the cache has no thinking rows among its queries; their
 keys are in the cache with presence 1.
 
+Under row weights (:mod:`retrofit.hosts.common.row_weights`) a train row's
+cells are sources of mass ``w_j p`` in every column's attention (the row's
+weight broadcast over the feature groups and the target column); thinking rows
+weigh 1. A KV cache's entries carry the weights of their key rows.
+
 Shape letters: B batch (ensemble members), R rows (train then test), C columns
 (feature groups + target), E embedding, Bc = B * C (one attention batch per
 column), N train rows (the keys), L query rows, H query heads, J key/value
@@ -72,7 +77,10 @@ from retrofit.hosts.common.row_attention import (
     keeps_zero_rows,
     oattend_rows,
     oattend_train_then_test,
+    source_mass,
+    weights_as,
 )
+from retrofit.hosts.common.row_weights import BatchCursor, ReadsSourceWeights
 
 __all__ = [
     "SUPPORTED_V2_BLOCKS",
@@ -83,7 +91,7 @@ __all__ = [
 ]
 
 
-class OTabPFNBlockV2(nn.Module):
+class OTabPFNBlockV2(ReadsSourceWeights, nn.Module):
     """O-closed replacement of a v2-family ``TabPFNBlock`` (same forward signature).
 
     The host's submodules are reused by reference under their original names,
@@ -258,6 +266,7 @@ class OTabPFNBlockV2(nn.Module):
         x_BCRE = x_BRCE.transpose(1, 2).contiguous()
         del x_BRCE
         kv_entry = None
+        cursor = None if cached_kv is not None else self._weights_cursor(x_BCRE, learned)
         if return_kv or cached_kv is not None:
             B, C = x_BCRE.shape[:2]
             attn_BcRE, kv_entry = self._attention(
@@ -266,9 +275,12 @@ class OTabPFNBlockV2(nn.Module):
                 cached_kv=cached_kv,
                 return_kv=return_kv,
                 learned_rows=learned,
+                cursor=cursor,
             )
             x_BCRE = x_BCRE + attn_BcRE.unflatten(0, (B, C))
         else:
+            # Chunks of the flattened (B, C) axis run in order; each takes its rows of
+            # the source weights from the cursor.
             x_BCRE = chunked_evaluate_maybe_inplace(
                 self._attention_only,
                 x_BCRE,
@@ -277,6 +289,7 @@ class OTabPFNBlockV2(nn.Module):
                 batch_dims=2,
                 single_eval_pos=single_eval_pos,
                 learned_rows=learned,
+                cursor=cursor,
             )
         x_BCRE = self._local("norm2", x_BCRE, save_peak_memory_factor, learned, row_dims=2)
         x_BRCE = x_BCRE.transpose(1, 2).contiguous()
@@ -286,10 +299,28 @@ class OTabPFNBlockV2(nn.Module):
         x_BRCE = self._local("norm3", x_BRCE, save_peak_memory_factor, learned, row_dims=1)
         return x_BRCE, kv_entry
 
+    def _weights_cursor(self, x_BCRE: torch.Tensor, learned: int) -> BatchCursor | None:
+        """The source weights of every key row per (batch element, column), in the block's order.
+
+        The weights set on the block cover the train rows; the ``learned`` rows
+        before them weigh 1. None when every row counts once.
+        """
+        w_BN = self.source_weights_or_none()
+        if w_BN is None:
+            return None
+        B, C = x_BCRE.shape[:2]
+        if learned:
+            w_BN = torch.cat([w_BN.new_ones(w_BN.shape[0], learned), w_BN], dim=1)
+        return BatchCursor(w_BN.expand(B, -1).repeat_interleave(C, dim=0))
+
     def _attention_only(
-        self, x_BcRE: torch.Tensor, single_eval_pos: int | None = None, learned_rows: int = 0
+        self,
+        x_BcRE: torch.Tensor,
+        single_eval_pos: int | None = None,
+        learned_rows: int = 0,
+        cursor: BatchCursor | None = None,
     ) -> torch.Tensor:
-        return self._attention(x_BcRE, single_eval_pos, learned_rows=learned_rows)[0]
+        return self._attention(x_BcRE, single_eval_pos, learned_rows=learned_rows, cursor=cursor)[0]
 
     def _attention(
         self,
@@ -299,8 +330,13 @@ class OTabPFNBlockV2(nn.Module):
         cached_kv: KVCacheEntry | None = None,
         return_kv: bool = False,
         learned_rows: int = 0,
+        cursor: BatchCursor | None = None,
     ) -> tuple[torch.Tensor, PresenceKVCacheEntry | None]:
-        """Between-items OAttention per column (without the residual add)."""
+        """Between-items OAttention per column (without the residual add).
+
+        ``cursor`` hands out this call's rows of the key rows' weights (None:
+        every row counts once, or a cache's rows carry their own).
+        """
         att = self.per_column_attention_between_cells
         Bc, R, _ = x_BcRE.shape
         H, D = att.num_heads, att.head_dim
@@ -318,26 +354,36 @@ class OTabPFNBlockV2(nn.Module):
             k_BcN1D, v_BcN1D = cached_kv.key, cached_kv.value
             if k_BcN1D.dtype != q_BcRHD.dtype:
                 k_BcN1D, v_BcN1D = k_BcN1D.to(q_BcRHD.dtype), v_BcN1D.to(q_BcRHD.dtype)
-            o_BcRHD = self._oattend(q_BcRHD, k_BcN1D, v_BcN1D, p_BcR, p_BcN.to(p_BcR.device))
+            p_BcN = p_BcN.to(p_BcR.device)
+            w_BcN = weights_as(getattr(cached_kv, "weights", None), p_BcN)
+            o_BcRHD = self._oattend(q_BcRHD, k_BcN1D, v_BcN1D, p_BcR, source_mass(p_BcN, w_BcN))
         else:
             N = R if single_eval_pos is None else single_eval_pos
             x_train_BcNE = x_BcRE[:, :N]
             k_BcNHD = att.k_projection(x_train_BcNE).view(Bc, N, H, D)
             v_BcNHD = att.v_projection(x_train_BcNE).view(Bc, N, H, D)
             p_BcN = p_BcR[:, :N]
+            w_BcN = None if cursor is None else weights_as(cursor.take(Bc), p_BcN)
             if N == R:
-                o_BcRHD = self._oattend(q_BcRHD, k_BcNHD, v_BcNHD, p_BcR, p_BcN)
+                o_BcRHD = self._oattend(q_BcRHD, k_BcNHD, v_BcNHD, p_BcR, source_mass(p_BcN, w_BcN))
             else:
                 # Train queries use every head; test queries read the first
                 # key/value head only (the host's multi-query attention).
                 o_BcRHD = oattend_train_then_test(
-                    self._oattend, q_BcRHD, k_BcNHD, v_BcNHD, p_BcR, test_heads=1
+                    self._oattend,
+                    q_BcRHD,
+                    k_BcNHD,
+                    v_BcNHD,
+                    p_BcR,
+                    test_heads=1,
+                    sources_BN=source_mass(p_BcN, w_BcN),
                 )
             if return_kv:
                 entry = PresenceKVCacheEntry(
                     key=k_BcNHD[:, :, :1].contiguous().detach(),
                     value=v_BcNHD[:, :, :1].contiguous().detach(),
                     presence=p_BcN.detach().clone(),
+                    weights=None if w_BcN is None else w_BcN.detach().clone(),
                 )
         return att.out_projection(o_BcRHD.reshape(Bc, R, H * D)), entry
 

@@ -6,7 +6,10 @@ input, while presence must come from the residual carrier entering the block
 computed once per block call (per chunk under ``memory_saving_mode``) and
 shared by all heads: every row is gated as a receiver, the train rows (the
 keys) are weighted as sources, and the learned log-n query scaling gets a
-per-batch ``n_eff`` instead of ``n = k.shape[1]``.
+per-batch ``n_eff`` instead of ``n = k.shape[1]``. Under row weights
+(:mod:`retrofit.hosts.common.row_weights`) a train row's mass as a source is
+``w_j p_j`` and ``n_eff`` counts it ``w_j`` times; the weights of a KV cache's
+rows travel in its entries.
 
 The host's modules (``icl_attention`` with its q/k/v/out projections, GQA
 heads and ``SoftmaxScalingMLP``, ``layernorm``, ``layernorm_mlp``, ``mlp``) are
@@ -55,7 +58,10 @@ from retrofit.hosts.common.row_attention import (
     oattend_rows,
     oattend_train_then_test,
     scale_queries,
+    source_mass,
+    weights_as,
 )
+from retrofit.hosts.common.row_weights import BatchCursor, ReadsSourceWeights
 
 __all__ = ["SUPPORTED_ICL_BLOCKS", "OICLBlock", "OICLBlockForV3", "OICLBlockForV3p5"]
 
@@ -73,7 +79,7 @@ def _check_icl_block(original: nn.Module, qk_norm: bool, path: str) -> bool:
     return qk_norm
 
 
-class OICLBlock(nn.Module):
+class OICLBlock(ReadsSourceWeights, nn.Module):
     """O-closed replacement of an ``ICLTransformerBlock`` (same forward signature).
 
     The implementation; a replacement is an instance of :class:`OICLBlockForV3`
@@ -176,13 +182,19 @@ class OICLBlock(nn.Module):
                 by an unpatched model).
         """
         kv_entry = None
+        w_BN = self.source_weights_or_none()
+        cursor = None if w_BN is None or cached_kv is not None else BatchCursor(w_BN)
         if return_kv:
-            attn_BRE, kv_entry = self._attention(x_BRE, single_eval_pos, return_kv=True)
+            attn_BRE, kv_entry = self._attention(
+                x_BRE, single_eval_pos, return_kv=True, cursor=cursor
+            )
             x_BRE = x_BRE + attn_BRE
         elif cached_kv is not None:
             attn_BRE, _ = self._attention(x_BRE, single_eval_pos, cached_kv=cached_kv)
             x_BRE = x_BRE + attn_BRE
         else:
+            # Under save_peak_memory_factor the batch runs in consecutive chunks; each
+            # takes its rows of the source weights from the cursor.
             x_BRE = chunked_evaluate_maybe_inplace(
                 self._attention_only,
                 x_BRE,
@@ -190,6 +202,7 @@ class OICLBlock(nn.Module):
                 residual=True,
                 batch_dims=1,
                 single_eval_pos=single_eval_pos,
+                cursor=cursor,
             )
         if self.mode == "full-o":
             # OFFN returns h + p * MLP(Norm(h)) itself, hence residual=False.
@@ -214,9 +227,12 @@ class OICLBlock(nn.Module):
         return self.mlp(self.layernorm_mlp(x_RE))
 
     def _attention_only(
-        self, x_BRE: torch.Tensor, single_eval_pos: int | None = None
+        self,
+        x_BRE: torch.Tensor,
+        single_eval_pos: int | None = None,
+        cursor: BatchCursor | None = None,
     ) -> torch.Tensor:
-        return self._attention(x_BRE, single_eval_pos)[0]
+        return self._attention(x_BRE, single_eval_pos, cursor=cursor)[0]
 
     def _attention(
         self,
@@ -225,8 +241,13 @@ class OICLBlock(nn.Module):
         *,
         cached_kv: KVCacheEntry | QuantizedKVCacheEntry | None = None,
         return_kv: bool = False,
+        cursor: BatchCursor | None = None,
     ) -> tuple[torch.Tensor, PresenceKVCacheEntry | None]:
-        """The attention update (without the residual add) and optional cache entry."""
+        """The attention update (without the residual add) and optional cache entry.
+
+        ``cursor`` hands out this call's rows of the source weights (None: every
+        train row counts once, or a cache's rows carry their own).
+        """
         att = self.icl_attention
         B, R, _ = x_BRE.shape
         H, D = att.num_heads, att.head_dim
@@ -254,7 +275,10 @@ class OICLBlock(nn.Module):
                     f"{self.path}: cached keys have {k_BNJD.shape[2]} heads, "
                     f"expected num_kv_heads_test={n_test_heads}"
                 )
-            o_BRHD = self._oattend(q_BRHD, k_BNJD, v_BNJD, p_BR, p_BN.to(p_BR.device))
+            p_BN = p_BN.to(p_BR.device)
+            w_BN = weights_as(getattr(cached_kv, "weights", None), p_BN)
+            attend = self._attend_with(p_BN, w_BN)
+            o_BRHD = attend(q_BRHD, k_BNJD, v_BNJD, p_BR, source_mass(p_BN, w_BN))
         else:
             N = R if single_eval_pos is None else single_eval_pos
             xn_train_BNE = xn_BRE[:, :N]
@@ -264,13 +288,15 @@ class OICLBlock(nn.Module):
                 # Normed once here, as the host does, so the cached keys are normed.
                 k_BNJD = att.k_norm(k_BNJD)
             p_BN = p_BR[:, :N]
+            w_BN = None if cursor is None else weights_as(cursor.take(B), p_BN)
+            attend = self._attend_with(p_BN, w_BN)
             if n_test_heads is not None and single_eval_pos is not None and N < R:
                 # Test rows read fewer KV heads (GQA/MQA for the test partition).
                 o_BRHD = oattend_train_then_test(
-                    self._oattend, q_BRHD, k_BNJD, v_BNJD, p_BR, n_test_heads
+                    attend, q_BRHD, k_BNJD, v_BNJD, p_BR, n_test_heads, source_mass(p_BN, w_BN)
                 )
             else:
-                o_BRHD = self._oattend(q_BRHD, k_BNJD, v_BNJD, p_BR, p_BN)
+                o_BRHD = attend(q_BRHD, k_BNJD, v_BNJD, p_BR, source_mass(p_BN, w_BN))
 
         out_BRE = att.out_projection(o_BRHD.reshape(B, R, H * D))
         entry = None
@@ -283,9 +309,21 @@ class OICLBlock(nn.Module):
                 k_cache = k_cache[:, :, :n_test_heads].contiguous()
                 v_cache = v_cache[:, :, :n_test_heads].contiguous()
             entry = PresenceKVCacheEntry(
-                key=k_cache.detach(), value=v_cache.detach(), presence=p_BN.detach().clone()
+                key=k_cache.detach(),
+                value=v_cache.detach(),
+                presence=p_BN.detach().clone(),
+                weights=None if w_BN is None else w_BN.detach().clone(),
             )
         return out_BRE, entry
+
+    def _attend_with(self, p_BN: torch.Tensor, w_BN: torch.Tensor | None):
+        """The block's OAttention with the ``n_eff`` of sources ``p_BN`` weighted by ``w_BN``."""
+        n_eff_B = support_size(p_BN, self.support, weights=w_BN)
+
+        def attend(q_BLHD, k_BNJD, v_BNJD, p_BL, s_BN):
+            return self._oattend(q_BLHD, k_BNJD, v_BNJD, p_BL, s_BN, n_eff_B)
+
+        return attend
 
     def _oattend(
         self,
@@ -293,12 +331,13 @@ class OICLBlock(nn.Module):
         k_BNJD: torch.Tensor,
         v_BNJD: torch.Tensor,
         p_BL: torch.Tensor,
-        p_BN: torch.Tensor,
+        s_BN: torch.Tensor,
+        n_eff_B: torch.Tensor,
     ) -> torch.Tensor:
-        """OAttention of ``L`` receivers over ``N`` sources, with ``n_eff`` scaling."""
+        """OAttention of ``L`` receivers over ``N`` sources of mass ``s_BN``, ``n_eff`` scaling."""
         scaling = self.icl_attention.softmax_scaling_layer
         if scaling is not None:
-            q_BLHD = scale_queries(scaling, q_BLHD, support_size(p_BN, self.support))
+            q_BLHD = scale_queries(scaling, q_BLHD, n_eff_B)
         if q_BLHD.dtype != v_BNJD.dtype or k_BNJD.dtype != v_BNJD.dtype:
             # float32 q/k norms under autocast; the host's attention casts the same way.
             q_BLHD, k_BNJD = q_BLHD.to(v_BNJD.dtype), k_BNJD.to(v_BNJD.dtype)
@@ -307,7 +346,7 @@ class OICLBlock(nn.Module):
             k_BNJD,
             v_BNJD,
             p_BL,
-            p_BN,
+            s_BN,
             eps_den=self.eps_den,
             nulls_are_zero=self._null_rows_are_zero(),
         )

@@ -24,6 +24,11 @@ module tree) for the ``forward`` of the same model call, and the patched
 model (:class:`~retrofit.hosts.v3.icl_host.OICLModelMixin`) stores it in the
 presence cache (``decoder_presence``) and restores it from there.
 
+Under row weights (:mod:`retrofit.hosts.common.row_weights`) a train row's
+mass as a source is ``w_j p_j`` and ``n_eff`` counts it ``w_j`` times (its
+source weights, set by the patched model for the call; a KV cache keeps them
+beside its decoder keys as ``decoder_weights``).
+
 The host's ``q_projection``, ``k_projection`` and ``softmax_scaling_layer`` are
 reused by reference under their names, so ``state_dict`` keys are the host's.
 A replacement is an :class:`OManyClassDecoderForV3` or
@@ -64,7 +69,13 @@ from retrofit.hosts.common.replacement import (
     replacement_class_for,
     replaces_host_class,
 )
-from retrofit.hosts.common.row_attention import oattend_rows, scale_queries
+from retrofit.hosts.common.row_attention import (
+    oattend_rows,
+    scale_queries,
+    source_mass,
+    weights_as,
+)
+from retrofit.hosts.common.row_weights import ReadsSourceWeights
 
 __all__ = [
     "SUPPORTED_DECODERS",
@@ -78,7 +89,7 @@ __all__ = [
 TRAIN_PRESENCE_ATTR = "_retrofit_train_presence_BN"
 
 
-class OManyClassDecoder(nn.Module):
+class OManyClassDecoder(ReadsSourceWeights, nn.Module):
     """O-closed replacement of a v3/v3.5 ``ManyClassDecoder`` (same methods and signatures).
 
     The implementation; a replacement is an instance of
@@ -159,16 +170,17 @@ class OManyClassDecoder(nn.Module):
     def _queries(
         self, train_keys_BNHD: torch.Tensor, test_embeddings_BME: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries (scaled by ``n_eff``), keys in their dtype, and train presence."""
+        """Queries (scaled by ``n_eff``), keys in their dtype, and the train rows' mass."""
         B, M, _ = test_embeddings_BME.shape
         q_BMHD = self.q_projection(test_embeddings_BME).view(B, M, self.num_heads, self.head_dim)
         if train_keys_BNHD.dtype != q_BMHD.dtype:
             train_keys_BNHD = train_keys_BNHD.to(q_BMHD.dtype)  # as the host's dtype guard
         p_BN = self.train_presence(train_keys_BNHD.shape[1]).to(q_BMHD.device)
+        w_BN = weights_as(self.source_weights_or_none(), p_BN)
         if self.softmax_scaling_layer is not None:
-            n_eff_B = support_size(p_BN, self.support)
+            n_eff_B = support_size(p_BN, self.support, weights=w_BN)
             q_BMHD = scale_queries(self.softmax_scaling_layer, q_BMHD, n_eff_B)
-        return q_BMHD, train_keys_BNHD, p_BN
+        return q_BMHD, train_keys_BNHD, source_mass(p_BN, w_BN)
 
     def _one_hot(
         self,
@@ -192,9 +204,11 @@ class OManyClassDecoder(nn.Module):
         k_BNHD: torch.Tensor,
         v_BNHT: torch.Tensor,
         p_BM: torch.Tensor,
-        p_BN: torch.Tensor,
+        s_BN: torch.Tensor,
     ) -> torch.Tensor:
         """OAttention with one-hot values wider than a head: ``(B, M, H, T)``.
+
+        ``p_BM`` gates the test rows; ``s_BN`` is the train rows' mass as sources.
 
         The fused kernels want values as wide as the heads, so the class axis is
         cut into head-wide chunks that are folded into the batch (as the host
@@ -214,7 +228,7 @@ class OManyClassDecoder(nn.Module):
             fold(k_BNHD),
             v_BCNHD.reshape(B * C, N, H, D),
             fold(p_BM),
-            fold(p_BN),
+            fold(s_BN),
             eps_den=self.eps_den,
         )
         return out_bMHD.view(B, C, M, H, D).permute(0, 2, 3, 1, 4).reshape(B, M, H, C * D)[..., :T]
@@ -238,7 +252,7 @@ class OManyClassDecoder(nn.Module):
             num_present_classes: v3.5's one-hot width.
         """
         B, M, _ = test_embeddings_BME.shape
-        q_BMHD, k_BNHD, p_BN = self._queries(train_keys_BNHD, test_embeddings_BME)
+        q_BMHD, k_BNHD, s_BN = self._queries(train_keys_BNHD, test_embeddings_BME)
         if M == 0:
             empty = test_embeddings_BME.new_empty((0, B, self.max_num_classes))
             return empty + (q_BMHD.sum() + k_BNHD.sum()) * 0.0
@@ -250,7 +264,7 @@ class OManyClassDecoder(nn.Module):
             # Scaled queries reach ~1e4, so float16 scores overflow on the CPU
             # kernels: computed in float32, as v3.5's attention does.
             q_BMHD, k_BNHD, v_BNHT = q_BMHD.float(), k_BNHD.float(), v_BNHT.float()
-        out_BMHT = self._attend_class_chunks(q_BMHD, k_BNHD, v_BNHT, p_BM, p_BN).to(dtype)
+        out_BMHT = self._attend_class_chunks(q_BMHD, k_BNHD, v_BNHT, p_BM, s_BN).to(dtype)
         out_BMT = out_BMHT.mean(2)
         missing = self.max_num_classes - out_BMT.shape[-1]
         if missing:
@@ -262,14 +276,16 @@ class OManyClassDecoder(nn.Module):
     ) -> torch.Tensor:
         """Per-train-row OAttention weights, averaged over heads: ``(B, M, N)``.
 
-        ``p_i p_j exp(s_ij) / (eps_den + sum_j p_j exp(s_ij))``: a null train
+        ``p_i p_j exp(s_ij) / (eps_den + sum_j p_j exp(s_ij))``, with ``p_j``
+        times the row's weight under row weights (a row of weight ``k`` holds
+        what its ``k`` copies would together): a null train
         row gets weight 0, a null test row none at all; collapsing by label
         gives what :meth:`forward` turns into logits. Unlike the host's, a
         test row's weights sum to its presence ``p_i`` (less ``eps_den``'s
         share), not to 1: the vote that matches ``predict_proba`` is
         :meth:`vote_weights`.
         """
-        q_BMHD, k_BNHD, p_BN = self._queries(train_keys_BNHD, test_embeddings_BME)
+        q_BMHD, k_BNHD, s_BN = self._queries(train_keys_BNHD, test_embeddings_BME)
         B, N, H, _ = k_BNHD.shape
         wide = torch.float64 if q_BMHD.dtype == torch.float64 else torch.float32
         # Identity values turn OAttention's output into its weights, one column per train row.
@@ -279,7 +295,7 @@ class OManyClassDecoder(nn.Module):
             k_BNHD.transpose(1, 2),
             eye_BHNN,
             presence_unchecked(test_embeddings_BME, self.tau),
-            p_BN,
+            s_BN,
             eps_den=self.eps_den,
             dtype=wide,
         )

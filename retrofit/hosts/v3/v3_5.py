@@ -38,6 +38,7 @@ class OTabPFNV3p5(OICLModelMixin, TabPFNV3p5):
 
     presence_cache_class = PresenceTabPFNV3p5Cache
     decoder_path = "heads.many_class_decoder"
+    ranks_cells = True
 
 
 class V3p5Patcher(ICLHostPatcher):

@@ -20,7 +20,8 @@ as a classifier, tiny, random, float64, zero-initialised projections perturbed
 
 Also: a presence pattern per batch element, the split ICL stage a ragged batch
 runs through, a NaN train target (imputed from the present rows), and the
-validation of ``present_BN`` where it enters (values, shape, nesting, KV cache).
+validation of ``present_BN`` where it enters (values, shape, nesting, a KV cache
+of several patterns).
 
 Shape letters: R rows, B batch, C features, N train rows, M test rows, T
 thinking rows, E embedding.
@@ -34,10 +35,9 @@ from tabpfn.architectures.tabpfn_v3 import TabPFNV3
 
 import retrofit
 from tests.helpers.exactness import MODEL_ULPS, assert_exactly_zero, deviation_in_ulps
-from tests.helpers.tiny_hosts import TINY_V2, build_host
-from tests.helpers.tiny_models import build_tiny_v3, tiny_v3_config
+from tests.helpers.tiny_hosts import HOST_NAMES, build_task_host
 
-HOSTS = ("tabpfn_v2", "tabpfn_v2_5", "tabpfn_v2_6", "tabpfn_v3", "tabpfn_v3_5")
+HOSTS = HOST_NAMES
 TASKS = ("regression", "multiclass")
 MODES = ("oattention", "full-o")
 F64_ULPS = MODEL_ULPS[torch.float64]
@@ -49,17 +49,7 @@ IDENTITY = {"tau": 1e-30, "eps_den": 0.0, "support": "count"}
 
 
 def _model(name: str, task: str, mode: str = "none", **patch_kwargs):
-    classes = {"max_num_classes": CLASSES} if task == "multiclass" else {}
-    if name == "tabpfn_v3":
-        decoder = {"decoder_use_softmax_scaling": True} if classes else {}
-        model = build_tiny_v3(tiny_v3_config(nlayers=3, **classes, **decoder))
-    elif name == "tabpfn_v3_5":
-        model = build_host(name, decoder_use_softmax_scaling=True)
-    elif name == "tabpfn_v2":
-        model = build_host(name, config={**TINY_V2, **classes})
-    else:
-        model = build_host(name, **classes)
-    model = model.double()
+    model = build_task_host(name, task, CLASSES)
     if mode != "none":
         retrofit.patch(model, mode, **patch_kwargs)
     return model
@@ -246,8 +236,11 @@ def test_row_presence_is_validated_where_it_enters(name):
             with retrofit.row_presence(model, _present()):
                 pass
     kwargs = {"task_type": "regression"} if name == "tabpfn_v3_5" else {}
+    # A KV cache holds one context: it is built under one pattern of absent rows at most
+    # (tests/retrofit/hosts/test_row_weights.py builds one), never under several.
+    several = torch.stack([_present((2, 5)), _present((1,))])
     with pytest.raises(retrofit.InvalidInputError, match="KV cache"):
-        with torch.inference_mode(), retrofit.row_presence(model, _present()):
+        with torch.inference_mode(), retrofit.row_presence(model, several):
             model(x, y, return_kv_cache=True, **kwargs)
 
 

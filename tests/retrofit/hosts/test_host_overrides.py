@@ -1,6 +1,6 @@
 """The tabpfn code the retrofit overrides or re-implements is the code it was written against.
 
-The v3 and v3.5 tables override four tabpfn methods (one place:
+The v3 and v3.5 tables override five tabpfn methods (one place:
 ``retrofit.hosts.v3.icl_host.OICLModelMixin``, see ``OVERRIDDEN_METHODS``), the
 v2 family's three each (``retrofit.hosts.v2.model``: its encoder), and
 the O-blocks re-implement the forward of tabpfn's blocks around OAttention
@@ -80,11 +80,37 @@ PINNED: dict[tuple[str, str], str] = {
     ("tabpfn_v3_5", "ManyClassDecoder._project_queries"): "720e1b62ea16bcfa",
     ("kv_cache", "KVCacheEntry"): "2be25c8b369819ef",
     ("kv_cache", "QuantizedKVCacheEntry"): "61450ee44ed38fe2",
+    # Row weights (retrofit/hosts/common/row_weights.py): the overrides that fit the in-model
+    # preprocessing weighted, the inducing points' attention re-implemented with weighted
+    # keys (retrofit/hosts/v3/weighted_inducing.py) and the paths that call it, and the
+    # statistics re-implemented weighted (retrofit/hosts/common/weighted_stats.py).
+    ("tabpfn_v3", "TabPFNV3._preprocess_raw"): "53942dbb3061c8e2",
+    ("tabpfn_v3_5", "TabPFNV3p5._preprocess_raw"): "472b9c49066d49ec",
+    ("tabpfn_v3", "CrossAttention.forward"): "8be40c214ea1e408",
+    ("tabpfn_v3_5", "CrossAttention.forward"): "6a11d1f6667f0928",
+    ("tabpfn_v3", "InducedSelfAttentionBlock._induced_attention"): "9b386941aeb2a435",
+    ("tabpfn_v3_5", "InducedSelfAttentionBlock._induced_attention"): "9f6a8ca8f0aa7066",
+    ("tabpfn_v3", "TabPFNV3._process_col_chunk"): "b9ea678fb5f7a710",
+    ("tabpfn_v3_5", "TabPFNV3p5._process_col_chunk"): "33d1c3c9f163b7de",
+    ("tabpfn_v3", "_impute_nan_and_inf_with_mean"): "1936013399f79fbc",
+    ("tabpfn_v3_5", "_impute_nan_and_inf_with_mean"): "1936013399f79fbc",
+    ("tabpfn_v3", "_impute_target_nan_and_inf"): "6394ca13762a5f3c",
+    ("tabpfn_v3_5", "_impute_target_nan_and_inf"): "6394ca13762a5f3c",
+    ("tabpfn_v3_5", "_build_ecdf_context"): "8924f16d72e6f61a",
+    ("tabpfn_v2", "_impute_nan_and_inf_with_mean"): "3478a575984f505d",
+    ("tabpfn_v2_5", "_impute_nan_and_inf_with_mean"): "07681d2a6cbbe5d8",
+    ("tabpfn_v2_6", "_impute_nan_and_inf_with_mean"): "07681d2a6cbbe5d8",
+    ("tabpfn_v2_5", "_impute_target_nan_and_inf"): "1741b9f0cec0aa41",
+    ("tabpfn_v2_6", "_impute_target_nan_and_inf"): "1741b9f0cec0aa41",
+    ("tabpfn_v2", "TabPFNV2._embed_nan_target"): "5eface249423e961",
+    ("preprocessing.torch.torch_standard_scaler", "TorchStandardScaler.fit"): "50edd51ef5ffbe01",
+    ("preprocessing.torch.ops", "torch_nanmean"): "a7a498a45388d86f",
+    ("preprocessing.torch.ops", "torch_nanstd"): "95542e5afce6a8bf",
 }
 
 
 def _source_digest(module: str, qualname: str) -> str:
-    package = "tabpfn" if module == "inference" else "tabpfn.architectures"
+    package = "tabpfn" if module == "inference" or "." in module else "tabpfn.architectures"
     obj = importlib.import_module(f"{package}.{module}")
     for part in qualname.split("."):
         obj = getattr(obj, part)
