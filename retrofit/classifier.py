@@ -42,6 +42,7 @@ from retrofit.batching.dispatch import (
     tabpfn_batched,
 )
 from retrofit.estimator_base import ModelPath, RetrofitEstimatorMixin
+from retrofit.weighted_fit import WeightedClassifierFit, class_row_weights
 
 if TYPE_CHECKING:
     from tabpfn.constants import MemorySavingMode
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 __all__ = ["OTabPFNClassifier"]
 
 
-class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
+class OTabPFNClassifier(RetrofitEstimatorMixin, WeightedClassifierFit, TabPFNClassifier):
     """TabPFN classification with the zero vector as a true NULL state.
 
     Every argument but the first four is ``tabpfn.TabPFNClassifier``'s, with
@@ -99,6 +100,12 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
         tuning_config: See ``tabpfn.TabPFNClassifier`` (its holdout
             classifiers are patched too).
         show_progress_bar: See ``tabpfn.TabPFNClassifier``.
+        class_weight: scikit-learn's: None (every class weighs 1),
+            ``"balanced"`` (class ``c`` weighs ``n / (n_classes * n_c)``,
+            counted with the sample weights) or a dict ``{label: weight}``
+            (labels not named weigh 1); it multiplies ``fit``'s
+            ``sample_weight`` (:mod:`retrofit.weighted_fit.class_weights`).
+            Needs a patched mode, as ``sample_weight`` does.
 
     Attributes:
         settings_: The resolved ``mode``, ``tau``, ``support``, ``eps_den`` (of
@@ -144,6 +151,7 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
         eval_metric: str | ClassifierEvalMetrics | None = None,
         tuning_config: dict | ClassifierTuningConfig | None = None,
         show_progress_bar: bool = False,
+        class_weight: dict | str | None = None,
     ) -> None:
         super().__init__(
             n_estimators=n_estimators,
@@ -174,6 +182,29 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
         self.tau = tau
         self.support = support
         self.eps_den = eps_den
+        self.class_weight = class_weight
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> OTabPFNClassifier:
+        """``TabPFNClassifier.fit``, each row counted ``sample_weight`` times its class weight.
+
+        ``sample_weight`` (None, a number, or ``(N,)`` finite weights ``>= 0``,
+        not all 0) are frequencies: weight ``k`` is the row given ``k`` times,
+        0 is the row removed (a class left with no weight is no class of the
+        fit), and scaling every weight by ``c`` is ``c`` copies of the data
+        (docs/weights.md). ``class_weight`` multiplies them. None (or every
+        weight 1) and ``class_weight=None`` is tabpfn's ``fit``, the same code
+        path. With ``mode="none"`` weights are refused.
+
+        Raises:
+            InvalidSampleWeightError: Malformed weights or ``class_weight``.
+            UnsupportedWeightingError: Weights with ``mode="none"`` or a setting
+                they cannot be applied to.
+        """
+        return super().fit(X, y, sample_weight)
+
+    def _row_weights_for_fit(self, y: Any, w_N: Any) -> Any:
+        """The sample weights times each row's ``class_weight``."""
+        return class_row_weights(self.class_weight, y, w_N)
 
     def predict_proba_batched(
         self,

@@ -22,6 +22,7 @@ __all__ = [
     "InvalidModelPathError",
     "InvalidPatchConfigError",
     "InvalidRowWeightsError",
+    "InvalidSampleWeightError",
     "ManifestError",
     "MissingPresenceError",
     "NotPatchedError",
@@ -101,6 +102,10 @@ class InvalidInputError(RetrofitError, ValueError):
 
 class InvalidRowWeightsError(InvalidInputError):
     """Row weights (or presence) of a patched forward are malformed: shape, value or context."""
+
+
+class InvalidSampleWeightError(InvalidInputError):
+    """``sample_weight`` or ``class_weight`` given to an estimator is malformed (shape, value)."""
 
 
 class UnknownVersionError(RetrofitError, ValueError):

@@ -33,6 +33,7 @@ from retrofit.batching.dispatch import check_batch_lists, needs_padding, tabpfn_
 from retrofit.batching.regression import predict_batched
 from retrofit.estimator_base import ModelPath, RetrofitEstimatorMixin
 from retrofit.validation import check_numeric_target
+from retrofit.weighted_fit import WeightedRegressorFit
 
 if TYPE_CHECKING:
     from tabpfn.constants import MemorySavingMode
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["ModelPath", "OTabPFNRegressor"]
 
 
-class OTabPFNRegressor(RetrofitEstimatorMixin, TabPFNRegressor):
+class OTabPFNRegressor(RetrofitEstimatorMixin, WeightedRegressorFit, TabPFNRegressor):
     """TabPFN regression with the zero vector as a true NULL state.
 
     Every argument but the first four is ``tabpfn.TabPFNRegressor``'s, with its
@@ -164,16 +165,27 @@ class OTabPFNRegressor(RetrofitEstimatorMixin, TabPFNRegressor):
         self.support = support
         self.eps_den = eps_den
 
-    def fit(self, X: Any, y: Any) -> OTabPFNRegressor:
-        """``TabPFNRegressor.fit``, refusing a target that is not numbers first.
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> OTabPFNRegressor:
+        """``TabPFNRegressor.fit``, each row counted ``sample_weight`` times.
 
-        Numbers written as text are numbers, in a list or numpy string array too
+        A target that is not numbers is refused first; numbers written as text
+        are numbers, in a list or numpy string array too
         (:func:`retrofit.validation.check_numeric_target`).
+
+        ``sample_weight`` (None, a number, or ``(N,)`` finite weights ``>= 0``,
+        not all 0) are frequencies: weight ``k`` is the row given ``k`` times,
+        0 is the row removed, and scaling every weight by ``c`` is ``c``
+        copies of the data (docs/weights.md). None, or every weight 1, is
+        tabpfn's ``fit``, the same code path. With ``mode="none"`` weights are
+        refused (they act in the patched blocks).
 
         Raises:
             InvalidInputError: On a target that is not numbers ("y must be numeric").
+            InvalidSampleWeightError: Malformed weights.
+            UnsupportedWeightingError: Weights with ``mode="none"`` or a setting
+                they cannot be applied to.
         """
-        return super().fit(X, check_numeric_target(y))
+        return super().fit(X, check_numeric_target(y), sample_weight)
 
     def predict_batched(
         self,

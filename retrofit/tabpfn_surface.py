@@ -14,7 +14,8 @@ Four kinds of names:
   (the helpers of ragged ``predict_batched``, the model-cache probe, the
   architecture name of a fit state's in-memory model and an ensemble member's
   label transform for transductive leave-out, the mean imputer and the
-  importance-ranking size that the weighted preprocessing reads, and the v2
+  importance-ranking size that the weighted preprocessing reads, tabpfn's
+  three inference engines that a weighted fit subclasses, and the v2
   family's encoder steps and v3.5's ECDF key that row weights fit weighted
   statistics for), each
   available here under the name without its leading underscore;
@@ -22,7 +23,8 @@ Four kinds of names:
   that the retrofit calls, overrides (``retrofit/estimator_base.py`` for both
   estimators, ``retrofit/regressor.py``, ``retrofit/classifier.py``,
   ``retrofit/hosts/v3/icl_host.py``, ``retrofit/hosts/v2/model.py``, the
-  weighted preprocessing steps of ``retrofit/weighted_preprocessing/``) or reads
+  weighted preprocessing steps of ``retrofit/weighted_preprocessing/``, the
+  weighted fit's hooks and engines of ``retrofit/weighted_fit/``) or reads
   (the hosts' ICL stages, the fits whose formulas the weighted ones re-derive);
   the regressor's are called through the functions at the end of this module;
 * :data:`PRIVATE_ATTRIBUTES`: private attributes of tabpfn's objects that
@@ -63,6 +65,9 @@ __all__ = [
     "get_autocast_context",
     "get_built_model_cache_size",
     "handle_constant_target",
+    "inference_engine_cache_preprocessing",
+    "inference_engine_explicit_kv_cache",
+    "inference_engine_on_demand",
     "maybe_run_gpu_preprocessing",
     "member_model_index",
     "members_per_forward",
@@ -162,6 +167,20 @@ PRIVATE_NAMES: dict[str, tuple[str, str, str]] = {
     ),
     # The mean imputer of tabpfn's safe scalers: its weighted counterpart subclasses it.
     "no_inverse_imputer": ("tabpfn.preprocessing.steps.utils", "_NoInverseImputer", WEIGHTED_FIT),
+    # The inference engines of fit_mode "low_memory", "fit_preprocessors" and
+    # "fit_with_cache": a weighted fit runs subclasses whose forwards carry each
+    # member's row weights (retrofit/weighted_fit/engines.py).
+    "inference_engine_on_demand": ("tabpfn.inference", "InferenceEngineOnDemand", WEIGHTED_FIT),
+    "inference_engine_cache_preprocessing": (
+        "tabpfn.inference",
+        "InferenceEngineCachePreprocessing",
+        WEIGHTED_FIT,
+    ),
+    "inference_engine_explicit_kv_cache": (
+        "tabpfn.inference",
+        "InferenceEngineExplicitKVCache",
+        WEIGHTED_FIT,
+    ),
     # How many features an importance ranking keeps (row weights refuse the ranking).
     "resolve_importance_top_k": (
         "tabpfn.preprocessing.ensemble",
@@ -224,6 +243,13 @@ PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
     "tabpfn.regressor.TabPFNRegressor": (
         "_initialize_model_variables",  # overridden by OTabPFNRegressor
         "_get_tuning_regressor",  # overridden by OTabPFNRegressor
+        # A weighted fit (retrofit/weighted_fit/estimator.py) overrides these three
+        # around tabpfn's own fit, whose order of calls it relies on, and calls the fourth.
+        "fit",
+        "_initialize_dataset_preprocessing",
+        "_build_ensemble_preprocessor_and_executor",
+        "_compute_downsample_correction",
+        "_rebuild_raw_space_bardist",
         "_uses_majority_downsample",
         "_handle_constant_target",
         "_translate_batched_logits",
@@ -232,12 +258,20 @@ PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
     "tabpfn.classifier.TabPFNClassifier": (
         "_initialize_model_variables",  # overridden by OTabPFNClassifier
         "_get_tuning_classifier",  # overridden by OTabPFNClassifier
+        # A weighted fit overrides these two around tabpfn's own fit (its order of calls).
+        "fit",
+        "_initialize_dataset_preprocessing",
+        "_compute_downsample_correction",
         "_uses_majority_downsample",  # ragged predict_proba_batched refuses it
         # Public, but ragged predict_proba_batched relies on its inside: it hands
         # the fitted worker an executor_ whose iter_outputs replays the padded
         # outputs, and forward post-processes them (retrofit/batching/classification.py).
         "forward",
     ),
+    # A weighted fit's engines run each member's forwards under its row weights.
+    "tabpfn.inference.InferenceEngineOnDemand": ("_call_model",),
+    "tabpfn.inference.InferenceEngineCachePreprocessing": ("_call_model",),
+    "tabpfn.inference.InferenceEngineExplicitKVCache": ("_build_cache",),
     "tabpfn.architectures.tabpfn_v2.TabPFNV2": (
         "_pad_and_group_features",
         "_embed_targets",
@@ -369,6 +403,9 @@ resolve_architecture_name = _resolve("resolve_architecture_name")
 transform_labels_one = _resolve("transform_labels_one")
 no_inverse_imputer = _resolve("no_inverse_imputer")
 resolve_importance_top_k = _resolve("resolve_importance_top_k")
+inference_engine_on_demand = _resolve("inference_engine_on_demand")
+inference_engine_cache_preprocessing = _resolve("inference_engine_cache_preprocessing")
+inference_engine_explicit_kv_cache = _resolve("inference_engine_explicit_kv_cache")
 v2_constant_feature_mask = _resolve("v2_constant_feature_mask")
 v2_remove_constant_features = _resolve("v2_remove_constant_features")
 v2_fit_feature_group_scaling = _resolve("v2_fit_feature_group_scaling")

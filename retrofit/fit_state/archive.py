@@ -10,6 +10,7 @@ format stores no object at all, only what is needed to redo the fit::
                                 the SHA-256 of each model's weights, versions
       X.npy | X.parquet         the training inputs (retrofit.fit_state.tables);
       y.npy | y.parquet         lists and object arrays live in the JSON
+      sample_weight.npy         the fit's sample weights, where it had any
       model_<i>.safetensors     only for a ``ModelSpecs`` model_path
                                 (retrofit.fit_state.model_paths)
 
@@ -74,16 +75,21 @@ class FitRecord:
         X: A copy of the training features.
         y: A copy of the training target (as the estimator's ``fit`` passed it on).
         params: ``get_params(deep=False)`` right after the fit.
+        sample_weight: The fit's checked sample weights (float64), None for none.
     """
 
     X: Any
     y: Any
     params: dict[str, Any]
+    sample_weight: np.ndarray | None = None
 
     @classmethod
-    def of(cls, X: Any, y: Any, params: Mapping[str, Any]) -> FitRecord:
+    def of(
+        cls, X: Any, y: Any, params: Mapping[str, Any], *, sample_weight: np.ndarray | None = None
+    ) -> FitRecord:
         """The record of a fit, with copies of its inputs."""
-        return cls(copy_input(X), copy_input(y), dict(params))
+        weights = None if sample_weight is None else copy_input(sample_weight)
+        return cls(copy_input(X), copy_input(y), dict(params), weights)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +103,7 @@ class SavedFit:
         settings: The saved ``settings_``.
         report_digests: The saved digest of each patch report (empty for "none").
         weights: The SHA-256 of each model's weights, in ``models_`` order.
+        sample_weight: The fit's sample weights, None for none.
     """
 
     params: dict[str, Any]
@@ -105,6 +112,7 @@ class SavedFit:
     settings: dict[str, Any]
     report_digests: tuple[str, ...]
     weights: tuple[str, ...]
+    sample_weight: Any = None
 
 
 def weights_digest(model: nn.Module) -> str:
@@ -207,6 +215,12 @@ def write_fit_state(
     y_descriptor, y_members = encode_table(record.y, "y", what="y")
     members.update(x_members)
     members.update(y_members)
+    weights_descriptor = None
+    if record.sample_weight is not None:
+        weights_descriptor, weight_members = encode_table(
+            record.sample_weight, "sample_weight", what="sample_weight"
+        )
+        members.update(weight_members)
     manifest = {
         "format": FORMAT,
         "estimator": estimator,
@@ -214,6 +228,7 @@ def write_fit_state(
         "model_path": model_path,
         "X": x_descriptor,
         "y": y_descriptor,
+        "sample_weight": weights_descriptor,
         "settings": dict(settings),
         "patch_report_digests": list(report_digests),
         "weights_sha256": list(weights),
@@ -260,7 +275,7 @@ def _read_members(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
                     "with this version"
                 )
             expected = {MANIFEST_NAME, *model_members(manifest.get("model_path") or {})}
-            for key in ("X", "y"):
+            for key in ("X", "y", "sample_weight"):
                 member = (manifest.get(key) or {}).get("member")
                 if member is not None:
                     expected.add(member)
@@ -320,4 +335,7 @@ def read_fit_state(path: str | PathLike[str], *, estimator: str, which: str) -> 
         ) from err
     X = decode_table(dict(manifest.get("X") or {}), members, where=str(path))
     y = decode_table(dict(manifest.get("y") or {}), members, where=str(path))
-    return SavedFit(params, X, y, settings, digests, weights)
+    sample_weight = None
+    if manifest.get("sample_weight") is not None:
+        sample_weight = decode_table(dict(manifest["sample_weight"]), members, where=str(path))
+    return SavedFit(params, X, y, settings, digests, weights, sample_weight)

@@ -92,6 +92,7 @@ RETROFIT_FLOORS: tuple[tuple[str, ...], ...] = (
     ("errors", "files", "versions"),
     ("settings", "tabpfn_surface", "validation"),
     ("hosts", "weighted_preprocessing"),
+    ("weighted_fit",),
     ("batching", "patcher"),
     ("models",),
     ("fit_state",),

@@ -328,6 +328,71 @@ PINNED = {
         "(self, x_RiBC, num_train, scaler_cache=None)",
         "a9f8394e451e0244a3dc306653cfced5ad78d51140135da950d9ef6a46eae4be",
     ),
+    "tabpfn.classifier.TabPFNClassifier._compute_downsample_correction": (
+        "(self, *, y_encoded)",
+        "effc10af1c25847a5ed9770d573c58b8cf9cf021b6334c9bb08d3c5f15ea10c2",
+    ),
+    "tabpfn.classifier.TabPFNClassifier._initialize_dataset_preprocessing": (
+        "(self, X, y, random_state)",
+        "b1d5448a9c6a7f38bd66451035fa551625a3b9fd79ca095421f49623259981f5",
+    ),
+    "tabpfn.classifier.TabPFNClassifier.fit": (
+        "(self, X, y)",
+        "e73362fa75838a109e189246e089833c1900e5b82f6c2a066a43bac858c6814c",
+    ),
+    "tabpfn.inference.InferenceEngineCachePreprocessing": (
+        None,
+        "daf65778ef4617dc4d06470c71dbf12cf7c6b37b3fedb6a2354e6f422e0acad4",
+    ),
+    "tabpfn.inference.InferenceEngineCachePreprocessing._call_model": (
+        (
+            "(self, *, device, members, X_tests, autocast, only_return_standard_out, "
+            "save_peak_mem, task_type)"
+        ),
+        "b99fab6aca70cae6622d8ddaf8bb6a773b5ed6209446559776645b5bf14a62b0",
+    ),
+    "tabpfn.inference.InferenceEngineExplicitKVCache": (
+        None,
+        "e3f7ba4dafeaccc5102692be4778a5cb9dd844f25145d11fd422be85449cbd63",
+    ),
+    "tabpfn.inference.InferenceEngineExplicitKVCache._build_cache": (
+        "(self, *, device, members, autocast, save_peak_mem, stage_cache_on_cpu)",
+        "288cd059d4d266c26e0f1778118f2f02a0da6aa1ec307b84209575c8576f13a3",
+    ),
+    "tabpfn.inference.InferenceEngineOnDemand": (
+        None,
+        "371af23c701f03b5fb4e6fdd11d1f80dd136aebcc4e7b62b462173d0013c962d",
+    ),
+    "tabpfn.inference.InferenceEngineOnDemand._call_model": (
+        (
+            "(self, *, device, members, X_tests, autocast, only_return_standard_out, "
+            "save_peak_mem, task_type)"
+        ),
+        "6d4f58abb7f966adeedf167127559f25013ff36879127605ea86158141829e45",
+    ),
+    "tabpfn.regressor.TabPFNRegressor._build_ensemble_preprocessor_and_executor": (
+        (
+            "(self, *, X, y, ensemble_configs, static_seed, byte_size, "
+            "n_preprocessing_jobs, inference_mode)"
+        ),
+        "95065308e6bbaab0ec3e026a08263693c4ea9aef97cbddf69301054a89de8860",
+    ),
+    "tabpfn.regressor.TabPFNRegressor._compute_downsample_correction": (
+        "(self, *, y_raw)",
+        "d990d89daa45f28b49ba70f06477982a38727de28b19d327634b4c667f349a92",
+    ),
+    "tabpfn.regressor.TabPFNRegressor._initialize_dataset_preprocessing": (
+        "(self, X, y, random_state)",
+        "76cc34e483c91a5316daa74b027cb227730cd9fb9cfa6fb207557b41e6460b5e",
+    ),
+    "tabpfn.regressor.TabPFNRegressor._rebuild_raw_space_bardist": (
+        "(self)",
+        "e0c3909445bf46d40f0a429d70c3721764ec017641ff73f95f0e3cba0e368e51",
+    ),
+    "tabpfn.regressor.TabPFNRegressor.fit": (
+        "(self, X, y)",
+        "28b7b5b9caa9c37284e7c62bd8ea5ea94a2628e9423f58c6042e9f8021ad5786",
+    ),
 }
 
 PINNED_VALUES = {
@@ -342,19 +407,33 @@ PINNED_VALUES = {
     "tabpfn.constants.DEFAULT_SAVE_PEAK_MEMORY_FACTOR": 8,
     "tabpfn.architectures.tabpfn_v3_5._ECDF_CONTEXT_KEY": "ecdf_buckets",
 }
-#: Per estimator: (tabpfn's class, the private methods overridden). A drop-in keeps
-#: every default of tabpfn's, ``model_path="auto"`` included.
+#: Per estimator: (tabpfn's class, the private methods overridden: the loader, the
+#: tuning builder, then the weighted fit's hooks). A drop-in keeps every default of
+#: tabpfn's, ``model_path="auto"`` included.
 ESTIMATORS = {
     OTabPFNRegressor: (
         TabPFNRegressor,
-        ("_initialize_model_variables", "_get_tuning_regressor"),
+        (
+            "_initialize_model_variables",
+            "_get_tuning_regressor",
+            "_initialize_dataset_preprocessing",
+            "_build_ensemble_preprocessor_and_executor",
+            "_compute_downsample_correction",
+        ),
     ),
     OTabPFNClassifier: (
         TabPFNClassifier,
-        ("_initialize_model_variables", "_get_tuning_classifier"),
+        (
+            "_initialize_model_variables",
+            "_get_tuning_classifier",
+            "_initialize_dataset_preprocessing",
+            "_compute_downsample_correction",
+        ),
     ),
 }
 RETROFIT_PARAMETERS = ("mode", "tau", "support", "eps_den")
+#: Parameters after tabpfn's: scikit-learn's ``class_weight`` for the classifier.
+TRAILING_PARAMETERS = {OTabPFNRegressor: (), OTabPFNClassifier: ("class_weight",)}
 
 
 def _lookup(qualified: str):
@@ -430,7 +509,10 @@ def test_each_estimator_takes_every_tabpfn_parameter_with_its_default_in_order(o
     ours = list(inspect.signature(ours_class.__init__).parameters.values())[1:]
     theirs = list(inspect.signature(theirs_class.__init__).parameters.values())[1:]
     assert tuple(p.name for p in ours[: len(RETROFIT_PARAMETERS)]) == RETROFIT_PARAMETERS
-    rest = ours[len(RETROFIT_PARAMETERS) :]
+    trailing = TRAILING_PARAMETERS[ours_class]
+    rest = ours[len(RETROFIT_PARAMETERS) : len(ours) - len(trailing)]
+    assert tuple(p.name for p in ours[len(ours) - len(trailing) :]) == trailing
+    assert all(p.default is None for p in ours[len(ours) - len(trailing) :])
     assert [p.name for p in rest] == [p.name for p in theirs]
     differs = {
         p.name: (p.default, q.default)
