@@ -10,6 +10,11 @@ and preprocessed on those rows as a refit would be, all folds run as one
 ragged batch, each fold's queries its held-out rows and ``X_test``. Split
 conformal, for comparison, is one fit on part of the rows and a calibration
 on the rest.
+
+Row weights (``params={"sample_weight": w}``, as scikit-learn and MAPIE pass
+them): every fold's model, and split conformal's fit, is the weighted fit of
+its train rows (``w`` restricted to them); the conformal quantiles count each
+row's residual once, as MAPIE counts them.
 """
 
 from __future__ import annotations
@@ -21,7 +26,12 @@ from sklearn.base import clone, is_classifier
 from sklearn.model_selection import KFold, LeaveOneOut
 
 from retrofit.errors import InvalidInputError
-from retrofit.leave_out.cross_val import checked_fold_estimator, fold_predictions, partition_folds
+from retrofit.leave_out.cross_val import (
+    checked_fold_estimator,
+    checked_params,
+    fold_predictions,
+    partition_folds,
+)
 from retrofit.leave_out.intervals import (
     PredictionIntervals,
     checked_alpha,
@@ -66,6 +76,7 @@ def _split_conformal(
     alpha: float,
     calibration_fraction: float,
     random_state: int | None,
+    sample_weight: np.ndarray | None,
 ) -> PredictionIntervals:
     n = len(X)
     n_cal = round(calibration_fraction * n)
@@ -76,13 +87,19 @@ def _split_conformal(
         )
     order = np.random.default_rng(random_state).permutation(n)
     fit_rows, cal_rows = order[n_cal:], order[:n_cal]
-    model = clone(estimator).fit(X[fit_rows], y[fit_rows])
+    weights = None if sample_weight is None else sample_weight[fit_rows]
+    model = clone(estimator).fit(X[fit_rows], y[fit_rows], sample_weight=weights)
     residuals_M = np.abs(y[cal_rows] - model.predict(X[cal_rows]))
     return split_conformal_intervals(residuals_M, model.predict(X_test), alpha=alpha)
 
 
 def _fold_residuals(
-    estimator: OTabPFNRegressor, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, splitter: Any
+    estimator: OTabPFNRegressor,
+    X: np.ndarray,
+    y: np.ndarray,
+    X_test: np.ndarray,
+    splitter: Any,
+    sample_weight: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Residuals, the fold of each row, and each fold's predictions of ``X_test``.
 
@@ -93,7 +110,15 @@ def _fold_residuals(
     (each fold's model blind to its held-out rows, features included).
     """
     folds = partition_folds(splitter, X, y, caller="prediction_intervals")
-    predictions = fold_predictions(estimator, X, y, folds, X_extra=X_test, preprocessing="per_fold")
+    predictions = fold_predictions(
+        estimator,
+        X,
+        y,
+        folds,
+        X_extra=X_test,
+        preprocessing="per_fold",
+        sample_weight=sample_weight,
+    )
     residuals_N = np.empty(len(X))
     fold_of_row_N = np.empty(len(X), dtype=np.intp)
     mu_query_KQ = np.empty((len(folds), len(X_test)))
@@ -115,6 +140,7 @@ def prediction_intervals(
     cv: int | Any = None,
     calibration_fraction: float = 0.5,
     random_state: int | None = 0,
+    params: dict[str, Any] | None = None,
 ) -> PredictionIntervals:
     """Prediction intervals at ``1 - alpha`` for the rows of ``X_test``.
 
@@ -134,6 +160,10 @@ def prediction_intervals(
         calibration_fraction: For ``"split"``: the share of rows that
             calibrates (the rest fit).
         random_state: Seed of the default ``KFold`` and of the split.
+        params: scikit-learn's fit parameters: ``{"sample_weight": w}``
+            (``(N,)``): every fold's model (and split conformal's) is the
+            weighted fit of its train rows; the residuals count once each
+            (module docstring).
 
     Returns:
         The intervals (:class:`retrofit.leave_out.intervals.PredictionIntervals`).
@@ -141,7 +171,9 @@ def prediction_intervals(
     Raises:
         InvalidInputError: A classifier or a non-retrofit estimator, an
             unknown method, a ``cv`` given with another method, a bad alpha,
-            or ``mode="none"`` for ``"jackknife+"`` or ``"cv+"``.
+            or ``mode="none"`` for ``"jackknife+"`` or ``"cv+"``; a parameter
+            other than ``sample_weight``.
+        InvalidSampleWeightError: Malformed weights.
     """
     estimator = _checked_estimator(estimator)
     checked_alpha(alpha)
@@ -157,6 +189,7 @@ def prediction_intervals(
     X = np.asarray(X)
     y = np.asarray(y, dtype=np.float64)
     X_test = np.asarray(X_test)
+    sample_weight = checked_params(params, len(X), caller="prediction_intervals")
     if method == "split":
         return _split_conformal(
             estimator,
@@ -166,6 +199,7 @@ def prediction_intervals(
             alpha=alpha,
             calibration_fraction=calibration_fraction,
             random_state=random_state,
+            sample_weight=sample_weight,
         )
     if method == "jackknife+":
         splitter: Any = LeaveOneOut()
@@ -174,5 +208,7 @@ def prediction_intervals(
     else:
         splitter = cv
     checked_fold_estimator(estimator, f"prediction_intervals (method={method!r})")
-    residuals_N, fold_of_row_N, mu_query_KQ = _fold_residuals(estimator, X, y, X_test, splitter)
+    residuals_N, fold_of_row_N, mu_query_KQ = _fold_residuals(
+        estimator, X, y, X_test, splitter, sample_weight
+    )
     return cv_plus_intervals(residuals_N, fold_of_row_N, mu_query_KQ, alpha=alpha, method=method)
