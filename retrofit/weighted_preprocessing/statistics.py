@@ -27,6 +27,10 @@ __all__ = [
 ]
 
 
+#: How close (in ulps of the running sum) a cumulative weight is to an integer it is taken as.
+_BOUNDARY_ULPS = 64
+
+
 def _columns(X: np.ndarray) -> np.ndarray:
     """``X`` as an ``(N, F)`` float64 array (a 1-D input is one column)."""
     X = np.asarray(X, dtype=np.float64)
@@ -42,7 +46,14 @@ def _sorted_with_cumulative_weights(
     # Equal values are equal bits (but for the sign of zero, which numpy leaves as
     # arbitrary): their order does not matter.
     order_n = np.argsort(x_n)
-    return x_n[order_n], np.cumsum(w_n[order_n], dtype=np.float64)
+    cum_n = np.cumsum(w_n[order_n], dtype=np.float64)
+    # Real weights whose running sum is an integer in exact arithmetic (1/3 + 2/3, a
+    # row's weight split over copies) round to either side of it, and a position on
+    # that boundary would then fall in the row before or after it: a sum within a few
+    # ulps of an integer is that integer. Integer weights sum exactly (same bits).
+    nearest_n = np.rint(cum_n)
+    close_n = np.abs(cum_n - nearest_n) <= _BOUNDARY_ULPS * np.finfo(np.float64).eps * cum_n
+    return x_n[order_n], np.where(close_n, nearest_n, cum_n)
 
 
 def _at_positions(x_n: np.ndarray, cum_n: np.ndarray, positions: np.ndarray) -> np.ndarray:
