@@ -139,7 +139,7 @@ def test_every_room_of_retrofit_imports_only_rooms_on_lower_floors():
 # another. batching/: the device bounds, the padding and chunks, the engine, the one
 # dispatch, then the two front ends, neither of which imports the other. leave_out/:
 # the transductive fold fit, then the fold engine and the interval maths, then the
-# intervals of an estimator on both.
+# intervals of an estimator on both and the bootstrap replicates on the fold engine.
 # hosttraining/: the priors, what both tasks share, then one folder per task, neither
 # of which imports the other (no module sits flat beside them).
 INNER_FLOORS: dict[str, tuple[tuple[str, ...], ...]] = {
@@ -148,7 +148,7 @@ INNER_FLOORS: dict[str, tuple[tuple[str, ...], ...]] = {
     "retrofit.leave_out": (
         ("transductive",),
         ("cross_val", "intervals"),
-        ("estimator_intervals",),
+        ("estimator_intervals", "bootstrap"),
     ),
     "retrofit.batching": (
         ("bounds",),
