@@ -3,8 +3,8 @@
 Two parts, on the same estimator (the host patched in Full-O, float32, CPU):
 
 * ``bootstrap``: ``R`` bootstrap replicates of ``N`` train rows predicting
-  ``Q`` test rows, two ways: ``refits`` fits ``R`` clones, one on each resample
-  (the rows repeated per their multinomial counts) and predicts with each;
+  ``Q`` test rows, two ways: ``refits`` refits one estimator on each resample
+  (the rows repeated per their multinomial counts) and predicts with it;
   ``bootstrap_predict`` is :func:`retrofit.bootstrap_predict`, every replicate
   a weighted context of one ragged batch (the same counts, from the same
   seed). Its predictions are compared with the refits' (largest difference,
@@ -117,10 +117,11 @@ def _bootstrap_case(
     last: dict[str, np.ndarray] = {}
 
     def refits() -> None:
-        predictions = []
+        # One estimator refitted R times: its patched host is kept between fits.
+        estimator, predictions = make(), []
         for counts_N in counts_RN:
             rows = np.repeat(np.arange(n_rows), counts_N)
-            predictions.append(make().fit(X[rows], y[rows]).predict(X_test))
+            predictions.append(estimator.fit(X[rows], y[rows]).predict(X_test))
         last["refits"] = np.stack(predictions)
 
     def batched() -> None:
