@@ -54,7 +54,12 @@ def class_row_weights(class_weight: Any, y: Any, w_N: np.ndarray | None) -> np.n
     labels_N = np.asarray(y).reshape(-1)
     counted_N = np.ones(len(labels_N)) if w_N is None else w_N
     held_N = counted_N > 0  # weight 0 is removal: no class count, no class
-    classes = np.unique(labels_N[held_N])
+    try:
+        classes = np.unique(labels_N[held_N])
+    except TypeError as err:  # labels of kinds that do not compare (text beside NaN)
+        raise InvalidSampleWeightError(
+            f"class_weight: the labels of y do not sort ({err}); give labels of one kind"
+        ) from None
     if isinstance(class_weight, dict):
         known = set(np.unique(labels_N).tolist())
         unknown = [label for label in class_weight if label not in known]
