@@ -37,6 +37,15 @@ law):
   rows (v2.5's thinking rows weigh 1); a KV cache built under weights carries
   them beside the train presence (:mod:`retrofit.hosts.common.presence_cache`).
 
+Refused, each in one line (:class:`~retrofit.errors.InvalidRowWeightsError`): a
+forward from a KV cache under weights (the cache holds the weights it was
+built with), building a cache over several patterns of rows of weight 0, and
+on v2 a non-finite train target under weights other than 0/1 (its label
+encoding would read the imputed mean). Not exact: real weights are a
+definition (the same formulas), not a repetition; on CUDA in bfloat16 or
+float16 the attention's bias ``log(w p)`` is rounded to that dtype (weight 2
+acts as about 1.9965); ``torch.compile`` of the weighted stages is not covered.
+
 Shape letters: B batch elements, N train rows, G batch elements sharing one
 pattern of nonzero weights, K their rows of nonzero weight, R rows (train then
 test).
