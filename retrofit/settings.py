@@ -74,7 +74,7 @@ DEFAULT_SETTINGS: Mapping[str, Any] = {
 }
 
 #: The default presence temperature of each host class (used when ``tau`` is None).
-#: Chosen with ``python -m eval.calibration`` on random weights at each class's
+#: Chosen with ``python -m lab calibration`` on random weights at each class's
 #: published config (the published weights cannot be downloaded offline): the
 #: largest power of ten at which both modes move the output logits by at most
 #: 0.2 % (relative L2; the movement at each default and the carrier norms behind

@@ -18,8 +18,7 @@ from eval.paper.reference import committed_store, reuse_committed, why_recompute
 from eval.paper.spec import host_default_tau, make_tasks
 from eval.paper.store import carrier_path, utc_now, write_carriers, write_session
 from eval.provenance import provenance_dict
-from retrofit.cli.console import PROG
-from retrofit.cli.outputs import check_output_dir
+from retrofit.command_line import PROG, check_output_dir
 from retrofit.errors import CommandError
 from retrofit.files import missing_dirs, remove_empty_dirs
 from retrofit.models.loading import resolve_model
@@ -42,7 +41,7 @@ def eval_command(args: Any, argv: Sequence[str] | None = None) -> int:
 
     A user error (unknown dataset, missing weights or data, missing executor
     package, a checkpoint that changed mid-run) raises; the command line turns
-    it into one line on stderr and exit status 2 (``retrofit.cli.console``).
+    it into one line on stderr and exit status 2 (``retrofit.command_line``).
     The options and the store are checked before any case is computed. The
     store defaults to ``tabpfn-retrofit-results/SUITE`` (``eval.locations``).
     Every planned run that the store lacks is computed; with
@@ -81,12 +80,13 @@ def _reuse_source(args: Any, store: Path) -> Path | None:
     """The committed store ``--reuse-committed`` copies from (``None``: reuse not asked).
 
     Raises:
-        CommandError: ``--committed`` without ``--reuse-committed`` (eval reads it for
-            nothing else), or ``--reuse-committed`` with no committed store.
+        CommandError: ``--committed DIR`` without ``--reuse-committed`` (eval reads it
+            for nothing else), or ``--reuse-committed`` with no committed store.
     """
     option = getattr(args, "committed", None)
     if not getattr(args, "reuse_committed", False):
-        if option is not None:
+        # "none" says what eval does anyway (copy nothing): scripts may keep saying it.
+        if option not in (None, "none"):
             raise CommandError(
                 "eval reads --committed only to copy runs from it: add --reuse-committed "
                 "(report compares with the committed table by itself)"

@@ -56,7 +56,7 @@ from urllib.parse import urlsplit
 
 from eval.errors import ClusterUnreachableError, MissingExtraError
 from eval.extras import require_extra
-from retrofit.cli.console import one_line
+from retrofit.command_line import one_line
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",

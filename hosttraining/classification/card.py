@@ -4,10 +4,11 @@
 config, training record: command settings, seed, warm start, prior), the
 training log and the comparison written by ``python -m hosttraining.classification.quality
 --out``, and writes the card (``--out``; the shipped one is
-``retrofit/models/embedded/CLASSIFIER_MODEL_CARD.md``) and
-``classifier_loss_curve.png`` beside it (both named apart from the regressor
-card's ``MODEL_CARD.md`` and ``loss_curve.png``, which live in the same
-folder). The card says where the host stands against the bar to ship (beat
+``retrofit/models/embedded/CLASSIFIER_MODEL_CARD.md``) and its loss curve
+(``--curve``; ``classifier_loss_curve.png`` beside the card unless told; the
+shipped one's is in ``docs/lab/embedded/``), both named apart from the regressor
+card's ``MODEL_CARD.md`` and ``loss_curve.png``, which live in the same folders.
+The card says where the host stands against the bar to ship (beat
 logistic regression's log loss on ``offline_cls6``) and whether it is the
 embedded classifier this installation ships (its verified digest). Nothing in
 the card is typed by hand except prose; the regressor's card is ``hosttraining.regression.card``.
@@ -24,9 +25,9 @@ from typing import Any
 
 from eval.locations import default_output
 from eval.markdown import markdown_table
-from hosttraining.common.loss_curve import plot_loss_curve
+from hosttraining.common.loss_curve import curve_link, plot_loss_curve
 from hosttraining.common.run_files import read_log
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 from retrofit.files import sha256_file, write_text_atomic
 from retrofit.models import embedded
 
@@ -44,7 +45,7 @@ CARD_NAME = "CLASSIFIER_MODEL_CARD.md"
 """File name of the card (the regressor's, in the same folder, is ``MODEL_CARD.md``)."""
 
 LOSS_CURVE_NAME = "classifier_loss_curve.png"
-"""File name of the loss curve, written beside the card."""
+"""File name of the loss curve (beside the card unless ``--curve`` names another file)."""
 
 _SUITES = {
     "in-prior": "held-out prior tasks (leak-free; where runs are compared)",
@@ -137,8 +138,14 @@ def _shipped_classifier_sha256() -> str | None:
     return sha256_file(embedded.embedded_model_path("classifier"))  # verified first
 
 
-def write_class_card(checkpoint: Path, log_path: Path, quality: Path | None, out: Path) -> None:
-    """Write the classifier's model card and its loss curve beside it.
+def write_class_card(
+    checkpoint: Path,
+    log_path: Path,
+    quality: Path | None,
+    out: Path,
+    curve: Path | None = None,
+) -> None:
+    """Write the classifier's model card and its loss curve.
 
     Args:
         checkpoint: The classifier checkpoint.
@@ -146,6 +153,8 @@ def write_class_card(checkpoint: Path, log_path: Path, quality: Path | None, out
         quality: The JSON of ``python -m hosttraining.classification.quality --out``
             (may be absent).
         out: Card path.
+        curve: Where the loss curve goes (default :data:`LOSS_CURVE_NAME` beside the card);
+            the card links it by its path relative to the card.
     """
     from tabpfn.checkpoint import Checkpoint
 
@@ -153,9 +162,10 @@ def write_class_card(checkpoint: Path, log_path: Path, quality: Path | None, out
     training = header.get("training", {})
     old = recorded_trainer_name(training)
     config, inf = header["config"], header["inference_config"]
+    curve = out.with_name(LOSS_CURVE_NAME) if curve is None else curve
     plot_loss_curve(
         read_log(log_path),
-        out.with_name(LOSS_CURVE_NAME),
+        curve,
         loss_name="cross-entropy",
         title="Embedded TabPFN-v3 classifier: pretraining on the class prior",
     )
@@ -202,7 +212,7 @@ def write_class_card(checkpoint: Path, log_path: Path, quality: Path | None, out
         f"kept from tabpfn's init {warm.get('kept')}, not used {warm.get('ignored')}",
         f"- class prior: `{json.dumps(training.get('prior'))}`",
         "",
-        f"![loss curve]({LOSS_CURVE_NAME})",
+        f"![loss curve]({curve_link(curve, out)})",
         "",
         "## Quality (mean over cases; lower log loss, higher accuracy is better)",
         "",
@@ -230,14 +240,22 @@ def _parser() -> argparse.ArgumentParser:
         help="JSON of hosttraining.classification.quality --out",
     )
     p.add_argument("--out", type=Path, default=default_output("classifier_card") / CARD_NAME)
+    p.add_argument(
+        "--curve",
+        type=Path,
+        default=None,
+        help=f"the loss curve's file, linked from the card (default: {LOSS_CURVE_NAME} beside "
+        "--out)",
+    )
     return p
 
 
 def _run(args: argparse.Namespace) -> int:
     log = args.log or args.checkpoint.with_name(args.checkpoint.name + ".log.jsonl")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_class_card(args.checkpoint, log, args.quality, args.out)
-    print(f"wrote {args.out} and {args.out.with_name(LOSS_CURVE_NAME)}")
+    curve = args.curve or args.out.with_name(LOSS_CURVE_NAME)
+    write_class_card(args.checkpoint, log, args.quality, args.out, curve)
+    print(f"wrote {args.out} and {curve}")
     return 0
 
 

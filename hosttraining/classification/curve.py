@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hosttraining.common import heldout
-from retrofit.cli.console import run_main
+from retrofit.command_line import run_main
 
 __all__ = ["METRIC", "curve_series", "main", "plot_curve"]
 

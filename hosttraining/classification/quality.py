@@ -17,7 +17,7 @@ Three comparisons, each of log loss and accuracy (mean over cases):
   fields replaced. Inference settings are chosen here, never
   on ``offline_cls6``. The wide sets let this suite show a host's weakness on
   wide tables before the evaluation suite does (``wide`` below scores them
-  apart; why they were added: ``docs/training.md``).
+  apart; why they were added: ``docs/lab/training.md``).
 * ``offline_cls6``: the evaluation suite, for the model card only.
 
 ``python -m hosttraining.classification.quality --checkpoint X --suite in-prior dev`` prints
@@ -48,7 +48,7 @@ from eval.paper.datasets import load_dataset, split, suite_cases
 from hosttraining.common.in_prior import HELDOUT_KEY, load_model
 from hosttraining.priors.classes import IGNORE, ClassPriorConfig, to_classes
 from hosttraining.priors.regression import sample_task
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 from retrofit.files import write_text_atomic
 
 __all__ = [

@@ -34,7 +34,7 @@ from hosttraining.classification.quality import Task, heldout_class_tasks, host_
 from hosttraining.common.in_prior import HELDOUT_KEY, load_model
 from hosttraining.common.loop import rewrite_inference_config
 from hosttraining.priors.tabicl import CALIBRATION_STREAM, TabICLPriorConfig, heldout_tabicl_tasks
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
 
 __all__ = ["calibration_tasks", "fit_temperature", "main", "mean_log_loss"]

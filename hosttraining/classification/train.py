@@ -23,7 +23,7 @@ feature pathways carry over and the target pathways must be relearned. It can
 help only as far as the regressor learned those stages, and it ties the
 classifier to that checkpoint (its SHA-256 is recorded). ``--init-from none``
 runs the cold arm; the warm and cold arms' comparison is in the training
-ledger, ``docs/training.md``.
+ledger, ``docs/lab/training.md``.
 
 Commands (one-thread, ``nice``; a run resumes from ``<out>.state.pt`` when
 started again with the same arguments)::
@@ -41,7 +41,7 @@ that draws them itself); ``.ci/device-session`` is the lent GPU session's
 script, this recipe its last step.
 
 Every run of this recipe, with the line that reproduces it and what it scored,
-is in ``docs/training.md``; the embedded classifier
+is in ``docs/lab/training.md``; the embedded classifier
 (:mod:`retrofit.models.embedded`, its card ``CLASSIFIER_MODEL_CARD.md``) is
 one of them. It ships so that ``OTabPFNClassifier(model_path="embedded")`` runs
 offline, although it does not yet beat logistic regression on ``offline_cls6``
@@ -102,7 +102,7 @@ from hosttraining.priors.classes import (
     sample_class_batch,
 )
 from hosttraining.priors.tabicl import TabICLPriorConfig, heldout_tabicl_tasks, sample_tabicl_batch
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
 from retrofit.files import sha256_file
 from retrofit.models.checkpoints import load_checkpoint

@@ -29,7 +29,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from retrofit.cli.console import OneLineArgumentParser
+from hosttraining.common.errors import RunFileError
+from hosttraining.common.run_files import read_log
+from retrofit.command_line import OneLineArgumentParser
 from retrofit.errors import CommandError
 from retrofit.files import write_text_atomic
 
@@ -109,7 +111,7 @@ class HeldoutCurve(abc.ABC):
         path = baselines_path(checkpoint)
         fingerprints = self.fingerprints()
         if path.exists():
-            recorded = json.loads(path.read_text()).get(TASKS_KEY, fingerprints)
+            recorded = _read_baselines(path).get(TASKS_KEY, fingerprints)
             changed = sorted(s for s in recorded.keys() | fingerprints.keys()
                              if recorded.get(s) != fingerprints.get(s))  # fmt: skip
             if changed:
@@ -157,8 +159,17 @@ def curve_series(checkpoint: Path, metric: str) -> dict[str, Any]:
         ``{"suites": {suite: {"raw": {...}, "lawa": {...}}}, "baselines": {...}}``
         with the baselines' ``metric`` per suite.
 
+    The curve is an append-only log, read as the training log is
+    (:func:`hosttraining.common.run_files.read_log`): a last line cut by a
+    crash mid-write (inside a record or a UTF-8 character) is dropped with a
+    :class:`~hosttraining.common.errors.RunFileWarning` naming the file and the
+    line, as a resumed run drops it; any other unreadable line is refused.
+
     Raises:
         CommandError: If the run wrote no curve (it ran without ``--eval-tasks``).
+        RunFileError: A line of the curve other than a cut last one is not a
+            JSON record, or a record lacks the curve's fields; or the baselines
+            file is not JSON (each names the file, and the line).
     """
     evals, base = evals_path(checkpoint), baselines_path(checkpoint)
     if not evals.is_file() or not base.is_file():
@@ -166,16 +177,21 @@ def curve_series(checkpoint: Path, metric: str) -> dict[str, Any]:
             f"{checkpoint.name}: no {evals.name} or {base.name}; "
             "train with --eval-tasks N to record a curve"
         )
-    records = [json.loads(line) for line in evals.read_text().splitlines() if line.strip()]
-    baselines = json.loads(base.read_text())
+    records = read_log(evals)
+    baselines = _read_baselines(base)
     suites: dict[str, dict[str, dict[str, list[float]]]] = {}
-    for record in records:
-        for suite in (k for k in record if k in baselines):
-            series = suites.setdefault(suite, {}).setdefault(
-                record["weights"], {"tasks_seen": [], metric: []}
-            )
-            series["tasks_seen"].append(record["tasks_seen"])
-            series[metric].append(record[suite][metric])
+    for number, record in enumerate(records, start=1):
+        try:
+            for suite in (k for k in record if k in baselines):
+                series = suites.setdefault(suite, {}).setdefault(
+                    record["weights"], {"tasks_seen": [], metric: []}
+                )
+                series["tasks_seen"].append(record["tasks_seen"])
+                series[metric].append(record[suite][metric])
+        except (KeyError, TypeError) as err:
+            raise RunFileError(
+                f"{evals} record {number} is not a curve record (no {err}): remove that line"
+            ) from None
     return {
         "suites": suites,
         "baselines": {
@@ -183,6 +199,20 @@ def curve_series(checkpoint: Path, metric: str) -> dict[str, Any]:
             for suite in suites
         },
     }
+
+
+def _read_baselines(path: Path) -> dict[str, Any]:
+    """The baselines file, or one line naming it (written atomically: damaged from outside)."""
+    try:
+        baselines = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RunFileError(
+            f"{path} is not a JSON baselines file ({type(err).__name__}: {err}): restore it, "
+            "or remove it and resume the run (which writes it again)"
+        ) from None
+    if not isinstance(baselines, dict):
+        raise RunFileError(f"{path} is not a JSON object of baselines")
+    return baselines
 
 
 def compare_series(checkpoints: Sequence[Path], metric: str) -> dict[str, Any]:
@@ -213,7 +243,7 @@ def compare_series(checkpoints: Sequence[Path], metric: str) -> dict[str, Any]:
         if name in runs:
             raise CommandError(f"two runs in folders named {name!r}: a curve names runs by folder")
         runs[name] = curve_series(checkpoint, metric)
-        tasks[name] = json.loads(baselines_path(checkpoint).read_text()).get(TASKS_KEY, {})
+        tasks[name] = _read_baselines(baselines_path(checkpoint)).get(TASKS_KEY, {})
     first, reference = next(iter(runs.items()))
     shared, left_out = [], {}
     for suite in reference["suites"]:

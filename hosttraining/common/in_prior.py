@@ -47,7 +47,7 @@ from hosttraining.priors.regression import (
     sample_batch,
     sample_task,
 )
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 
 __all__ = [
     "HELDOUT_KEY",

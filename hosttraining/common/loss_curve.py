@@ -1,11 +1,22 @@
-"""The training loss curve of a host, drawn from its training log for the model cards."""
+"""The training loss curve of a host, drawn from its training log for the model cards.
+
+The shipped cards sit beside the weights (``retrofit/models/embedded/``) and link
+their curves in ``docs/lab/embedded/``, outside the wheel: :func:`curve_link` is the
+link a card writes, relative to the card's folder.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_loss_curve"]
+__all__ = ["curve_link", "plot_loss_curve"]
+
+
+def curve_link(curve: Path, card: Path) -> str:
+    """The curve's path as the card at ``card`` links it: relative to its folder, with ``/``."""
+    return Path(os.path.relpath(curve.resolve(), card.parent.resolve())).as_posix()
 
 
 def plot_loss_curve(

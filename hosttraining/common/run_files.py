@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from hosttraining.common.errors import RunFileError, RunFileWarning
-from retrofit.cli.console import one_line
+from retrofit.command_line import one_line
 from retrofit.files import write_text_atomic
 
 __all__ = ["cut_log_after", "load_optimizer", "load_state", "load_weights", "read_log"]

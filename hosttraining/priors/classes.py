@@ -22,7 +22,7 @@ with up to ``linear_max_features`` features, the tasks where logistic
 regression is hard to beat and where real classification data often sits. Why:
 on version 1 alone (cut regression tasks of at most 20 features) a host lost to
 logistic regression on every wide set of ``offline_cls6``, by a factor of ten
-in log loss on 64-feature digits (``docs/training.md``, the first classifier
+in log loss on 64-feature digits (``docs/lab/training.md``, the first classifier
 run); that suite named the missing task family once and is otherwise only the
 shipping gate, never used to tune. Half of the linear batches are
 class-conditional Gaussians (classes are clusters in a random low-dimensional

@@ -5,7 +5,7 @@ ships the prior behind TabICL and the modded-nanoTabPFN speedrun. Its default
 ``mix_scm`` draws tables a random forest cannot beat the majority rate on;
 ``graph_scm`` with ``filter_unpredictable_datasets`` (an extra-trees
 out-of-bag test that drops tables whose target no feature predicts) is
-informative (the check and its numbers: ``docs/training.md``). That switch lives only in
+informative (the check and its numbers: ``docs/lab/training.md``). That switch lives only in
 tabicl's private ``graph_lib._config.PriorConfig``; this module is the one
 place that touches it.
 

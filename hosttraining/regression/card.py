@@ -3,8 +3,9 @@
 ``python -m hosttraining.regression.card`` reads the checkpoint header (config,
 inference config, training provenance), the training log and, when present,
 the quality results written by ``python -m hosttraining.regression.quality`` and the
-development-suite runs, and writes ``MODEL_CARD.md`` and ``loss_curve.png``
-next to the checkpoint. Nothing in the card is typed by hand except prose.
+development-suite runs, and writes ``MODEL_CARD.md`` and its loss curve
+(``--curve``; ``loss_curve.png`` beside the card unless told). Nothing in the
+card is typed by hand except prose.
 """
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ from typing import Any
 
 from eval.locations import default_output
 from eval.markdown import markdown_table
-from hosttraining.common.loss_curve import plot_loss_curve
+from hosttraining.common.loss_curve import curve_link, plot_loss_curve
 from hosttraining.common.run_files import read_log
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 from retrofit.models.embedded import EMBEDDED_FILENAME
 
 # Defaults are relative to the working directory (run from the repository root):
 # the card reads results/ of the checkout it documents, never of an installed package.
 _EMBEDDED_DIR = Path("retrofit", "models", "embedded")
+# The shipped hosts' training records (logs, curves) live in the docs, outside the wheel.
+_RECORDS_DIR = Path("docs", "lab", "embedded")
 _QUALITY_DIR = Path("results", "host_quality")
 
 __all__ = ["main", "write_card"]
@@ -94,15 +97,24 @@ def _dev_section(dev_dir: Path) -> list[str]:
     return markdown_table(_DEV_HEADER, rows)
 
 
-def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, out: Path) -> None:
-    """Write the model card (and the loss curve next to it).
+def write_card(
+    checkpoint: Path,
+    log_path: Path,
+    quality: Path,
+    dev_dir: Path,
+    out: Path,
+    curve: Path | None = None,
+) -> None:
+    """Write the model card and its loss curve.
 
     Args:
         checkpoint: The shipped checkpoint.
         log_path: Its training log (JSON lines).
         quality: ``results/host_quality/quality.json`` (may be absent).
         dev_dir: ``results/host_quality/dev`` (may be absent).
-        out: Card path; ``loss_curve.png`` is written beside it.
+        out: Card path.
+        curve: Where the loss curve goes (default ``loss_curve.png`` beside the card);
+            the card links it by its path relative to the card.
     """
     from tabpfn.checkpoint import Checkpoint
 
@@ -111,7 +123,8 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
     header = Checkpoint(checkpoint).load()
     training = header.get("training", {})
     log = read_log(log_path)
-    plot_loss_curve(log, out.with_name("loss_curve.png"))
+    curve = out.with_name("loss_curve.png") if curve is None else curve
+    plot_loss_curve(log, curve)
     n_params = sum(
         int(v.numel()) for k, v in header["state_dict"].items() if k != "regression_borders"
     )
@@ -214,7 +227,7 @@ def write_card(checkpoint: Path, log_path: Path, quality: Path, dev_dir: Path, o
             "run stopped by it is not annealed."
         ),
         "",
-        "![loss curve](loss_curve.png)",
+        f"![loss curve]({curve_link(curve, out)})",
         "",
         "A resumed run ends with the weights of an uninterrupted one (tested)."
         + (
@@ -287,17 +300,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     p = OneLineArgumentParser(prog="python -m hosttraining.regression.card", description=__doc__)
     p.add_argument("--checkpoint", type=Path, default=_EMBEDDED_DIR / EMBEDDED_FILENAME)
-    p.add_argument("--log", type=Path, default=_EMBEDDED_DIR / "training_log.jsonl")
+    p.add_argument("--log", type=Path, default=_RECORDS_DIR / "training_log.jsonl")
     p.add_argument("--quality", type=Path, default=_QUALITY_DIR / "quality.json")
     p.add_argument("--dev-dir", type=Path, default=_QUALITY_DIR / "dev")
     # The shipped card is tracked: only .ci/regenerate-results writes it (by naming it).
     p.add_argument("--out", type=Path, default=default_output("model_card") / "MODEL_CARD.md")
+    p.add_argument(
+        "--curve",
+        type=Path,
+        default=None,
+        help="the loss curve's file, linked from the card (default: loss_curve.png beside "
+        f"--out; the shipped card's: {_RECORDS_DIR.as_posix()}/loss_curve.png)",
+    )
     return p
 
 
 def _run(args: argparse.Namespace) -> int:
-    write_card(args.checkpoint, args.log, args.quality, args.dev_dir, args.out)
-    print(f"wrote {args.out} and {args.out.with_name('loss_curve.png')}")
+    curve = args.curve or args.out.with_name("loss_curve.png")
+    write_card(args.checkpoint, args.log, args.quality, args.dev_dir, args.out, curve)
+    print(f"wrote {args.out} and {curve}")
     return 0
 
 

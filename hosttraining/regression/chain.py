@@ -16,7 +16,7 @@ Optimiser: AdamW (``--optimizer adamw``), or ``torch.optim.Muon`` on the hidden
 2-D matrices (attention projections and MLP weights; Muon only accepts 2-D
 parameters) with AdamW on the rest (embeddings, decoder, norms, biases, learned
 tokens). Muon at lr 0.02 does not learn at the default model size (its weights
-random-walk; ``docs/training.md``, found with
+random-walk; ``docs/lab/training.md``, found with
 ``hosttraining.regression.diagnose``), so AdamW is the recipe. Either way: a
 warm-up / stable / decay (WSD) schedule over the planned steps of the *whole*
 chain (the decay falls in the last link), and an exponential moving average
@@ -59,7 +59,7 @@ from hosttraining.common.loop import DEFAULT_MODEL_CONFIG, TINY_MODEL_CONFIG, bu
 from hosttraining.common.optim import build_optimizers, muon_parameter_names
 from hosttraining.common.run_files import cut_log_after, load_state
 from hosttraining.priors.regression import PRIOR_V2, PriorConfig, sample_batch
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
 
 __all__ = [
@@ -116,7 +116,7 @@ TABLES: dict[str, dict[str, Any]] = {
 """Table sizes and batching: ``v2`` is :data:`hosttraining.priors.regression.PRIOR_V2`'s (80 % of
 batches of 200-4,000 rows, about 6 tasks a step); ``v1`` the shipped host's
 (mostly 24-512 rows, 30 % up to 3,000, about 17 tasks a step), which gives
-about 2.4 times the tasks per CPU minute (``docs/training.md``, Diagnosis)."""
+about 2.4 times the tasks per CPU minute (``docs/lab/training.md``, Diagnosis)."""
 
 
 @dataclasses.dataclass(frozen=True)

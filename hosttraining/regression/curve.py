@@ -25,7 +25,7 @@ from typing import Any
 
 from hosttraining.common import heldout
 from hosttraining.regression.heldout import METRIC
-from retrofit.cli.console import run_main
+from retrofit.command_line import run_main
 
 __all__ = ["curve_series", "main", "plot_curve"]
 

@@ -60,7 +60,7 @@ from hosttraining.regression.chain import (
     muon_parameter_names,
     run_link,
 )
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
 
 __all__ = [

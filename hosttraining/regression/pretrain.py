@@ -75,7 +75,7 @@ from hosttraining.priors.mixed import TablePriorConfig, sample_table_batch
 from hosttraining.priors.regression import PriorConfig
 from hosttraining.priors.tabicl import TabICLPriorConfig
 from hosttraining.regression.heldout import RegressionHeldoutCurve
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 from retrofit.errors import CommandError
 
 DEFAULT_STEPS = 7500

@@ -46,7 +46,7 @@ from eval.locations import default_output
 from eval.markdown import markdown_table
 from eval.paper.spec import model_label
 from eval.provenance import provenance_dict
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 from retrofit.files import write_text_atomic
 
 __all__ = ["BASELINES", "DEV_DATASETS", "load_dev_dataset", "main", "run_cases", "summarize"]
@@ -423,7 +423,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.checkpoint is None:
         from retrofit.models.embedded import embedded_model_path
 
-        model_path = embedded_model_path()
+        model_path = Path(embedded_model_path())
     else:
         model_path = args.checkpoint.resolve()
     if args.suite == "offline":

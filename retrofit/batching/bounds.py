@@ -33,11 +33,11 @@ __all__ = [
 #: Bound on each length bucket's padded share of rows and of attention cells
 #: in a ragged batched prediction (``retrofit.batching.engine``) on an accelerator,
 #: where a wider batch should cost little more than a narrow one (not yet
-#: measured on one: ``eval/gpu_check.py``'s ``batched`` part does).
+#: measured on one: ``python -m lab gpu-check``'s ``batched`` part does).
 DEFAULT_MAX_PADDED_FRACTION: float = 0.25
 #: The bound by device type where it differs. On a CPU a padded cell costs what a
 #: real one does and a fused forward saves only per-call overhead, so a CPU pads
-#: little: ``results/bench_batched`` (``tabpfn-retrofit bench --batched``, 2 cores,
+#: little: ``results/bench_batched`` (``python -m lab bench --batched``, 2 cores,
 #: embedded host) has ragged batches at 0.98-1.01x a loop of fit/predict at this
 #: bound and 1.14-1.19x at 25 %.
 DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE: Mapping[str, float] = {"cpu": 0.05}

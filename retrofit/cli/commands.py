@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,20 +33,35 @@ from retrofit.batching.bounds import (
     DEFAULT_MAX_PADDED_FRACTION,
     DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE,
 )
-from retrofit.cli.console import PRECISIONS, PROG, parse_precision, run_command, status
+from retrofit.cli.console import (
+    PRECISIONS,
+    PROG,
+    naming_limit_option,
+    parse_precision,
+    run_command,
+    status,
+)
 from retrofit.cli.csv_tables import (
     class_labels,
     first_text_label,
     numeric_target,
     read_csv_table,
     refuse_infinite_features,
+    refuse_stray_text,
     sample_weights,
     write_csv_atomic,
 )
 from retrofit.cli.outputs import check_output_dir, check_output_file, same_file
-from retrofit.errors import CommandError
+from retrofit.errors import CommandError, InputWarning
 from retrofit.models.aliases import AUTO, alias_list, default_tau_text
-from retrofit.settings import DEFAULT_QUANTILES, MODES, SETTING_NAMES, SUPPORTS, check_given
+from retrofit.settings import (
+    DEFAULT_QUANTILES,
+    MODES,
+    SETTING_NAMES,
+    SUPPORTS,
+    check_given,
+    resolved_mode,
+)
 
 if TYPE_CHECKING:
     from retrofit.models.loading import ResolvedModel
@@ -186,6 +202,9 @@ def _add_predict(subparsers: Any) -> argparse.ArgumentParser:
             "(with --holdout the weights of the rows fitted, with --oof each fold's)"
         ),
     )
+    parser.add_argument(
+        "--force", action="store_true", help="replace --out if it exists (else refused)"
+    )
     parser.add_argument("--model", default=AUTO, metavar="MODEL", help=MODEL_HELP)
     parser.add_argument("--task", **_TASK_ARGUMENT)
     _add_settings(parser, mode_default_note="default full-o")
@@ -227,7 +246,8 @@ def _add_predict(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--categorical",
         metavar="COLS",
-        help="comma-separated feature columns to treat as categorical (numbers too)",
+        help="comma-separated feature columns to treat as categorical (numbers too; a "
+        "column of numbers with a few text cells is refused unless named here)",
     )
     parser.add_argument(
         "--ignore-pretraining-limits",
@@ -315,6 +335,12 @@ def _add_predict_batch(subparsers: Any) -> argparse.ArgumentParser:
         f"(default {DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE['cpu']} on a CPU, "
         f"{DEFAULT_MAX_PADDED_FRACTION} on an accelerator)",
     )
+    p.add_argument(
+        "--ignore-pretraining-limits",
+        dest="ignore_pretraining_limits",
+        action="store_true",
+        help="fit beyond tabpfn's row and feature limits (e.g. > 5,000 rows on CPU)",
+    )
     p.add_argument("--force", action="store_true", help="replace existing prediction files")
     p.add_argument("--quiet", action="store_true", help="no progress bar or status lines")
     p.set_defaults(handler=run_predict_batch)
@@ -370,6 +396,8 @@ def _read_predict_tables(args: argparse.Namespace):
     if not features:
         raise CommandError(f"{args.train} has no feature columns besides {args.target!r}")
     refuse_infinite_features(train[features], args.train)
+    declared = {name.strip() for name in (args.categorical or "").split(",")}
+    refuse_stray_text(train[features], args.train, categorical=declared, option="--categorical")
     if args.test is None:
         return train, None, features
     test = read_csv_table(args.test, "test")
@@ -377,6 +405,7 @@ def _read_predict_tables(args: argparse.Namespace):
     if missing:
         raise CommandError(f"test file {args.test} lacks feature column(s): {', '.join(missing)}")
     refuse_infinite_features(test[features], args.test)
+    refuse_stray_text(test[features], args.test, categorical=declared, option="--categorical")
     return train, test, features
 
 
@@ -439,6 +468,8 @@ def _split_predict_data(args: argparse.Namespace, train, test, features, reserve
         w_fit = None if w_all is None else w_all[train_rows]
         if w_fit is not None and not (w_fit > 0).any():
             raise CommandError("--holdout leaves only rows of weight 0 to fit on")
+        if reserved is not None:
+            _warn_held_out_classes(F, y_all[train_rows], y_all[test_rows])
         return (
             X_all.iloc[train_rows],
             y_all[train_rows],
@@ -450,9 +481,30 @@ def _split_predict_data(args: argparse.Namespace, train, test, features, reserve
     return X_all, y_all, test[features], y_test, np.arange(len(test)), w_all
 
 
+def _warn_held_out_classes(fraction: float, y_train: Any, y_test: Any) -> None:
+    """Says which classes ``--holdout`` left without a train row (the model cannot predict them)."""
+    import numpy as np  # lazy: keeps --help light
+
+    lacking = np.setdiff1d(np.unique(y_test), np.unique(y_train))
+    if lacking.size:
+        names = ", ".join(repr(str(c)) for c in lacking[:3])
+        more = f" and {lacking.size - 3} more" if lacking.size > 3 else ""
+        warnings.warn(
+            f"--holdout {fraction} holds out every row of class {names}{more}, so the model "
+            "cannot predict it; give another --seed, a smaller --holdout or more rows of it",
+            InputWarning,
+            stacklevel=2,
+        )
+
+
 def _check_predict_out(args: argparse.Namespace) -> None:
-    """``--out`` must be a writable file name that is none of the inputs (before the fit)."""
-    check_output_file(args.out, inputs={"train": args.train, "test": args.test})
+    """``--out`` must be a writable file name that is none of the inputs (before the fit).
+
+    An existing ``--out`` is replaced only with ``--force``, as ``predict-batch``'s files.
+    """
+    out = check_output_file(args.out, inputs={"train": args.train, "test": args.test})
+    if out.exists() and not args.force:
+        raise CommandError(f"--out {out} exists; give --force to replace it")
 
 
 def _output_request(args: argparse.Namespace) -> tuple[str, list[float]]:
@@ -549,8 +601,10 @@ def _predict(args: argparse.Namespace) -> int:
         args, train, test, features, reserved
     )
     categorical = _categorical_indices(args.categorical, features)
+    _refuse_oof_unpatched(args, requested)
     # After the cheap local checks: resolving may download.
     resolved = _check_model_argument(args.model, "classifier" if classify else "regressor")
+    _refuse_oof_unpatched(args, requested, resolved)
 
     from retrofit import OTabPFNClassifier, OTabPFNRegressor  # lazy: keeps --help light
 
@@ -598,6 +652,25 @@ def _predict(args: argparse.Namespace) -> int:
             rmse = float(np.sqrt(np.mean((prediction[known] - y_test[known]) ** 2)))
             print(f"RMSE {rmse:.6g} on {int(known.sum())} rows with a known target")
     return 0
+
+
+def _refuse_oof_unpatched(
+    args: argparse.Namespace, requested: dict[str, Any], resolved: ResolvedModel | None = None
+) -> None:
+    """``--oof`` with ``--mode none`` (given, or a saved directory's), in the command's words.
+
+    The folds share one null-padded batch, which needs a patched host.
+    """
+    if args.oof is None:
+        return
+    saved = None if resolved is None else resolved.saved_settings
+    if resolved_mode(requested, saved) == "none":
+        whose = "" if requested["mode"] == "none" else f" (the mode saved in {args.model})"
+        raise CommandError(
+            f"--oof needs a patched mode, not none{whose}: its folds share one null-padded "
+            "batch; give --mode full-o or --mode oattention, or --holdout F for one split "
+            "of the unpatched host"
+        )
 
 
 def _out_of_fold(
@@ -765,7 +838,7 @@ def _patch(args: argparse.Namespace) -> int:
 
 def run_predict(args: argparse.Namespace) -> int:
     """Runs ``predict`` on parsed arguments; returns the exit status."""
-    return run_command(f"{PROG} predict", lambda: _predict(args))
+    return run_command(f"{PROG} predict", lambda: naming_limit_option(lambda: _predict(args)))
 
 
 def run_predict_batch(args: argparse.Namespace) -> int:

@@ -4,11 +4,16 @@ Every ``tabpfn-retrofit`` subcommand and every ``python -m`` entry point runs
 through :func:`run_command`: a user error is one line on stderr (``PROG
 COMMAND: error: MESSAGE``) and exit status 2, argparse's own errors included
 (:class:`OneLineArgumentParser`); Ctrl-C is one line and 130. While a
-command runs, the libraries underneath stay quiet: their warnings (torch,
-tabpfn, scikit-learn) and log records (tabpfn's and Hugging Face's download
-retries) are not printed; the project's own warnings
-(:class:`~retrofit.errors.RetrofitWarning`) are one line each,
-``PROG COMMAND: warning: MESSAGE``. ANSI escapes are stripped from every
+command runs, the project's own warnings
+(:class:`~retrofit.errors.RetrofitWarning`) and tabpfn's (its CPU row guard,
+free-text columns taken as categoricals: what a user of tabpfn would see) are
+one line each, ``PROG COMMAND: warning: MESSAGE`` (tabpfn's prefixed
+``tabpfn:``); the other libraries stay quiet: their warnings (torch,
+scikit-learn, tabpfn's deprecations, which speak of Python arguments) and log
+records (tabpfn's and Hugging Face's download retries) are not printed.
+tabpfn's refusals that name its Python argument ``ignore_pretraining_limits``
+name the option ``--ignore-pretraining-limits`` instead
+(:func:`pretraining_limit_error`). ANSI escapes are stripped from every
 message. Set ``TABPFN_RETROFIT_DEBUG=1`` to get the tracebacks, warnings and
 logs instead.
 
@@ -35,8 +40,10 @@ __all__ = [
     "PRECISIONS",
     "PROG",
     "OneLineArgumentParser",
+    "naming_limit_option",
     "one_line",
     "parse_precision",
+    "pretraining_limit_error",
     "quiet_libraries",
     "run_command",
     "run_main",
@@ -70,13 +77,62 @@ def _debug() -> bool:
     return bool(os.environ.get("TABPFN_RETROFIT_DEBUG"))
 
 
+#: Warnings for developers, not for a command's user: they name Python arguments.
+_DEVELOPER_WARNINGS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+
+
+def _from_tabpfn(filename: str) -> bool:
+    """Whether a warning was issued from tabpfn's own code (its package folder)."""
+    tabpfn = sys.modules.get("tabpfn")
+    location = getattr(tabpfn, "__file__", None)
+    if not location:
+        return False
+    root = os.path.dirname(os.path.abspath(location))
+    return os.path.abspath(filename).startswith(root + os.sep)
+
+
+def pretraining_limit_error(err: BaseException) -> CommandError | None:
+    """Tabpfn's refusal of a size beyond its limits, naming the command's option; else None.
+
+    tabpfn refuses more rows or features than its models were pretrained on,
+    and on a CPU more train rows than its guard allows (5,000 from v3 on),
+    with a message that names its Python argument ``ignore_pretraining_limits``;
+    a command's user gives ``--ignore-pretraining-limits``.
+    """
+    text = one_line(err)
+    if "ignore_pretraining_limits" not in text:
+        return None
+    first = text.split(". ")[0].rstrip(".").replace("`", "")
+    way_out = "give --ignore-pretraining-limits to run it anyway"
+    if "CPU" in first:
+        way_out += ", or run on a GPU (--device cuda)"
+    return CommandError(f"{first}; {way_out}")
+
+
+def naming_limit_option(body: Callable[[], int]) -> int:
+    """Runs ``body``; tabpfn's size refusals come out naming ``--ignore-pretraining-limits``.
+
+    For the commands that have that option (``predict``, ``predict-batch``).
+    """
+    try:
+        return body()
+    except CommandError:
+        raise
+    except Exception as err:
+        translated = pretraining_limit_error(err)
+        if translated is None:
+            raise
+        raise translated from err
+
+
 @contextlib.contextmanager
 def quiet_libraries(command: str, stream: TextIO | None = None) -> Iterator[None]:
     """Keeps third-party warnings and log records off stderr while a command runs.
 
-    A :class:`~retrofit.errors.RetrofitWarning` is printed as one line (each
-    distinct message once); every other warning and every log record is
-    dropped. Nothing is changed when ``TABPFN_RETROFIT_DEBUG`` is set.
+    A :class:`~retrofit.errors.RetrofitWarning`, and a warning of tabpfn's own
+    code but for its deprecations, is printed as one line (each distinct
+    message once); every other warning and every log record is dropped.
+    Nothing is changed when ``TABPFN_RETROFIT_DEBUG`` is set.
 
     Args:
         command: How to name the command in a warning line.
@@ -88,9 +144,12 @@ def quiet_libraries(command: str, stream: TextIO | None = None) -> Iterator[None
     shown: set[str] = set()
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:
-        if not issubclass(category, RetrofitWarning):
+        if issubclass(category, RetrofitWarning):
+            text = one_line(message)
+        elif _from_tabpfn(filename) and not issubclass(category, _DEVELOPER_WARNINGS):
+            text = f"tabpfn: {one_line(message)}"
+        else:
             return
-        text = one_line(message)
         if text not in shown:
             shown.add(text)
             print(f"{command}: warning: {text}", file=stream or sys.stderr, flush=True)

@@ -3,8 +3,10 @@
 One reading of a CSV for ``predict`` and ``predict-batch``, so both refuse the
 same things in the same words: a missing or unreadable file, a header without
 data rows, a column named twice (pandas would silently rename the second
-``a.1``), a target that is not numeric or is infinite, an infinite feature,
-a sample-weight column that is not finite numbers ``>= 0``, not all 0.
+``a.1``), a target that is not numeric or is infinite, an infinite feature, a
+column of numbers with a few text cells (a typo or a missing-value marker such
+as ``?``, which would make the whole column text, encoded as categories), a
+sample-weight column that is not finite numbers ``>= 0``, not all 0.
 Feature columns stay as pandas parsed them: numbers as numbers, text as text,
 for tabpfn to encode as categoricals. Prediction files are written under a
 temporary name and renamed (:func:`retrofit.files.atomic_path`).
@@ -19,6 +21,7 @@ from __future__ import annotations
 import csv
 import math
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +39,7 @@ __all__ = [
     "numeric_target",
     "read_csv_table",
     "refuse_infinite_features",
+    "refuse_stray_text",
     "sample_weights",
     "write_csv_atomic",
 ]
@@ -301,6 +305,49 @@ def refuse_infinite_features(frame: pd.DataFrame, path: str | Path) -> None:
                     f"feature column {name!r} in {path} holds an infinite value "
                     f"(data row {row}: {values[row]})"
                 )
+
+
+def refuse_stray_text(
+    frame: pd.DataFrame, path: str | Path, *, categorical: Collection[str] = (), option: str = ""
+) -> None:
+    """Refuses a feature column of numbers in which some cells are text.
+
+    pandas reads such a column as text, and tabpfn then encodes every distinct
+    number as a category of its own (a numeric feature of 300 values becomes a
+    300-level categorical): almost always a typo or a missing-value marker
+    (``?``, ``n/a``). A column with more number cells than text cells is taken
+    to be numeric; one with more text is left to tabpfn as text.
+
+    Args:
+        frame: The feature columns.
+        path: The file, for the message.
+        categorical: Columns declared categorical, which may mix numbers and text.
+        option: How a user declares a column categorical (``"--categorical"``),
+            offered as the other way out; empty: none.
+
+    Raises:
+        CommandError: Naming the column, the first text cell's data row and the cell.
+    """
+    import numpy as np  # lazy: keeps --help light
+    import pandas as pd  # lazy: keeps --help light
+
+    for name in frame.columns:
+        column = frame[name]
+        if column.dtype.kind != "O" or name in categorical:
+            continue
+        present = column.notna().to_numpy()
+        text = present & pd.to_numeric(column, errors="coerce").isna().to_numpy()
+        n_text = int(text.sum())
+        if n_text == 0 or int(present.sum()) - n_text <= n_text:
+            continue
+        row = int(np.flatnonzero(text)[0])
+        others = f" and {n_text - 1} more" if n_text > 1 else ""
+        declare = f", or give {option} {name} to take the column as categories" if option else ""
+        raise CommandError(
+            f"feature column {name!r} in {path} holds numbers but text in data row {row} "
+            f"({column.iloc[row]!r}){others}: fix or empty that cell (an empty cell is a "
+            f"missing value){declare}"
+        )
 
 
 def write_csv_atomic(frame: pd.DataFrame, path_text: str | Path) -> Path:

@@ -51,13 +51,14 @@ from retrofit.batching.classification import predict_proba_batched
 from retrofit.batching.dispatch import check_batch_lists
 from retrofit.batching.regression import predict_batched
 from retrofit.classifier import OTabPFNClassifier
-from retrofit.cli.console import parse_precision, run_command
+from retrofit.cli.console import naming_limit_option, parse_precision, run_command
 from retrofit.cli.csv_tables import (
     class_labels,
     first_text_label,
     numeric_target,
     read_csv_table,
     refuse_infinite_features,
+    refuse_stray_text,
     sample_weights,
     write_csv_atomic,
 )
@@ -182,6 +183,8 @@ def _read_tables(entry: dict[str, Any], i: int) -> tuple[Any, Any, list[str]]:
             raise CommandError(f"{entry['test']} lacks feature column(s) {missing}")
         refuse_infinite_features(train[features], entry["train"])
         refuse_infinite_features(test[features], entry["test"])
+        refuse_stray_text(train[features], entry["train"])
+        refuse_stray_text(test[features], entry["test"])
     except CommandError as err:
         raise ManifestError(f"{_where(entry, i)}: {err}") from None
     return train, test, features
@@ -230,14 +233,14 @@ def _targets(
 def _batch_task(args: argparse.Namespace, entries: list[dict[str, Any]], tables: list) -> str:
     """``--task``, or with ``auto`` the model's and the targets' (printed, with the reason)."""
     text = numeric = None
+    target = entries[0]["target"]  # the column the reason names: the text one, if any
     for i, (entry, (train, _, _)) in enumerate(zip(entries, tables, strict=True)):
         found = first_text_label(train, entry["target"])
         where = f"{_where(entry, i)} {entry['train']}"
         if found is not None and text is None:
-            text = TextTarget(where, *found)
+            text, target = TextTarget(where, *found), entry["target"]
         if found is None and numeric is None:
-            numeric = where
-    target = ", ".join(sorted({e["target"] for e in entries}))
+            numeric = f"the target column {entry['target']!r} of {where}"
     task, reason = choose_task(args.task, args.model, target, text, numeric)
     if reason is not None and not args.quiet:
         print(f"[{PROG}] task {task}: {reason}", file=sys.stderr)
@@ -311,6 +314,8 @@ def _predict_batch(args: argparse.Namespace) -> int:
     }
     if args.n_estimators is not None:
         params["n_estimators"] = args.n_estimators
+    if args.ignore_pretraining_limits:
+        params["ignore_pretraining_limits"] = True
     # Not fitted: batched_host loads and patches the model once, from these parameters.
     estimator_class = OTabPFNClassifier if task == "classification" else OTabPFNRegressor
     estimator = estimator_class(**params)
@@ -375,7 +380,7 @@ def _predict_batch(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``predict-batch`` under the shared guard: a failure is one line, exit status 2."""
-    return run_command(PROG, lambda: _run_naming_the_dataset(args))
+    return run_command(PROG, lambda: naming_limit_option(lambda: _run_naming_the_dataset(args)))
 
 
 def _run_naming_the_dataset(args: argparse.Namespace) -> int:

@@ -73,15 +73,17 @@ def choose_task(
         model: ``--model``.
         target: The target column's name, for the messages.
         text: Where a train target first holds text; None if every cell is a number.
-        numeric_where: For several datasets, one whose train target is numeric
-            (None if none is): a batch mixing both is ambiguous.
+        numeric_where: For several datasets, one whose train target is numeric,
+            named with its target column (None if none is): a batch mixing
+            both runs neither task on every dataset.
 
     Raises:
         CommandError: An explicit ``--task`` the model cannot run. With
             ``auto``: a target holding text for a regressor model; for a model
             that does both, a target mixing numbers and text (a mistyped number
             or class labels: only the user knows), or a batch mixing numeric and
-            text targets.
+            text targets (regression cannot run the text; classification only
+            if the numbers are class labels too).
     """
     kinds = model_kinds(model)
     if requested != "auto":
@@ -113,7 +115,9 @@ def choose_task(
         )
     if numeric_where is not None:
         raise CommandError(
-            f"target column {target!r} holds text in {text.where} but numbers in "
-            f"{numeric_where}: give --task classification or --task regression"
+            f"target column {target!r} holds text in {text.where} ({text.cell()}) but "
+            f"{numeric_where} holds numbers, and one batch runs one task: give --task "
+            "classification if those numbers are class labels too, else predict each "
+            "task's datasets in a batch of their own"
         )
     return "classification", f"target column {target!r} in {text.where} holds text ({text.cell()})"

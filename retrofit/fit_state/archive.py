@@ -7,12 +7,24 @@ format stores no object at all, only what is needed to redo the fit::
     PATH.tabpfn_fit
       retrofit_fit_state.json   format, estimator class, constructor parameters,
                                 the resolved settings, the patch report digests,
-                                the SHA-256 of each model's weights, versions
+                                the SHA-256 of each model's weights, versions,
+                                the SHA-256 of each member and of the manifest
+                                (retrofit.fit_state.digests)
       X.npy | X.parquet         the training inputs (retrofit.fit_state.tables);
       y.npy | y.parquet         lists and object arrays live in the JSON
       sample_weight.npy         the fit's sample weights, where it had any
       model_<i>.safetensors     only for a ``ModelSpecs`` model_path
                                 (retrofit.fit_state.model_paths)
+
+Reading checks, in this order, before anything is used: the sizes the zip's
+directory declares against the file's size (:mod:`retrofit.fit_state.bounds`,
+nothing unpacked yet), the compression methods (stored or deflated only), the
+format, the member names (a member the manifest does not name, tabpfn's
+``fitted_attrs.joblib`` say, is refused unread), then the digest of the
+manifest and of every member (:mod:`retrofit.fit_state.digests`): a file
+edited or damaged since it was saved is refused with a
+:class:`~retrofit.errors.FitStateError` naming it. Every member is read from
+memory.
 
 Loading rebuilds the estimator from the parameters and fits it again: tabpfn
 loads a fresh model, the retrofit patches it from the settings (a patched
@@ -20,8 +32,12 @@ loads a fresh model, the retrofit patches it from the settings (a patched
 is deterministic for an integer ``random_state``. The refit must reproduce the
 saved settings, patch report digests and weight digests, or loading fails, so
 a changed checkpoint file or another retrofit never gives other numbers
-silently. Every member is read from memory; a member the manifest does not
-name (tabpfn's ``fitted_attrs.joblib``, say) is refused unread.
+silently.
+
+Writing is atomic (:func:`retrofit.files.atomic_path`: the file gets the mode
+a plain ``open`` would give it, that of the file it replaces or ``0o666`` less
+the umask); the temporary files a killed save left beside the target are
+removed by the next save to it, once their process is gone.
 """
 
 from __future__ import annotations
@@ -29,9 +45,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import tempfile
 import zipfile
+import zlib
 from collections.abc import Mapping, Sequence
 from os import PathLike
 from pathlib import Path
@@ -42,6 +57,9 @@ import torch
 from torch import nn
 
 from retrofit.errors import FitStateError, RetrofitError
+from retrofit.files import atomic_path, remove_abandoned_temporaries
+from retrofit.fit_state.bounds import check_archive, stored_members
+from retrofit.fit_state.digests import check_digests, with_digests
 from retrofit.fit_state.model_paths import decode_model_path, encode_model_path, model_members
 from retrofit.fit_state.tables import copy_input, decode_table, encode_table
 from retrofit.versions import package_versions
@@ -58,12 +76,14 @@ __all__ = [
 ]
 
 #: Identifies the layout of the manifest; bumped on incompatible changes.
-FORMAT = "tabpfn-retrofit-fit-state/1"
+FORMAT = "tabpfn-retrofit-fit-state/2"
 MANIFEST_NAME = "retrofit_fit_state.json"
 #: tabpfn's suffix for fit states, kept so that both save to the same kind of path.
 SUFFIX = ".tabpfn_fit"
 #: The manifest of tabpfn's own (pickle-based) fit state.
 _TABPFN_MANIFEST = "init_params.json"
+#: The only compression methods save_fit_state writes.
+_COMPRESSIONS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
 _VERSIONED_PACKAGES = ("tabpfn-retrofit", "tabpfn", "torch", "numpy", "pandas", "scikit-learn")
 
 
@@ -169,9 +189,14 @@ def _param_from_json(value: Any) -> Any:
     return value
 
 
-def _check_suffix(path: Path, verb: str) -> None:
+def _check_path(path: Path, verb: str) -> None:
     if path.suffix != SUFFIX:
         raise FitStateError(f"cannot {verb} the fit state {path}: the path must end with {SUFFIX}")
+    if path.is_dir():
+        raise FitStateError(
+            f"cannot {verb} the fit state {path}: it is a directory; name a file ending with "
+            f"{SUFFIX}"
+        )
 
 
 def write_fit_state(
@@ -194,10 +219,11 @@ def write_fit_state(
         weights: :func:`weights_digest` of each fitted model.
 
     Raises:
-        FitStateError: A parameter or input that cannot be stored as data.
+        FitStateError: A parameter or input that cannot be stored as data, or
+            ``path`` is a directory.
     """
     path = Path(path)
-    _check_suffix(path, "save")
+    _check_path(path, "save")
     members: dict[str, bytes] = {}
     params = {
         name: _json_param(name, value)
@@ -221,38 +247,58 @@ def write_fit_state(
             record.sample_weight, "sample_weight", what="sample_weight"
         )
         members.update(weight_members)
-    manifest = {
-        "format": FORMAT,
-        "estimator": estimator,
-        "params": params,
-        "model_path": model_path,
-        "X": x_descriptor,
-        "y": y_descriptor,
-        "sample_weight": weights_descriptor,
-        "settings": dict(settings),
-        "patch_report_digests": list(report_digests),
-        "weights_sha256": list(weights),
-        "versions": package_versions(_VERSIONED_PACKAGES),
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    os.close(handle)
+    manifest = with_digests(
+        {
+            "format": FORMAT,
+            "estimator": estimator,
+            "params": params,
+            "model_path": model_path,
+            "X": x_descriptor,
+            "y": y_descriptor,
+            "sample_weight": weights_descriptor,
+            "settings": dict(settings),
+            "patch_report_digests": list(report_digests),
+            "weights_sha256": list(weights),
+            "versions": package_versions(_VERSIONED_PACKAGES),
+        },
+        members,
+    )
+    entries = {MANIFEST_NAME: json.dumps(manifest, indent=1, allow_nan=True).encode(), **members}
+    stored = stored_members(entries)
+    remove_abandoned_temporaries(path)
     try:
-        with zipfile.ZipFile(tmp_name, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            archive.writestr(MANIFEST_NAME, json.dumps(manifest, indent=1, allow_nan=True))
-            for name, data in members.items():
-                archive.writestr(name, data)
-        os.replace(tmp_name, path)
-    finally:
-        if os.path.exists(tmp_name):
-            os.remove(tmp_name)
+        with atomic_path(path) as tmp:
+            with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+                for name, data in entries.items():
+                    method = zipfile.ZIP_STORED if name in stored else zipfile.ZIP_DEFLATED
+                    archive.writestr(name, data, compress_type=method)
+            with zipfile.ZipFile(tmp) as archive:
+                check_archive(tmp, archive)  # what a load will check first
+    except IsADirectoryError as err:  # made a directory since the check above
+        raise FitStateError(f"cannot save the fit state {path}: it is a directory") from err
+
+
+def _check_entries(path: Path, archive: zipfile.ZipFile) -> list[str]:
+    """The member names, once the directory shows nothing save_fit_state never writes."""
+    check_archive(path, archive)  # before any member is read
+    infos = archive.infolist()
+    for info in infos:
+        if info.compress_type not in _COMPRESSIONS or info.flag_bits & 0x1:
+            raise FitStateError(
+                f"{path}: {info.filename} is encrypted or compressed with zip method "
+                f"{info.compress_type}, which save_fit_state never writes; refused unread"
+            )
+    names = [info.filename for info in infos]
+    if len(set(names)) != len(names):
+        raise FitStateError(f"{path} repeats a member name; save the fit state again")
+    return names
 
 
 def _read_members(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The manifest and the members it names, read from memory; anything else is refused."""
     try:
         with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
+            names = _check_entries(path, archive)
             if MANIFEST_NAME not in names:
                 if _TABPFN_MANIFEST in names:
                     raise FitStateError(
@@ -265,8 +311,6 @@ def _read_members(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
                     f"{path} is not a fit state of this library (no {MANIFEST_NAME}); "
                     "save one with save_fit_state"
                 )
-            if len(set(names)) != len(names):
-                raise FitStateError(f"{path} repeats a member name; save the fit state again")
             manifest = json.loads(archive.read(MANIFEST_NAME))
             if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
                 found = manifest.get("format") if isinstance(manifest, dict) else None
@@ -285,12 +329,28 @@ def _read_members(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
                     f"{path} holds {', '.join(extra)}, which a fit state of this library never "
                     "holds (left unread); save the fit state again"
                 )
+            missing = sorted(expected - set(names))
+            if missing:
+                raise FitStateError(
+                    f"{path} lacks {', '.join(missing)}, which its manifest names; save the fit "
+                    "state again"
+                )
             members = {name: archive.read(name) for name in sorted(expected - {MANIFEST_NAME})}
-    except (zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError, KeyError) as err:
+    except (
+        zipfile.BadZipFile,
+        zlib.error,
+        EOFError,
+        json.JSONDecodeError,
+        UnicodeDecodeError,
+        KeyError,
+        TypeError,
+        AttributeError,
+    ) as err:
         raise FitStateError(
             f"{path} is not a readable fit state ({type(err).__name__}: {str(err)[:120]}); "
             "save it again with save_fit_state"
         ) from err
+    check_digests(str(path), manifest, members)
     return manifest, members
 
 
@@ -303,10 +363,11 @@ def read_fit_state(path: str | PathLike[str], *, estimator: str, which: str) -> 
         which: ``"regressor"`` or ``"classifier"`` (the task a stored model is built for).
 
     Raises:
-        FitStateError: The file is missing, foreign, tampered with, or of another class.
+        FitStateError: The file is missing, foreign, past the size bounds, edited or
+            damaged since it was saved (its digests), or of another class.
     """
     path = Path(path)
-    _check_suffix(path, "load")
+    _check_path(path, "load")
     if not path.is_file():
         raise FitStateError(f"no fit state at {path}; pass the file save_fit_state wrote")
     manifest, members = _read_members(path)

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from retrofit.errors import FitStateError
+from retrofit.fit_state.bounds import check_parquet
 
 __all__ = ["copy_input", "decode_table", "encode_table"]
 
@@ -168,12 +169,16 @@ def decode_table(descriptor: dict[str, Any], members: dict[str, bytes], *, where
     """The input ``descriptor`` and its ``members`` stand for; no pickle is ever read.
 
     Raises:
-        FitStateError: A malformed descriptor or member (the message names ``where``).
+        FitStateError: A malformed descriptor or member, or a Parquet member
+            that would inflate past :mod:`retrofit.fit_state.bounds` (the
+            message names ``where``).
     """
     kind = descriptor.get("kind")
     try:
         if kind in ("pandas.DataFrame", "pandas.Series"):
-            frame = pd.read_parquet(io.BytesIO(members[descriptor["member"]]), engine="pyarrow")
+            data = members[descriptor["member"]]
+            check_parquet(data, where=where, member=descriptor["member"])  # before any page
+            frame = pd.read_parquet(io.BytesIO(data), engine="pyarrow")
             if kind == "pandas.DataFrame":
                 return frame
             return frame["values"].rename(descriptor["name"])

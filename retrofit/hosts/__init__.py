@@ -56,7 +56,7 @@ Adding a host, in one folder of steps (a new family gets its own folder):
 4. import the new modules in the family's ``__init__.py`` (a new family: below);
 5. its default tau, if 1.0 does not suit it: an entry in
    :data:`retrofit.settings.DEFAULT_TAU_BY_HOST` (measured with
-   ``python -m eval.calibration``).
+   ``python -m lab calibration``).
 """
 
 from retrofit.hosts import v2, v3

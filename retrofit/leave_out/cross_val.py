@@ -32,7 +32,7 @@ rows (times a classifier's ``class_weight`` on their labels), so
 refits, and ``"transductive"`` fits the X side once with ``w``
 (:mod:`retrofit.leave_out.transductive`). Every row is predicted, weight 0
 included (it is no context of any fold). Measured
-(``tabpfn-retrofit oof-gap``, ``results/leave_out/{offline18,offline_cls6}``:
+(``python -m lab oof-gap``, ``results/leave_out/{offline18,offline_cls6}``:
 every case, all train rows, ``k = 5``, the embedded hosts in Full-O, float32):
 transductive's per-case largest difference from ``k`` refits averages 0.022
 of the target's std (at most 0.11; RMSE +0.044 %) on offline18 and 0.045 in
@@ -41,7 +41,10 @@ is 0 on offline18 and at most 3e-7 (float32 rounding) on offline_cls6. tabpfn
 itself run ``k`` times is 0.019 std and 0.0095 from the patched refits.
 
 :func:`partition_folds` is the one check that a splitter's test folds hold out
-every row exactly once, and :func:`fold_predictions` the fold engine itself;
+every row exactly once and that no fold trains on a row it holds out (a leaky
+custom splitter would break the promise above), and :func:`fold_predictions`
+the fold engine itself; the data are checked once, before any fold, by
+:func:`retrofit.validation.check_leave_out_data`;
 :mod:`retrofit.leave_out.estimator_intervals` builds jackknife+ and CV+ on
 both.
 
@@ -50,6 +53,8 @@ Shape letters: N rows of ``X``, Q extra query rows, C classes of ``y``.
 
 from __future__ import annotations
 
+import re
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,6 +62,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import is_classifier
 from sklearn.model_selection import check_cv
+from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils import _safe_indexing
 
@@ -64,11 +70,16 @@ from retrofit.batching.classification import predict_batched_labels, predict_pro
 from retrofit.batching.engine import models_of
 from retrofit.batching.regression import predict_batched
 from retrofit.classifier import OTabPFNClassifier
-from retrofit.errors import BatchInputError, InvalidInputError, InvalidSampleWeightError
+from retrofit.errors import (
+    BatchInputError,
+    InputWarning,
+    InvalidInputError,
+    InvalidSampleWeightError,
+)
 from retrofit.hosts.common.base import supports_padded_icl
 from retrofit.leave_out.transductive import TransductiveFit, refuse_label_reading
 from retrofit.regressor import OTabPFNRegressor
-from retrofit.validation import check_sample_weight
+from retrofit.validation import check_leave_out_data, check_leave_out_params
 from retrofit.weighted_fit import class_row_weights
 
 __all__ = [
@@ -77,10 +88,11 @@ __all__ = [
     "REGRESSOR_METHODS",
     "Fold",
     "checked_fold_estimator",
-    "checked_params",
+    "checked_splitter",
     "cross_val_predict",
     "fold_predictions",
     "partition_folds",
+    "refuse_other_estimator",
 ]
 
 #: ``(train_rows, held_out_rows)`` of one fold, as a splitter's ``split`` yields them.
@@ -91,8 +103,9 @@ Fold = tuple[np.ndarray, np.ndarray]
 #: (``quantiles``, ``full`` and ``main`` give several and are not offered).
 REGRESSOR_METHODS: tuple[str, ...] = ("predict", "mean", "median", "mode")
 
-#: The classifier's methods.
-CLASSIFIER_METHODS: tuple[str, ...] = ("predict", "predict_proba")
+#: The classifier's methods (``predict_log_proba``: the log of ``predict_proba``,
+#: as :meth:`retrofit.OTabPFNClassifier.predict_log_proba` gives it).
+CLASSIFIER_METHODS: tuple[str, ...] = ("predict", "predict_proba", "predict_log_proba")
 
 #: The values of ``preprocessing``: the X side fitted once on all rows (the
 #: default), or each fold fitted and preprocessed on its own rows.
@@ -103,14 +116,11 @@ def checked_fold_estimator(estimator: Any, caller: str) -> OTabPFNRegressor | OT
     """``estimator`` if the fold engine can run it: a retrofit estimator not in ``mode="none"``.
 
     Raises:
-        InvalidInputError: Another estimator, or ``mode="none"`` (padding a
+        InvalidInputError: Another estimator (a ``Pipeline`` included: its
+            steps would need fitting per fold), or ``mode="none"`` (padding a
             fold's context with null rows needs a patched host).
     """
-    if not isinstance(estimator, OTabPFNRegressor | OTabPFNClassifier):
-        raise InvalidInputError(
-            f"{caller} needs a retrofit.OTabPFNRegressor or OTabPFNClassifier, got "
-            f"{type(estimator).__name__}: wrap the host in one of them"
-        )
+    refuse_other_estimator(estimator, caller, (OTabPFNRegressor, OTabPFNClassifier))
     if estimator.mode == "none":
         raise InvalidInputError(
             f"{caller}: mode='none' is the unpatched host, whose folds cannot share one "
@@ -120,10 +130,58 @@ def checked_fold_estimator(estimator: Any, caller: str) -> OTabPFNRegressor | OT
     return estimator
 
 
+def refuse_other_estimator(estimator: Any, caller: str, allowed: tuple[type, ...]) -> None:
+    """Refuses an estimator of none of the ``allowed`` classes, saying what works instead.
+
+    Raises:
+        InvalidInputError: For a ``Pipeline``, naming the two ways that work;
+            for any other estimator, naming scikit-learn's ``k`` refits.
+    """
+    if isinstance(estimator, allowed):
+        return
+    wanted = " or ".join(cls.__name__ for cls in allowed)
+    if isinstance(estimator, Pipeline):
+        last = type(estimator.steps[-1][1]).__name__ if estimator.steps else "no step"
+        raise InvalidInputError(
+            f"{caller} takes an {wanted} itself, not a Pipeline (ending in {last}), whose "
+            "steps would have to be fitted per fold: pass its last step with X transformed "
+            "by the other steps, or use sklearn.model_selection.cross_val_predict(pipeline, "
+            "...) for k refits"
+        )
+    raise InvalidInputError(
+        f"{caller} needs a retrofit.{wanted}, got {type(estimator).__name__}; for any other "
+        "estimator use sklearn.model_selection.cross_val_predict (k refits)"
+    )
+
+
+def _requests_groups(splitter: Any) -> bool:
+    """Whether ``splitter.split`` needs ``groups`` (scikit-learn's metadata routing says so)."""
+    try:
+        return splitter.get_metadata_routing().split.requests.get("groups") is True
+    except AttributeError:  # a splitter without scikit-learn's routing
+        return False
+
+
+def checked_splitter(cv: Any, y: Any, *, classifier: bool, caller: str) -> Any:
+    """``cv`` as a splitter (scikit-learn's ``check_cv``), refused in one line if it is none.
+
+    Raises:
+        InvalidInputError: ``cv`` is neither a number of folds >= 2 nor a splitter.
+    """
+    try:
+        return check_cv(cv, y, classifier=classifier)
+    except (TypeError, ValueError) as err:
+        raise InvalidInputError(f"{caller}: cv={cv!r} gives no folds: {_one_line(err)}") from None
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
+
+
 def partition_folds(
     splitter: Any, X: Any, y: Any, groups: Any = None, *, caller: str
 ) -> list[Fold]:
-    """The folds of ``splitter`` on ``X``, refused unless their test rows partition the rows.
+    """The folds of ``splitter`` on ``X``, refused unless each predicts rows it was not fitted on.
 
     Args:
         splitter: Any scikit-learn splitter (``split(X, y, groups)``).
@@ -136,39 +194,55 @@ def partition_folds(
         ``(train_rows, held_out_rows)`` per fold, in the splitter's order.
 
     Raises:
-        InvalidInputError: A row held out twice or never (``ShuffleSplit``,
-            ``TimeSeriesSplit``), as scikit-learn's ``cross_val_predict`` refuses.
+        InvalidInputError: A group splitter without ``groups``; a splitter
+            that cannot split these rows (more folds than rows, say); a row
+            held out twice or never (``ShuffleSplit``, ``TimeSeriesSplit``), as
+            scikit-learn's ``cross_val_predict`` refuses; a fold whose train
+            rows hold one of its held-out rows (a leaky custom splitter), named
+            by its index, or a row index outside ``X``.
     """
-    folds = [(np.asarray(train), np.asarray(test)) for train, test in splitter.split(X, y, groups)]
+    name = type(splitter).__name__
+    if groups is None and _requests_groups(splitter):
+        raise InvalidInputError(
+            f"{caller}: {name} splits by group; pass groups= (one group label per row)"
+        )
+    try:
+        folds = [
+            (np.asarray(train), np.asarray(test)) for train, test in splitter.split(X, y, groups)
+        ]
+    except ValueError as err:
+        raise InvalidInputError(
+            f"{caller}: {name} cannot split these {len(X)} rows: {_one_line(err)}"
+        ) from None
     held_out = np.concatenate([test for _, test in folds]) if folds else np.empty(0, int)
     if np.sort(held_out).tolist() != list(range(len(X))):
         raise InvalidInputError(
-            f"{caller}: the folds of {type(splitter).__name__} must hold out every row "
+            f"{caller}: the folds of {name} must hold out every row "
             "exactly once (a partition, as KFold and LeaveOneOut are)"
         )
+    for k, (train, test) in enumerate(folds):
+        outside = (train < 0) | (train >= len(X)) if train.size else np.zeros(0, bool)
+        if outside.any():
+            raise InvalidInputError(
+                f"{caller}: fold {k} of {name} trains on row {train[outside][0]}, outside "
+                f"the {len(X)} rows of X"
+            )
+        leaked = np.intersect1d(train, test)
+        if leaked.size:
+            raise InvalidInputError(
+                f"{caller}: fold {k} of {name} trains on {leaked.size} of the rows it holds "
+                f"out (first: row {leaked[0]}); every row must be predicted from a context "
+                "without it"
+            )
     return folds
 
 
-def checked_params(params: dict[str, Any] | None, n_rows: int, *, caller: str) -> Any:
-    """The checked ``sample_weight`` of scikit-learn's ``params`` (None for none).
-
-    Raises:
-        InvalidInputError: A parameter other than ``sample_weight``.
-        InvalidSampleWeightError: Malformed weights.
-    """
-    params = dict(params or {})
-    other = sorted(set(params) - {"sample_weight"})
-    if other:
-        raise InvalidInputError(
-            f"{caller}: params takes sample_weight only (fit's one other parameter), got "
-            + ", ".join(repr(name) for name in other)
-        )
-    weights = params.get("sample_weight")
-    return None if weights is None else check_sample_weight(weights, n_rows)
-
-
 def _fold_weights(
-    estimator: Any, y: Any, folds: Sequence[Fold], sample_weight: np.ndarray | None
+    estimator: Any,
+    y: Any,
+    folds: Sequence[Fold],
+    sample_weight: np.ndarray | None,
+    caller: str,
 ) -> list[np.ndarray | None] | None:
     """Each fold's row weights: ``sample_weight`` on its train rows, times its class weights."""
     class_weight = getattr(estimator, "class_weight", None)
@@ -179,7 +253,7 @@ def _fold_weights(
         w_n = None if sample_weight is None else sample_weight[train]
         if w_n is not None and not np.any(w_n > 0):
             raise InvalidSampleWeightError(
-                f"sample_weight: fold {k}'s train rows all weigh 0 (an empty context)"
+                f"{caller}: sample_weight: fold {k}'s train rows all weigh 0 (an empty context)"
             )
         weights.append(class_row_weights(class_weight, _safe_indexing(y, train), w_n))
     return weights
@@ -202,6 +276,7 @@ def fold_predictions(
     X_extra: Any = None,
     preprocessing: str = "per_fold",
     sample_weight: np.ndarray | None = None,
+    caller: str = "cross_val_predict",
 ) -> list[Any]:
     """Each fold's predictions from its own train rows, all folds in one ragged batch.
 
@@ -222,12 +297,13 @@ def fold_predictions(
             ``X``'s rows (:class:`~retrofit.leave_out.transductive.TransductiveFit`).
         sample_weight: The checked weights of ``X``'s rows, or None: each
             fold's train rows count by them (times a classifier's class weights).
+        caller: The entry point named in the errors.
 
     Returns:
         Per fold, what the estimator's ``method`` returns for the fold's
         held-out rows followed by ``X_extra``'s, from a context of the fold's
         train rows: ``(n_held_out + Q,)`` values, or ``(n_held_out + Q, C_k)``
-        probabilities over the fold's own classes ``C_k``.
+        probabilities (or their logs) over the fold's own classes ``C_k``.
 
     Raises:
         InvalidInputError: A fold the batch refuses (fewer than two train
@@ -245,7 +321,7 @@ def fold_predictions(
     X_test_list = [_safe_indexing(X, test) for _, test in folds]
     if X_extra is not None:
         X_test_list = [_stacked(X_test, X_extra) for X_test in X_test_list]
-    fold_weights = _fold_weights(estimator, y, folds, sample_weight)
+    fold_weights = _fold_weights(estimator, y, folds, sample_weight, caller)
     fit = None
     if preprocessing == "transductive":
         refuse_label_reading(host)
@@ -255,7 +331,7 @@ def fold_predictions(
         fold_weights = None  # the transductive fit counts them itself
     try:
         if isinstance(estimator, OTabPFNClassifier):
-            run = predict_proba_batched if method == "predict_proba" else predict_batched_labels
+            run = predict_batched_labels if method == "predict" else predict_proba_batched
             batch = run(
                 host,
                 X_train_list,
@@ -278,9 +354,12 @@ def fold_predictions(
                 sample_weight=fold_weights,
             )
     except BatchInputError as err:
-        raise InvalidInputError(
-            f"cross-validation folds (dataset i is fold i in split order): {err}"
-        ) from None
+        # The batch names its datasets, which are the folds in split order.
+        message = re.sub(r"^dataset (\d+)", r"fold \1", _one_line(err))
+        raise InvalidInputError(f"{caller}: {message}") from None
+    if method == "predict_log_proba":
+        with np.errstate(divide="ignore"):  # a probability of 0 is a log of -inf
+            return [np.log(proba) for proba in batch.results]
     return batch.results
 
 
@@ -302,20 +381,42 @@ def _checked_method(estimator: OTabPFNRegressor | OTabPFNClassifier, method: str
     return method
 
 
+def _warn_missing_classes(y: Any, folds: Sequence[Fold], caller: str) -> None:
+    """One warning per fold whose train rows lack a class of ``y`` (its model cannot predict it).
+
+    scikit-learn's ``cross_val_predict`` warns likewise (for probabilities);
+    a stratified splitter (the default for ``cv=K``) avoids it.
+    """
+    classes = np.unique(np.asarray(y))
+    for k, (train, _) in enumerate(folds):
+        lacking = np.setdiff1d(classes, np.unique(np.asarray(_safe_indexing(y, train))))
+        if lacking.size:
+            names = ", ".join(repr(c.item() if hasattr(c, "item") else c) for c in lacking[:3])
+            more = f" and {lacking.size - 3} more" if lacking.size > 3 else ""
+            warnings.warn(
+                f"{caller}: fold {k}'s train rows hold no row of class {names}{more}, so its "
+                "model cannot predict it for the fold's held-out rows; use stratified folds "
+                "or more rows of that class",
+                InputWarning,
+                stacklevel=3,
+            )
+
+
 def _aligned_probabilities(
-    probas: list[np.ndarray], y: Any, folds: Sequence[Fold]
+    probas: list[np.ndarray], y: Any, folds: Sequence[Fold], *, fill: float = 0.0
 ) -> list[np.ndarray]:
-    """Each fold's probabilities in the columns of every class of ``y`` (0 where it has none).
+    """Each fold's probabilities in the columns of every class of ``y``, ``fill`` where it has none.
 
     scikit-learn's ``cross_val_predict`` does the same for a fold whose train
-    rows lack a class (its ``_enforce_prediction_order``); tabpfn sorts the
+    rows lack a class (its ``_enforce_prediction_order``: 0 for probabilities,
+    the dtype's most negative number for their logs); tabpfn sorts the
     classes as ``LabelEncoder`` does.
     """
     encoder = LabelEncoder().fit(np.asarray(y))
     aligned = []
     for proba_MC, (train, _) in zip(probas, folds, strict=True):
         own = encoder.transform(np.unique(np.asarray(_safe_indexing(y, train))))
-        full = np.zeros((proba_MC.shape[0], len(encoder.classes_)), dtype=proba_MC.dtype)
+        full = np.full((proba_MC.shape[0], len(encoder.classes_)), fill, dtype=proba_MC.dtype)
         full[:, own] = proba_MC
         aligned.append(full)
     return aligned
@@ -347,7 +448,8 @@ def cross_val_predict(
             included).
         method: Regressor: ``"predict"`` (the mean), or ``"mean"``,
             ``"median"``, ``"mode"`` (``predict(output_type=...)``).
-            Classifier: ``"predict"`` (labels) or ``"predict_proba"``.
+            Classifier: ``"predict"`` (labels), ``"predict_proba"`` or
+            ``"predict_log_proba"``.
         preprocessing: ``"transductive"`` (default): the X side fitted once
             on all rows of ``X`` from no label, the y side per fold from its
             train rows (transductive: held-out rows' features reach the
@@ -361,36 +463,48 @@ def cross_val_predict(
             fold (module docstring). None: every row counts once.
 
     Returns:
-        ``(N,)`` predictions, or ``(N, C)`` probabilities with the sorted
-        classes of ``y`` as columns (0 for a class a fold's train rows lack),
-        in the order of ``X``'s rows.
+        ``(N,)`` predictions, or ``(N, C)`` probabilities (or their logs) with
+        the sorted classes of ``y`` as columns (for a class a fold's train rows
+        lack: 0, or for logs the dtype's most negative number, as
+        scikit-learn), in the order of ``X``'s rows.
 
     Raises:
-        InvalidInputError: Another estimator, ``mode="none"``, an unknown
-            method or preprocessing mode, a regressor output type asked of a
-            classifier, folds that do not partition the rows, a fold the
-            estimator cannot fit; for ``"transductive"``, X steps that read
-            labels or a ``random_state`` that is not an integer
-            (:func:`~retrofit.leave_out.transductive.refuse_label_reading`);
-            a parameter other than ``sample_weight``.
+        InvalidInputError: Another estimator (a ``Pipeline`` too),
+            ``mode="none"``, an unknown method or preprocessing mode, a
+            regressor output type asked of a classifier; data that cannot be
+            folded (:func:`retrofit.validation.check_leave_out_data`: ``X`` not
+            2-D, ``y`` not one value per row, a target that is not numbers or
+            is NaN, a missing label); a ``cv`` that gives no folds, a group
+            splitter without ``groups``, folds that do not partition the rows
+            or train on a row they hold out, a fold the estimator cannot fit;
+            for ``"transductive"``, X steps that read labels or a
+            ``random_state`` that is not an integer
+            (:func:`~retrofit.leave_out.transductive.refuse_label_reading`); a
+            parameter other than ``sample_weight``.
         InvalidSampleWeightError: Malformed weights, or a fold whose train
             rows all weigh 0.
         UnsupportedWeightingError: A setting the weights cannot be applied to.
+
+    Warns:
+        InputWarning: A fold whose train rows hold no row of some class of a
+            classifier's ``y`` (its model cannot predict that class).
     """
-    estimator = checked_fold_estimator(estimator, "cross_val_predict")
+    caller = "cross_val_predict"
+    estimator = checked_fold_estimator(estimator, caller)
     method = _checked_method(estimator, method)
     if preprocessing not in PREPROCESSING_MODES:
         raise InvalidInputError(
-            f"cross_val_predict: unknown preprocessing {preprocessing!r}; use one of "
+            f"{caller}: unknown preprocessing {preprocessing!r}; use one of "
             + ", ".join(repr(m) for m in PREPROCESSING_MODES)
         )
-    if len(X) != len(y):
-        raise InvalidInputError(
-            f"cross_val_predict: X has {len(X)} rows and y {len(y)} values; give one per row"
-        )
-    sample_weight = checked_params(params, len(X), caller="cross_val_predict")
-    splitter = check_cv(cv, y, classifier=is_classifier(estimator))
-    folds = partition_folds(splitter, X, y, groups, caller="cross_val_predict")
+    classify = is_classifier(estimator)
+    task = "classification" if classify else "regression"
+    y = check_leave_out_data(X, y, task=task, caller=caller, groups=groups)
+    sample_weight = check_leave_out_params(params, len(X), caller=caller)
+    splitter = checked_splitter(cv, y, classifier=classify, caller=caller)
+    folds = partition_folds(splitter, X, y, groups, caller=caller)
+    if classify:
+        _warn_missing_classes(y, folds, caller)
     predictions = fold_predictions(
         estimator,
         X,
@@ -399,9 +513,13 @@ def cross_val_predict(
         method=method,
         preprocessing=preprocessing,
         sample_weight=sample_weight,
+        caller=caller,
     )
     if method == "predict_proba":
         predictions = _aligned_probabilities(predictions, y, folds)
+    elif method == "predict_log_proba":
+        float_min = np.finfo(predictions[0].dtype).min
+        predictions = _aligned_probabilities(predictions, y, folds, fill=float_min)
     # As scikit-learn: the folds' predictions in split order, then put back in row order.
     held_out_N = np.concatenate([test for _, test in folds])
     order_N = np.empty(len(held_out_N), dtype=np.intp)

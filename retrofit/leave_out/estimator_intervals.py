@@ -28,9 +28,10 @@ from sklearn.model_selection import KFold, LeaveOneOut
 from retrofit.errors import InvalidInputError
 from retrofit.leave_out.cross_val import (
     checked_fold_estimator,
-    checked_params,
+    checked_splitter,
     fold_predictions,
     partition_folds,
+    refuse_other_estimator,
 )
 from retrofit.leave_out.intervals import (
     PredictionIntervals,
@@ -39,6 +40,7 @@ from retrofit.leave_out.intervals import (
     split_conformal_intervals,
 )
 from retrofit.regressor import OTabPFNRegressor
+from retrofit.validation import check_leave_out_data, check_leave_out_params
 
 __all__ = ["FOLD_MODELS", "INTERVAL_METHODS", "prediction_intervals"]
 
@@ -59,11 +61,7 @@ def _checked_estimator(estimator: Any) -> OTabPFNRegressor:
             f"prediction_intervals: {type(estimator).__name__} is a classifier; jackknife+, "
             "CV+ and split-conformal intervals are for OTabPFNRegressor only"
         )
-    if not isinstance(estimator, OTabPFNRegressor):
-        raise InvalidInputError(
-            f"prediction_intervals needs a retrofit.OTabPFNRegressor, got "
-            f"{type(estimator).__name__}: wrap the host in OTabPFNRegressor"
-        )
+    refuse_other_estimator(estimator, "prediction_intervals", (OTabPFNRegressor,))
     return estimator
 
 
@@ -78,12 +76,20 @@ def _split_conformal(
     random_state: int | None,
     sample_weight: np.ndarray | None,
 ) -> PredictionIntervals:
+    if not 0.0 < calibration_fraction < 1.0:
+        raise InvalidInputError(
+            f"prediction_intervals (method='split'): calibration_fraction must be in (0, 1), "
+            f"got {calibration_fraction!r}"
+        )
     n = len(X)
     n_cal = round(calibration_fraction * n)
-    if not 1 <= n_cal < n:
+    if n_cal < 1 or n - n_cal < 2:
+        # tabpfn fits on 2 rows or more.
         raise InvalidInputError(
-            f"split conformal: calibration_fraction {calibration_fraction} of {n} rows leaves "
-            "no rows to fit or none to calibrate; give more rows or another fraction"
+            f"prediction_intervals (method='split'): calibration_fraction "
+            f"{calibration_fraction} of {n} rows leaves {max(n - n_cal, 0)} to fit and "
+            f"{n_cal} to calibrate; the fit needs at least 2 and the calibration 1: give "
+            "more rows or another fraction"
         )
     order = np.random.default_rng(random_state).permutation(n)
     fit_rows, cal_rows = order[n_cal:], order[:n_cal]
@@ -99,6 +105,7 @@ def _fold_residuals(
     y: np.ndarray,
     X_test: np.ndarray,
     splitter: Any,
+    groups: Any,
     sample_weight: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Residuals, the fold of each row, and each fold's predictions of ``X_test``.
@@ -109,7 +116,8 @@ def _fold_residuals(
     Per-fold preprocessing, always: jackknife+ and CV+ are defined on refits
     (each fold's model blind to its held-out rows, features included).
     """
-    folds = partition_folds(splitter, X, y, caller="prediction_intervals")
+    caller = "prediction_intervals"
+    folds = partition_folds(splitter, X, y, groups, caller=caller)
     predictions = fold_predictions(
         estimator,
         X,
@@ -118,6 +126,7 @@ def _fold_residuals(
         X_extra=X_test,
         preprocessing="per_fold",
         sample_weight=sample_weight,
+        caller=caller,
     )
     residuals_N = np.empty(len(X))
     fold_of_row_N = np.empty(len(X), dtype=np.intp)
@@ -138,6 +147,7 @@ def prediction_intervals(
     alpha: float = 0.1,
     method: str = "jackknife+",
     cv: int | Any = None,
+    groups: Any = None,
     calibration_fraction: float = 0.5,
     random_state: int | None = 0,
     params: dict[str, Any] | None = None,
@@ -151,12 +161,16 @@ def prediction_intervals(
         X: Train features, ``(N, F)``.
         y: Train targets, ``(N,)``.
         X_test: Rows to give intervals for, ``(Q, F)``.
-        alpha: Miscoverage level in (0, 1).
+        alpha: Miscoverage level: in (0, 0.5] for ``"jackknife+"`` and
+            ``"cv+"`` (their guarantee is ``1 - 2 alpha``; above 0.5 a lower
+            end could pass the upper one), in (0, 1) for ``"split"``.
         method: ``"jackknife+"`` (leave-one-out: ``N`` fold contexts),
             ``"cv+"`` (``cv`` folds) or ``"split"`` (split conformal).
         cv: For ``"cv+"``: a number of folds (``KFold``, shuffled by
-            ``random_state``) or any scikit-learn splitter; default 10. Not
-            used by the other methods.
+            ``random_state``) or any scikit-learn splitter whose test folds
+            partition the rows; default 10. Not used by the other methods.
+        groups: For ``"cv+"`` with a group splitter (``GroupKFold``): one
+            group label per row of ``X``.
         calibration_fraction: For ``"split"``: the share of rows that
             calibrates (the rest fit).
         random_state: Seed of the default ``KFold`` and of the split.
@@ -169,27 +183,36 @@ def prediction_intervals(
         The intervals (:class:`retrofit.leave_out.intervals.PredictionIntervals`).
 
     Raises:
-        InvalidInputError: A classifier or a non-retrofit estimator, an
-            unknown method, a ``cv`` given with another method, a bad alpha,
-            or ``mode="none"`` for ``"jackknife+"`` or ``"cv+"``; a parameter
-            other than ``sample_weight``.
+        InvalidInputError: A classifier or a non-retrofit estimator (a
+            ``Pipeline`` too), an unknown method, a ``cv`` or ``groups`` given
+            with another method, an alpha outside the method's range, data
+            that cannot be folded (:func:`retrofit.validation.check_leave_out_data`:
+            ``X_test`` of another width, a target that is not numbers or is
+            NaN, ``X`` and ``y`` of different lengths), too few rows for the
+            folds or the split, or ``mode="none"`` for ``"jackknife+"`` or
+            ``"cv+"``; a parameter other than ``sample_weight``.
         InvalidSampleWeightError: Malformed weights.
     """
+    caller = "prediction_intervals"
     estimator = _checked_estimator(estimator)
-    checked_alpha(alpha)
     if method not in INTERVAL_METHODS:
         raise InvalidInputError(
-            f"prediction_intervals: unknown method {method!r}; use one of "
-            + ", ".join(INTERVAL_METHODS)
+            f"{caller}: unknown method {method!r}; use one of " + ", ".join(INTERVAL_METHODS)
         )
-    if cv is not None and method != "cv+":
-        raise InvalidInputError(
-            f"prediction_intervals: cv is for method='cv+' only ({method!r} has its own folds)"
-        )
+    try:
+        checked_alpha(alpha, method=method)
+    except InvalidInputError as err:
+        raise InvalidInputError(f"{caller}: {err}") from None
+    for name, value in (("cv", cv), ("groups", groups)):
+        if value is not None and method != "cv+":
+            raise InvalidInputError(
+                f"{caller}: {name} is for method='cv+' only ({method!r} has its own folds)"
+            )
+    y = check_leave_out_data(X, y, task="regression", caller=caller, X_test=X_test, groups=groups)
     X = np.asarray(X)
     y = np.asarray(y, dtype=np.float64)
     X_test = np.asarray(X_test)
-    sample_weight = checked_params(params, len(X), caller="prediction_intervals")
+    sample_weight = check_leave_out_params(params, len(X), caller=caller)
     if method == "split":
         return _split_conformal(
             estimator,
@@ -201,14 +224,17 @@ def prediction_intervals(
             random_state=random_state,
             sample_weight=sample_weight,
         )
+    checked_fold_estimator(estimator, f"{caller} (method={method!r})")
     if method == "jackknife+":
         splitter: Any = LeaveOneOut()
-    elif cv is None or isinstance(cv, int):
-        splitter = KFold(10 if cv is None else cv, shuffle=True, random_state=random_state)
+    elif cv is None or (isinstance(cv, int) and not isinstance(cv, bool)):
+        n_folds = 10 if cv is None else cv
+        if n_folds < 2:
+            raise InvalidInputError(f"{caller}: cv={cv} gives no folds; give cv >= 2")
+        splitter = KFold(n_folds, shuffle=True, random_state=random_state)
     else:
-        splitter = cv
-    checked_fold_estimator(estimator, f"prediction_intervals (method={method!r})")
+        splitter = checked_splitter(cv, y, classifier=False, caller=caller)
     residuals_N, fold_of_row_N, mu_query_KQ = _fold_residuals(
-        estimator, X, y, X_test, splitter, sample_weight
+        estimator, X, y, X_test, splitter, groups, sample_weight
     )
     return cv_plus_intervals(residuals_N, fold_of_row_N, mu_query_KQ, alpha=alpha, method=method)

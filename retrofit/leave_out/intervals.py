@@ -38,6 +38,7 @@ import numpy as np
 from retrofit.errors import InvalidInputError
 
 __all__ = [
+    "MAX_CV_PLUS_ALPHA",
     "PredictionIntervals",
     "checked_alpha",
     "cv_plus_intervals",
@@ -80,12 +81,35 @@ class PredictionIntervals:
         return (self.lower_Q <= y_Q) & (y_Q <= self.upper_Q)
 
 
-def checked_alpha(alpha: float) -> Fraction:
-    """``alpha`` as the exact fraction of its decimal; InvalidInputError unless in (0, 1)."""
+#: The largest ``alpha`` of jackknife+ and CV+: beyond it the lower rank
+#: ``floor(alpha (n + 1))`` can pass the upper rank ``ceil((1 - alpha)(n + 1))``
+#: and a lower endpoint its upper one (and the guarantee, ``1 - 2 alpha``, is
+#: void already at 0.5). Split conformal's ``mu -+ q+(R)`` is an interval for
+#: every ``alpha`` in (0, 1).
+MAX_CV_PLUS_ALPHA = 0.5
+
+
+def checked_alpha(alpha: float, *, method: str = "split") -> Fraction:
+    """``alpha`` as the exact fraction of its decimal, if the method's intervals are defined there.
+
+    Args:
+        alpha: The miscoverage level.
+        method: ``"split"``: ``alpha`` in (0, 1); ``"jackknife+"`` or
+            ``"cv+"``: in (0, :data:`MAX_CV_PLUS_ALPHA`].
+
+    Raises:
+        InvalidInputError: ``alpha`` is no number or outside the method's range.
+    """
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)):
         raise InvalidInputError(f"alpha must be a number in (0, 1), got {alpha!r}")
     if not 0.0 < float(alpha) < 1.0:
         raise InvalidInputError(f"alpha must be in (0, 1), got {alpha!r}")
+    if method != "split" and float(alpha) > MAX_CV_PLUS_ALPHA:
+        raise InvalidInputError(
+            f"alpha must be in (0, {MAX_CV_PLUS_ALPHA}] for {method} (its guarantee is "
+            f"1 - 2 alpha coverage, and above {MAX_CV_PLUS_ALPHA} a lower end can pass the "
+            f"upper one), got {alpha!r}; method='split' takes alpha in (0, 1)"
+        )
     return Fraction(repr(float(alpha)))
 
 
@@ -131,7 +155,7 @@ def cv_plus_intervals(
         fold_of_row_N: The fold ``k(i)`` that held row ``i`` out, an index
             into the first axis of ``mu_query_KQ``.
         mu_query_KQ: ``mu_{-k}(x_q)``: each fold's model at each query row.
-        alpha: Miscoverage level in (0, 1); the intervals aim at ``1 - alpha``
+        alpha: Miscoverage level in (0, 0.5]; the intervals aim at ``1 - alpha``
             (guaranteed: ``1 - 2 alpha`` for jackknife+, a little less for CV+).
         method: Name recorded on the result.
 
@@ -139,10 +163,11 @@ def cv_plus_intervals(
         The intervals, one per query row.
 
     Raises:
-        InvalidInputError: On a bad ``alpha``, shapes that do not match, a
-            fold index out of range, or non-finite values.
+        InvalidInputError: On a bad ``alpha`` (above 0.5 included: a lower end
+            could pass its upper one), shapes that do not match, a fold index
+            out of range, or non-finite values.
     """
-    checked_alpha(alpha)
+    checked_alpha(alpha, method=method)
     residuals_N = _float_array("residuals_N", residuals_N, 1)
     mu_query_KQ = _float_array("mu_query_KQ", mu_query_KQ, 2)
     folds_N = np.asarray(fold_of_row_N)
@@ -179,7 +204,7 @@ def jackknife_plus_intervals(
     Args:
         residuals_N: Leave-one-out residuals ``|y_i - mu_{-i}(X_i)|``.
         mu_query_NQ: ``mu_{-i}(x_q)``: the model without row ``i`` at each query.
-        alpha: Miscoverage level in (0, 1).
+        alpha: Miscoverage level in (0, 0.5].
 
     Returns:
         The intervals, one per query row.

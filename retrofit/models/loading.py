@@ -40,7 +40,7 @@ from retrofit.errors import (
     SettingsConflictError,
 )
 from retrofit.models import saved, weights
-from retrofit.models.aliases import EMBEDDED, alias_list
+from retrofit.models.aliases import AUTO, EMBEDDED, alias_list
 from retrofit.models.checkpoints import check_checkpoint
 from retrofit.models.embedded import embedded_model_path
 from retrofit.models.weights import Which
@@ -104,7 +104,7 @@ def _file_entry(entry: ModelPathLike, which: Which) -> Path | str:
 def _name_entry(name: str, which: Which) -> Path | str:
     """``"embedded"``, a version alias or ``"auto"``: its checkpoint file; else a file entry."""
     if name == EMBEDDED:
-        return embedded_model_path(which)
+        return Path(embedded_model_path(which))
     if weights.is_version_alias(name):
         # "auto" too: tabpfn's default version, through its own resolver and
         # downloader, with the one-line offline error naming where to place the file.
@@ -285,7 +285,7 @@ def resolve_model(model_path: Any, which: Which = "regressor") -> ResolvedModel:
 
 
 def load_host(
-    model_path: ModelPathLike | ResolvedModel = "embedded", *, which: Which = "regressor"
+    model_path: ModelPathLike | ResolvedModel = AUTO, *, which: Which = "regressor"
 ) -> ModelSpecs:
     """A freshly built host model with its configs, ready for ``TabPFNRegressor`` (or ``which``).
 
@@ -296,7 +296,8 @@ def load_host(
     given by path would.
 
     Args:
-        model_path: See :func:`resolve_model`.
+        model_path: See :func:`resolve_model`; tabpfn's ``"auto"`` by default, as
+            the estimators' (``"embedded"`` names the small offline stand-in).
         which: The estimator kind tabpfn loads the checkpoint for.
 
     Returns:

@@ -1,1 +1,1 @@
-"""Tests of ``eval``: benchmarks, calibration, operator reports, outputs, the console script."""
+"""Tests of ``eval``, the paper's runner: suites, execution, reports, operator reports, commands."""

@@ -14,9 +14,7 @@ from eval import cli
 from tests.helpers.commands import ROOT, model_defaults, one_error_line
 
 
-@pytest.mark.parametrize(
-    "command", ["predict", "patch", "exactness", "ablation", "eval", "report", "bench"]
-)
+@pytest.mark.parametrize("command", ["predict", "patch", "exactness", "ablation", "eval", "report"])
 def test_a_usage_error_of_every_subcommand_is_one_line(command, capsys):
     """Not argparse's usage block plus the error: one line."""
     with pytest.raises(SystemExit) as info:
@@ -30,16 +28,11 @@ def test_a_usage_error_of_every_subcommand_is_one_line(command, capsys):
 @pytest.mark.parametrize(
     ("module", "prog"),
     [
-        ("hosttraining.regression.pretrain", "python -m hosttraining.regression.pretrain"),
-        ("hosttraining.regression.quality", "python -m hosttraining.regression.quality"),
-        ("hosttraining.regression.card", "python -m hosttraining.regression.card"),
-        ("eval.gpu_check", "gpu_check"),
         ("eval.paper.datasets.__main__", "python -m eval.paper.datasets"),
-        ("eval.calibration", "python -m eval.calibration"),
     ],
 )
 def test_a_usage_error_of_every_python_dash_m_entry_point_is_one_line(module, prog, capsys):
-    """Each ``main`` runs under ``retrofit.cli.console.run_main``."""
+    """Each ``main`` runs under ``retrofit.command_line.run_main``."""
     main = __import__(module, fromlist=["main"]).main
     assert main(["--no-such-option"]) == 2
     captured = capsys.readouterr()
@@ -65,9 +58,6 @@ def test_a_python_dash_m_entry_point_fails_in_one_line_as_a_process():
 
 def test_every_command_that_takes_model_defaults_to_tabpfns_auto():
     """As the estimators: a user who names no model gets what ``TabPFNRegressor()`` loads."""
-    from eval import gpu_check
-
     defaults = model_defaults(cli.build_parser())
     assert {"predict", "predict-batch", "patch", "eval"} <= defaults.keys()
     assert defaults == dict.fromkeys(defaults, "auto")
-    assert gpu_check._parser().parse_args(["out"]).model == "auto"

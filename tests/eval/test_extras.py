@@ -63,8 +63,7 @@ def test_an_offline_copy_in_a_missing_package_names_the_extra(
 
 
 def test_an_installed_extra_passes_and_a_module_of_no_extra_is_a_wrong_call() -> None:
-    require_extra("eval", needed_by="this test")  # the test environment holds every extra
-    require_extra("cluster", needed_by="this test")
+    require_extra("eval", needed_by="this test")  # the test extra holds the runner's
     with pytest.raises(ValueError, match="not modules of the 'eval' extra"):
         require_extra("eval", ("distributed",), needed_by="this test")
     assert EXTRA_MODULES["cluster"] == ("distributed",)
@@ -83,10 +82,9 @@ import sys
 for module in {blocked!r}:
     sys.modules[module] = None  # import raises ModuleNotFoundError, find_spec answers None
 from eval.cli import add_subcommands
-from retrofit.cli import commands
-from retrofit.cli.program import main
+from retrofit.command_line import library_commands, main
 
-sys.exit(main(sys.argv[1:], [commands.add_subcommands, add_subcommands]))
+sys.exit(main(sys.argv[1:], [library_commands, add_subcommands]))
 """
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import inspect
 import re
 import shutil
 from pathlib import Path
@@ -255,22 +254,11 @@ def test_a_quick_exactness_or_ablation_run_leaves_the_full_run_s_folder_alone(
     assert build_parser().parse_args([command]).out is None  # resolved by --quick or not
 
 
-def test_bench_and_host_quality_and_card_default_to_the_untracked_folder() -> None:
-    from eval.benchmarks import batched, speed
-    from hosttraining.regression import card, quality
-
-    root = locations.DEFAULT_OUTPUT_ROOT.name
-    for fn in (speed.run, batched.bench_batched):
-        assert Path(inspect.signature(fn).parameters["out_dir"].default).parts[0] == root
-    assert Path(quality.RESULTS_DIR).parts[0] == root
-    assert card._parser().parse_args([]).out.parts[0] == root
-
-
 def test_the_regeneration_script_names_every_results_path_it_writes() -> None:
     """.ci/regenerate-results is the one writer of results/: each command says where."""
     text = (REPO / ".ci" / "regenerate-results").read_text().replace("\\\n", " ")
     commands = [line.strip() for line in text.splitlines() if line.strip().startswith("step ")]
-    writer = re.compile(r"tabpfn-retrofit |hosttraining\.\w+\.(quality|card)")
+    writer = re.compile(r"tabpfn-retrofit |python -m lab |hosttraining\.\w+\.(quality|card)")
     writers = [c for c in commands if writer.search(c)]
     assert len(writers) >= 9
     for command in writers:

@@ -25,6 +25,7 @@ __all__ = [
     "listing",
     "model_defaults",
     "one_error_line",
+    "one_prog_error_line",
     "predict_argv",
     "run_cli",
 ]
@@ -50,6 +51,12 @@ def one_error_line(err: str, command: str) -> None:
     """Asserts that ``err`` is exactly one ``tabpfn-retrofit COMMAND: error:`` line."""
     assert err.count("\n") == 1, err
     assert err.startswith(f"tabpfn-retrofit {command}: error: "), err
+
+
+def one_prog_error_line(err: str, prog: str) -> None:
+    """Asserts that ``err`` is exactly one ``PROG: error:`` line (a ``python -m`` command's)."""
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"{prog}: error: "), err
 
 
 def listing(folder: Path) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from eval.benchmarks import memory
+from lab.benchmarks import memory
 
 
 def zero_probe_children(monkeypatch: pytest.MonkeyPatch, seen_env: list[Any] | None = None) -> None:
@@ -21,7 +21,7 @@ def zero_probe_children(monkeypatch: pytest.MonkeyPatch, seen_env: list[Any] | N
     real_run = subprocess.run
 
     def fake_run(cmd, **kwargs):
-        if "eval.benchmarks.memory_child" not in " ".join(map(str, cmd)):
+        if "lab.benchmarks.memory_child" not in " ".join(map(str, cmd)):
             return real_run(cmd, **kwargs)  # git and the rest of provenance
         if seen_env is not None:
             seen_env.append(kwargs["env"])

@@ -3,8 +3,8 @@
 
 Each is built from tabpfn's own config class (``parse_config``/``get_architecture``
 of its module) with the zero-initialised projections perturbed
-(:func:`eval.calibration.perturb_zero_init`), so a swapped block really changes the
-output (the published sizes: ``eval.calibration.PUBLISHED_CONFIGS``).
+(:func:`lab.calibration.perturb_zero_init`), so a swapped block really changes the
+output (the published sizes: ``lab.calibration.PUBLISHED_CONFIGS``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tabpfn.architectures.shared.bar_distribution import FullSupportBarDistribut
 from tabpfn.architectures.tabpfn_v2 import TabPFNV2
 from tabpfn.checkpoint import save_as_safetensors
 
-from eval.calibration import build_random_host
+from lab.calibration import build_random_host
 from tests.helpers.tiny_models import (
     build_tiny_v3,
     perturb_zero_init,

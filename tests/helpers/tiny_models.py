@@ -20,7 +20,7 @@ from tabpfn.checkpoint import save_as_safetensors
 from tabpfn.inference_config import InferenceConfig
 from tabpfn.preprocessing import PreprocessorConfig
 
-from eval.calibration import perturb_zero_init  # the one recipe, shared with the calibration
+from lab.calibration import perturb_zero_init  # the one recipe, shared with the calibration
 
 __all__ = [
     "TINY_V3_CLASSIFIER_CONFIG",

@@ -1,7 +1,7 @@
 """The history is kept, not rewritten: every commit a committed result names is in it.
 
 A result's provenance records the commit that produced it (``git_commit``);
-docs/history.md says why the history that holds the lab's old files stays as
+docs/lab/history.md says why the history that holds the lab's old files stays as
 it is and how a user clones less of it.
 """
 
@@ -54,7 +54,7 @@ def test_every_commit_a_committed_result_names_is_in_the_history():
     if shallow.returncode != 0:
         pytest.skip("not a git checkout (an unpacked sdist): no history")
     if shallow.stdout.strip() == "true":
-        pytest.skip("a shallow clone holds one commit (docs/history.md: git fetch --unshallow)")
+        pytest.skip("a shallow clone holds one commit (docs/lab/history.md: git fetch --unshallow)")
     named = _named_commits()
     assert named, "no committed result records its git_commit"
     missing = [

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("patches", "retrofit", "eval", "hosttraining")
+PACKAGES = ("patches", "retrofit", "eval", "hosttraining", "lab")
 
 
 def _module_name(path: Path) -> str:
@@ -72,6 +72,10 @@ def test_the_import_graph_of_the_packages_has_no_cycle():
         ("retrofit", "eval"),
         ("retrofit", "hosttraining"),
         ("eval", "hosttraining"),
+        ("patches", "lab"),
+        ("retrofit", "lab"),
+        ("eval", "lab"),
+        ("hosttraining", "lab"),
     ],
 )
 def test_dependencies_point_one_way(lower, upper):
@@ -100,6 +104,7 @@ RETROFIT_FLOORS: tuple[tuple[str, ...], ...] = (
     ("regressor", "classifier"),
     ("leave_out",),
     ("cli",),
+    ("command_line",),
 )
 
 # tabpfn modules internal to tabpfn's predict: only retrofit/tabpfn_surface.py imports
@@ -141,9 +146,16 @@ def test_every_room_of_retrofit_imports_only_rooms_on_lower_floors():
 # the transductive fold fit, then the fold engine and the interval maths, then the
 # intervals of an estimator on both and the bootstrap replicates on the fold engine.
 # hosttraining/: the priors, what both tasks share, then one folder per task, neither
-# of which imports the other (no module sits flat beside them).
+# of which imports the other (no module sits flat beside them). lab/: one room per job
+# (the GPU check reuses the benchmarks' timing), then the command line that runs them all.
 INNER_FLOORS: dict[str, tuple[tuple[str, ...], ...]] = {
     "hosttraining": (("priors",), ("common",), ("regression", "classification")),
+    "lab": (
+        ("benchmarks", "leave_out", "calibration", "step_cost"),
+        ("device_checks",),
+        ("cli",),
+        ("__main__",),
+    ),
     "retrofit.hosts": (("common",), ("v2", "v3")),
     "retrofit.leave_out": (
         ("transductive",),
@@ -265,11 +277,45 @@ def test_no_module_imports_a_private_name_of_another_module():
     assert not private, private
 
 
-LAYOUT = ROOT / "docs" / "layout.md"
+def _names_imported_from(module: str) -> dict[str, set[str]]:
+    """{importing module: names it imports from ``module``} over the packages' files."""
+    modules = {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    found: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == module:
+                found.setdefault(name, set()).update(a.name for a in node.names)
+    return found
+
+
+def test_no_other_package_imports_the_library_s_command_line_internals():
+    """The runner, the lab and the trainer use retrofit.command_line, never retrofit.cli."""
+    from retrofit import command_line
+
+    graph = _import_graph()
+    # The scan sees such an import where it is allowed, so an empty list below means something.
+    assert "retrofit.cli.console" in graph["retrofit.command_line"]
+    internal = sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        if m.split(".")[0] != "retrofit"
+        for t in targets
+        if t == "retrofit.cli" or t.startswith("retrofit.cli.")
+    )
+    assert not internal, internal
+    unlisted = sorted(
+        f"{m}: {name}"
+        for m, names in _names_imported_from("retrofit.command_line").items()
+        for name in names - set(command_line.__all__)
+    )
+    assert not unlisted, f"not public in retrofit.command_line.__all__: {unlisted}"
+
+
+LAYOUT = ROOT / "docs" / "lab" / "layout.md"
 
 
 def _layout_paths() -> tuple[set[str], set[str]]:
-    """The folders and module files docs/layout.md's maps name, as paths from the root.
+    """The folders and module files docs/lab/layout.md's maps name, as paths from the root.
 
     In each code block a line that starts with a name ending in ``/`` is a folder from
     the root; an indented line's first name ending in ``/`` or ``.py`` lies in that folder.
@@ -293,11 +339,11 @@ def _layout_paths() -> tuple[set[str], set[str]]:
 
 def test_every_folder_and_module_docs_layout_names_exists():
     folders, files = _layout_paths()
-    assert len(files) > 100, "docs/layout.md's file-by-file map was not read"
+    assert len(files) > 100, "docs/lab/layout.md's file-by-file map was not read"
     # The runs' work folder is local: a clone has it only while a run folder is tracked.
     named = (folders - {f"{RUNS_FOLDER}/"}) | files
     missing = sorted(path for path in named if not (ROOT / path).exists())
-    assert not missing, f"docs/layout.md names what does not exist: {missing}"
+    assert not missing, f"docs/lab/layout.md names what does not exist: {missing}"
 
 
 def test_docs_layout_names_every_module_of_the_packages():
@@ -309,11 +355,11 @@ def test_docs_layout_names_every_module_of_the_packages():
         for p in (ROOT / package).rglob("*.py")
         if p.name != "__init__.py"
     }
-    assert not sorted(modules - files), f"docs/layout.md lacks {sorted(modules - files)}"
+    assert not sorted(modules - files), f"docs/lab/layout.md lacks {sorted(modules - files)}"
 
 
 TESTS = ROOT / "tests"
-TEST_FOLDERS_BESIDE_THE_PACKAGES = ("helpers", "repo", "tabpfn_suite")
+TEST_FOLDERS_BESIDE_THE_PACKAGES = ("helpers", "repo")
 
 
 def test_the_tests_mirror_the_packages_in_folders_that_are_packages():
@@ -351,6 +397,10 @@ CROSS_MODULE_TESTS: dict[str, str] = {
     "tests/retrofit/test_tabpfn_private_api.py": "tabpfn_surface and the overrides it serves",
     # A suite end to end: its datasets, metrics, runs and report.
     "tests/eval/paper/test_classification_suite.py": "the classification suite end to end",
+    # The lab's room holds what only the lab's extra or a device runs, not only lab/'s tests.
+    "tests/lab/test_executors_live.py": "eval/paper/executors.py on live Dask and Ray clusters",
+    "tests/lab/test_device_session.py": ".ci/device-session: a lent GPU's session",
+    "tests/lab/tabpfn_suite/test_suite_targets.py": "tabpfn's own tests against ours, their set-up",
 }
 
 
@@ -443,7 +493,7 @@ def test_help_imports_neither_tabpfn_nor_pandas_nor_sklearn():
         "import sys\n"
         "from eval.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "for sub in ('predict', 'patch', 'eval', 'report', 'bench'):\n"
+        "for sub in ('predict', 'patch', 'eval', 'report'):\n"
         "    try:\n        main([sub, '--help'])\n    except SystemExit:\n        pass\n"
         "heavy = [m for m in ('tabpfn', 'pandas', 'sklearn') if m in sys.modules]\n"
         "print('HEAVY=' + ','.join(heavy))\n"
@@ -503,7 +553,7 @@ def test_a_run_row_is_compact_and_names_the_cpu(tmp_path):
 
 # The clone carries the library, not the lab: of the training runs' work folder only the
 # one running run's folder is tracked, with at most two files of resume state, 40 MiB
-# together (docs/training.md).
+# together (docs/lab/training.md).
 RUNS_FOLDER = "hostchain"
 MAX_RESUME_FILES = 2
 MAX_RESUME_BYTES = 40 * 2**20

@@ -16,10 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.rooms import LAB_ROOM, readme_room
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-PAGES = [README, *sorted(DOCS.glob("*.md"))]
+PAGES = [README, *sorted(DOCS.rglob("*.md"))]
+# The shipped hosts' model cards: their links (to docs/lab/embedded/) are checked too.
+CARDS = sorted((ROOT / "retrofit" / "models" / "embedded").glob("*.md"))
 CPU_INDEX = "--index-url https://download.pytorch.org/whl/cpu"
 README_MAX_LINES = 300
 
@@ -49,7 +53,9 @@ def test_every_python_block_in_readme_runs_in_order(tmp_path, monkeypatch):
     assert [p.shape for p in namespace["preds"]] == [(len(x),) for x in namespace["X_test_list"]]
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if p != README], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES if p != README], ids=lambda p: p.relative_to(DOCS).as_posix()
+)
 def test_every_python_block_of_a_docs_page_runs_in_order(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -57,7 +63,8 @@ def test_every_python_block_of_a_docs_page_runs_in_order(page, tmp_path, monkeyp
     monkeypatch.setenv("TABPFN_MODEL_CACHE_DIR", str(tmp_path / "model_cache"))
     namespace: dict = {"__name__": "docs"}
     for number, code in enumerate(_blocks("python", page.read_text(encoding="utf-8")), start=1):
-        exec(compile(code, f"docs/{page.name}, python block {number}", "exec"), namespace)
+        name = page.relative_to(ROOT).as_posix()
+        exec(compile(code, f"{name}, python block {number}", "exec"), namespace)
 
 
 def _slug(heading: str) -> str:
@@ -78,8 +85,9 @@ def _links(page: Path) -> list[str]:
 
 
 def test_every_relative_link_of_readme_and_docs_resolves():
+    assert CARDS, "the model cards were not found"
     broken = []
-    for page in PAGES:
+    for page in [*PAGES, *CARDS]:
         for link in _links(page):
             if re.match(r"[a-z]+:", link):  # https:, mailto: (not checked offline)
                 continue
@@ -104,7 +112,7 @@ def test_every_relative_link_of_readme_and_docs_names_a_tracked_file():
     tracked = {ROOT / p for p in out.decode().split("\0") if p}
     folders = {folder for path in tracked for folder in path.parents}
     untracked = []
-    for page in PAGES:
+    for page in [*PAGES, *CARDS]:
         for link in _links(page):
             path = link.partition("#")[0]
             if re.match(r"[a-z]+:", link) or not path:
@@ -124,8 +132,8 @@ def test_readme_is_a_users_page_of_at_most_300_lines():
 def test_readme_set_up_clones_shallow_installs_the_package_alone_and_tests_as_ci_run_does():
     section = _section("Set-up on a fresh machine")
     clone, install, tests = _blocks("bash", section)[:3]
-    # The tree of main alone: the history holds the lab's old files (docs/history.md).
-    assert clone.startswith("git clone --depth 1 ") and "docs/history.md" in section
+    # The tree of main alone: the history holds the lab's old files (docs/lab/history.md).
+    assert clone.startswith("git clone --depth 1 ") and "docs/lab/history.md" in section
     # The main job: torch first, the package with the runner's extra (not the test
     # extra), eval, report; the commands install from the configured registries only
     # (CI reaches no other index), and the text tells a user elsewhere how to get the
@@ -138,6 +146,23 @@ def test_readme_set_up_clones_shallow_installs_the_package_alone_and_tests_as_ci
     first = next(line for line in ci if line.startswith("python3 -m venv"))
     assert tests.strip() == first
     assert CPU_INDEX not in first and '".[test]"' in first
+
+
+def test_readme_s_tests_are_the_library_s_and_the_runner_s_and_ci_runs_the_lab_s_room_next():
+    """A bare pytest collects README's room; every test folder is in one room; CI runs both."""
+    readme = readme_room()
+    assert set(readme) == {"tests/patches", "tests/retrofit", "tests/eval", "tests/repo"}
+    with_tests = {
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "tests").iterdir()
+        if p.is_dir() and any(p.rglob("test_*.py"))
+    }
+    assert with_tests == {*readme, *LAB_ROOM}, with_tests
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    first = next(i for i, line in enumerate(ci) if line.startswith("python3 -m venv"))
+    later = [line for line in ci[first + 1 :] if line and not line.startswith("#")]
+    assert later[0] == 'pip install -q -e ".[lab]"'
+    assert later[1].startswith("python -m pytest ") and later[1].endswith(" ".join(LAB_ROOM))
 
 
 def test_the_gpu_section_states_the_bounds_the_settings_hold():

@@ -1,4 +1,4 @@
-"""A wheel (``pip install ".[eval]"``) holds the library and the runner and runs the main job.
+"""A wheel (``pip install ".[eval]"``) holds the library and the paper's runner, and runs its job.
 
 The wheel is built from the working tree with ``pip wheel --no-deps`` (no
 build isolation: the test runs offline, with the setuptools of its own
@@ -7,30 +7,38 @@ directory outside the checkout with ``PYTHONPATH`` set to that folder, so a
 file that only the checkout holds cannot be found; the console script is
 started as pip's launcher starts it, from the wheel's own entry points. What
 the wheel requires is compared with what its code imports (found in the
-sources' syntax trees), so the library installs only what it imports.
+sources' syntax trees), so the library installs only what it imports, and the
+``test`` extra only what README's tests import. Checks of an extra whose
+packages this environment lacks (the lab's, the cluster's: README's command runs
+without them) are skipped here and run in ``.ci/run``'s second pass, after the
+``lab`` extra.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
 import sys
 import zipfile
-from importlib.metadata import packages_distributions, requires
+from importlib.metadata import PackageNotFoundError, packages_distributions, requires
 from pathlib import Path
 
 import pytest
 
 from eval.extras import EXTRA_MODULES
 from eval.paper.datasets.catalog import ALL_SPECS
+from tests.helpers.rooms import LAB_ROOM, readme_room
 
 ROOT = Path(__file__).resolve().parents[2]
-# The wheel is built from every package of the checkout and must hold only these.
-PACKAGES = ("patches", "retrofit", "eval", "hosttraining")
+# The wheel is built from every package of the checkout and must hold only these: the library
+# and the paper's runner, not the trainer (hosttraining) or the lab.
+PACKAGES = ("patches", "retrofit", "eval", "hosttraining", "lab")
 SHIPPED = ("patches", "retrofit", "eval")
+LEFT_OUT = ("hosttraining", "lab")
 LIBRARY = ("patches", "retrofit")
 DISTRIBUTION = "tabpfn-retrofit"
 # The smallest main job the CLI allows: one dataset, one seed, one estimator, few rows.
@@ -95,7 +103,7 @@ def _installed_by(requires_dist: dict, extra: str | None) -> set[str]:
     """The distributions an extra (None: the plain install) names, with the extras of each.
 
     ``tabpfn-retrofit[eval]`` adds the eval extra's; ``dask[distributed]`` adds what dask's
-    own ``distributed`` extra requires.
+    own ``distributed`` extra requires (known only where dask is installed).
     """
     names: set[str] = set()
     for name, extras in requires_dist.get(extra, ()):
@@ -103,26 +111,67 @@ def _installed_by(requires_dist: dict, extra: str | None) -> set[str]:
             names |= set().union(*(_installed_by(requires_dist, e) for e in extras))
             continue
         names.add(name)
-        for line in requires(name) or ():
+        try:
+            lines = requires(name) or () if extras else ()
+        except PackageNotFoundError:  # not installed here: its own extras are unknown
+            lines = ()
+        for line in lines:
             dist, _, marker = _REQUIREMENT.match(line).groups()
             if marker in extras:
                 names.add(_canonical(dist))
     return names
 
 
-def _third_party_imports(*folders: str) -> set[str]:
-    """Top-level modules imported anywhere in the folders' files, but the stdlib and the project."""
-    # tests/tabpfn_suite/'s scripts import their neighbours by file name.
-    local = {*PACKAGES, "tests", *(p.stem for p in (ROOT / "tests" / "tabpfn_suite").glob("*.py"))}
+def _python_files(*places: str) -> list[Path]:
+    """The ``.py`` files of the folders (or the files themselves) named from the root."""
+    return [
+        path
+        for place in places
+        for path in ((ROOT / place,) if place.endswith(".py") else (ROOT / place).rglob("*.py"))
+    ]
+
+
+def _imports(path: Path) -> set[str]:
+    """The modules ``path`` imports (``from a import b``: ``a`` and ``a.b``, which may be one)."""
     found = set()
-    for folder in folders:
-        for path in (ROOT / folder).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.Import):
-                    found |= {a.name.split(".")[0] for a in node.names}
-                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    found.add(node.module.split(".")[0])
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    return found
+
+
+def _third_party_imports(*places: str) -> set[str]:
+    """Top-level modules imported anywhere in the places' files, but the stdlib and the project."""
+    # tests/lab/tabpfn_suite/'s scripts import their neighbours by file name.
+    suite = ROOT / "tests" / "lab" / "tabpfn_suite"
+    local = {*PACKAGES, "tests", *(p.stem for p in suite.glob("*.py"))}
+    found = {m.split(".")[0] for path in _python_files(*places) for m in _imports(path)}
     return {m for m in found if m not in local and m not in sys.stdlib_module_names}
+
+
+def _readme_tests_and_what_they_run() -> tuple[str, ...]:
+    """README's tests, what they share, and the lab modules those import.
+
+    The packages they test need the plain install (the library) and the runner's extra, which
+    the test extra holds; the runner's optional imports (Dask, Ray) stay the cluster extra's.
+    """
+    places = [*readme_room(), "tests/helpers", "tests/conftest.py"]
+    seen: set[str] = set()
+    while True:  # the lab's modules those import (tests/helpers builds hosts by its recipe)
+        lab = {
+            m for path in _python_files(*places) for m in _imports(path) if m.split(".")[0] == "lab"
+        }
+        files = {
+            f"{m.replace('.', '/')}.py"
+            for m in lab
+            if (ROOT / f"{m.replace('.', '/')}.py").is_file()
+        }
+        if files <= seen:
+            return tuple(places)
+        places += sorted(files - seen)
+        seen |= files
 
 
 def _distributions(modules: set[str]) -> dict[str, str]:
@@ -131,6 +180,13 @@ def _distributions(modules: set[str]) -> dict[str, str]:
     unknown = sorted(m for m in modules if m not in providers)
     assert not unknown, f"imported but not installed here: {unknown}"
     return {m: _canonical(providers[m][0]) for m in modules}
+
+
+def _skip_unless_installed(modules: set[str], extra: str) -> None:
+    """Skips the test where ``modules`` are not all installed (README's room lacks the lab's)."""
+    absent = sorted(m for m in modules if importlib.util.find_spec(m) is None)
+    if absent:
+        pytest.skip(f"[{extra}] is not installed here ({', '.join(absent)}): .ci/run checks it")
 
 
 def _run_from_wheel(site: Path, cwd: Path, *argv: str) -> subprocess.CompletedProcess:
@@ -157,12 +213,17 @@ def _console_from_wheel(site: Path, cwd: Path, *argv: str) -> subprocess.Complet
     return _run_from_wheel(site, cwd, "-c", _CONSOLE_SCRIPT, *argv)
 
 
-def test_the_wheel_holds_the_library_and_the_runner_but_not_the_training_tooling(wheel):
-    assert any(f.startswith("hosttraining/") for f in _package_files())  # it was there to leave out
+def test_the_wheel_holds_the_library_and_the_runner_but_not_the_trainer_or_the_lab(wheel):
+    for package in LEFT_OUT:  # they were there to leave out
+        assert any(f.startswith(f"{package}/") for f in _package_files()), package
     tops = {name.split("/")[0] for name in wheel["names"]}
     assert tops == {*SHIPPED, "tabpfn_retrofit-0.1.0.dist-info"}, sorted(tops)
     shipped = [f for f in _package_files() if f.split("/")[0] in SHIPPED and f.endswith(".py")]
     assert not [f for f in shipped if f not in wheel["names"]]
+    # No measurement module stayed behind in the runner: the lab's rooms are gone from eval/.
+    assert not [
+        n for n in wheel["names"] if n.split("/")[1:2] in (["benchmarks"], ["device_checks"])
+    ]
 
 
 def test_every_non_python_file_in_the_shipped_packages_is_in_the_wheel(wheel):
@@ -174,13 +235,10 @@ def test_every_non_python_file_in_the_shipped_packages_is_in_the_wheel(wheel):
         "eval/paper/suites/offline18.json",
         "retrofit/models/embedded/tabpfn_v3_embedded_regressor.safetensors",
         "retrofit/models/embedded/tabpfn_v3_embedded_regressor.safetensors.sha256",
-        "retrofit/models/embedded/training_log.jsonl",
+        "retrofit/models/embedded/MODEL_CARD.md",
         "retrofit/models/embedded/tabpfn_v3_embedded_classifier.safetensors",
         "retrofit/models/embedded/tabpfn_v3_embedded_classifier.safetensors.sha256",
         "retrofit/models/embedded/CLASSIFIER_MODEL_CARD.md",
-        "retrofit/models/embedded/classifier_loss_curve.png",
-        "retrofit/models/embedded/classifier_quality.json",
-        "retrofit/models/embedded/classifier_training_log.jsonl",
     ):
         assert needed in data_files
     missing = [f for f in data_files if f not in wheel["names"]]
@@ -194,39 +252,65 @@ def test_the_plain_install_requires_exactly_what_the_library_imports(wheel):
     assert plain == set(imported.values()), (plain, imported)
 
 
-def test_each_runner_extra_holds_the_modules_it_names_and_nothing_else(wheel):
-    # What eval imports beyond the library: its syntax tree's imports and the packages
-    # that hold the suites' offline files (found by name, not imported).
+def test_what_the_runner_imports_beyond_the_library_is_named_by_an_extra(wheel):
+    # eval's syntax tree's imports and the packages that hold the suites' offline files (found by
+    # name, not imported); what no extra names must be the library's own requirement.
     library = {name for name, _ in wheel["requires"][None]}
     spec_modules = {spec.module for spec in ALL_SPECS.values()}
-    beyond = {
-        m: d
-        for m, d in _distributions(_third_party_imports("eval") | spec_modules).items()
-        if d not in library
-    }
     named = {m for modules in EXTRA_MODULES.values() for m in modules}
-    assert set(beyond) <= named, f"eval imports these, but no extra names them: {beyond}"
-    for extra, modules in EXTRA_MODULES.items():
-        installed = _installed_by(wheel["requires"], extra)
-        provided = _distributions(set(modules))
-        assert set(provided.values()) <= installed, (extra, provided, installed)
-        # Every distribution the extra names brings one of its modules (dask[distributed]:
-        # distributed).
-        for requirement in wheel["requires"][extra]:
-            brings = _installed_by({extra: {requirement}}, extra)
-            assert brings & set(provided.values()), f"[{extra}]: {requirement} is unused"
+    unnamed = (_third_party_imports("eval") | spec_modules) - named
+    beyond = {m: d for m, d in _distributions(unnamed).items() if d not in library}
+    assert not beyond, f"eval imports these, but no extra names them: {beyond}"
 
 
-def test_the_train_and_test_extras_install_what_their_code_imports(wheel):
+@pytest.mark.parametrize("extra", sorted(EXTRA_MODULES))
+def test_each_runner_extra_holds_the_modules_it_names_and_nothing_else(wheel, extra):
+    modules = set(EXTRA_MODULES[extra])
+    _skip_unless_installed(modules, extra)
+    installed = _installed_by(wheel["requires"], extra)
+    provided = _distributions(modules)
+    assert set(provided.values()) <= installed, (extra, provided, installed)
+    # Every distribution the extra names brings one of its modules (dask[distributed]:
+    # distributed).
+    for requirement in wheel["requires"][extra]:
+        brings = _installed_by({extra: {requirement}}, extra)
+        assert brings & set(provided.values()), f"[{extra}]: {requirement} is unused"
+
+
+def test_the_test_extra_installs_what_readme_s_tests_import_and_nothing_more(wheel):
     requires_dist = wheel["requires"]
-    for extra, folders in (("train", ("hosttraining",)), ("test", ("tests", *PACKAGES))):
+    installed = _installed_by(requires_dist, None) | _installed_by(requires_dist, "test")
+    imported = _distributions(_third_party_imports(*_readme_tests_and_what_they_run()))
+    assert {"pytest", "hypothesis", "scipy"} <= set(imported.values())  # the scan found them
+    missing = {m: d for m, d in imported.items() if d not in installed}
+    assert not missing, f"[test] lacks what README's tests import: {missing}"
+    # Nothing more: each name is imported by README's tests, or is the runner's extra (README's
+    # tests run the runner), or the builder of the wheel that tests/repo/test_wheel.py builds.
+    for name, extras in requires_dist["test"]:
+        if name == DISTRIBUTION:
+            assert extras == ("eval",), f"[test] installs the {extras} extras"
+        else:
+            assert name in {*imported.values(), "setuptools"}, f"[test]: nothing imports {name}"
+    assert not {"ray", "dask", "distributed", "tabicl", "xgboost"} & installed
+
+
+def test_the_train_and_lab_extras_install_what_their_code_imports(wheel):
+    requires_dist = wheel["requires"]
+    for extra, places in (
+        ("train", ("hosttraining",)),
+        ("lab", ("lab", "hosttraining", *LAB_ROOM, "tests/helpers")),
+    ):
+        modules = _third_party_imports(*places)
+        _skip_unless_installed(modules, extra)
         installed = _installed_by(requires_dist, None) | _installed_by(requires_dist, extra)
-        imported = _distributions(_third_party_imports(*folders))
-        missing = {m: d for m, d in imported.items() if d not in installed}
+        missing = {m: d for m, d in _distributions(modules).items() if d not in installed}
         assert not missing, f"[{extra}] lacks what its code imports: {missing}"
-    # The test extra holds every other extra, so CI runs every test.
+
+
+def test_the_lab_extra_holds_every_other_so_ci_runs_every_test(wheel):
+    requires_dist = wheel["requires"]
     everything = set().union(*(_installed_by(requires_dist, e) for e in requires_dist))
-    assert _installed_by(requires_dist, "test") | _installed_by(requires_dist, None) == everything
+    assert _installed_by(requires_dist, "lab") | _installed_by(requires_dist, None) == everything
 
 
 def test_the_installed_wheel_runs_eval_on_one_case_and_report_outside_the_checkout(wheel, tmp_path):
@@ -274,7 +358,7 @@ def test_no_help_text_names_a_file_that_the_wheel_lacks(wheel, tmp_path):
 
 _PRINT_EVERY_HELP = """
 import argparse
-from retrofit.cli.program import build_parser
+from retrofit.command_line import build_parser
 
 parser = build_parser()  # the console script's: the library's and every installed group's
 (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -282,11 +366,11 @@ print("\\f".join([parser.format_help(), *(p.format_help() for p in sub.choices.v
 """
 
 
-def test_the_console_script_enters_through_the_library_and_lists_the_runners_commands(wheel):
+def test_the_console_script_offers_the_library_s_three_commands_and_the_paper_s_four(wheel):
     entry_points = next(wheel["site"].glob("tabpfn_retrofit-*.dist-info/entry_points.txt"))
     assert "tabpfn-retrofit = retrofit.cli.program:main" in entry_points.read_text()
     shown = _console_from_wheel(wheel["site"], wheel["site"].parent, "--help")
     assert shown.returncode == 0, shown.stderr
     listed = re.findall(r"^    ([\w-]+)", shown.stdout, flags=re.MULTILINE)
     assert listed == ["predict", "predict-batch", "patch", "exactness", "ablation", "eval",
-                      "report", "bench", "intervals", "oof-gap"]  # fmt: skip
+                      "report"]  # fmt: skip

@@ -197,3 +197,22 @@ def test_sklearn_sample_weight_checks_pass_in_float64(checkpoint, mode):
         "check_sample_weights_pandas_series",
         "check_sample_weights_shape",
     ]
+
+
+@pytest.mark.parametrize("mode", ["none", "full-o"])
+def test_predict_log_proba_is_the_log_of_predict_proba_and_serves_sklearns_cross_val_predict(
+    checkpoint, mode
+):
+    from sklearn.model_selection import cross_val_predict
+
+    X, y = _numeric()
+    clf = OTabPFNClassifier(mode=mode, **_kwargs(checkpoint))
+    fitted = clf.fit(X[:30], y[:30])
+    np.testing.assert_array_equal(
+        fitted.predict_log_proba(X[30:]), np.log(fitted.predict_proba(X[30:]))
+    )
+    # scikit-learn asks the estimator for the method: tabpfn's classifier has none.
+    assert not hasattr(TabPFNClassifier(), "predict_log_proba")
+    log_proba = cross_val_predict(clf, X, y, cv=2, method="predict_log_proba")
+    proba = cross_val_predict(clf, X, y, cv=2, method="predict_proba")
+    np.testing.assert_array_equal(log_proba, np.log(proba))

@@ -270,7 +270,7 @@ def test_embedded_host_fits_patched():
     est = _est(mode="full-o", model_path="embedded")
     pred = _fit_predict(est)
     assert np.isfinite(pred).all() and _rel(pred, base) > 0
-    assert resolve_model("embedded").checkpoint == retrofit.embedded_model_path()
+    assert str(resolve_model("embedded").checkpoint) == retrofit.embedded_model_path()
 
 
 def test_clone_and_params_round_trip():

@@ -60,6 +60,10 @@ def test_the_default_model_path_is_tabpfns_auto_and_embedded_is_the_shipped_host
     with pytest.raises(retrofit.WeightsUnavailableError, match=r"tabpfn-v3\.5-20260909"):
         resolve_model("auto")
     assert resolve_model(None).tabpfn_model_path("regressor") is None
+    # The Python API's loader resolves the same default as the estimators and commands.
+    assert inspect.signature(retrofit.load_host).parameters["model_path"].default == "auto"
+    with pytest.raises(retrofit.WeightsUnavailableError, match=r"model_path='embedded'"):
+        retrofit.load_host()
 
 
 def test_tabpfns_own_checkpoint_names_pass_through_for_tabpfn_to_download(tmp_path):

@@ -1,4 +1,4 @@
-"""The estimators' input checks (retrofit/validation.py): numeric targets, sample weights."""
+"""The input checks (retrofit/validation.py): numeric targets, sample weights, leave-out data."""
 
 from __future__ import annotations
 
@@ -75,3 +75,20 @@ def test_sparse_weights_are_refused():
     with pytest.raises(InvalidSampleWeightError, match="dense"):
         check_sample_weight(sparse.csr_matrix(np.ones((1, 3))), 3)
     assert issubclass(InvalidSampleWeightError, InvalidInputError)
+
+
+def test_leave_out_data_passes_frames_and_lists_and_refuses_ragged_rows():
+    from retrofit.validation import check_leave_out_data
+
+    frame = pd.DataFrame(X, columns=["a", "b"])
+    y_text = np.array(["0", "1", "2", "3", "4", "5.5"])  # numbers as text: numbers
+    got = check_leave_out_data(frame, y_text, task="regression", caller="c")
+    np.testing.assert_array_equal(got, [0, 1, 2, 3, 4, 5.5])
+    column = check_leave_out_data(
+        X.tolist(), np.arange(6.0)[:, None], task="regression", caller="c"
+    )
+    assert np.shape(column) == (6,)  # (N, 1) read as (N,), as scikit-learn does
+    labels = ["a", "b", "a", "b", "a", "b"]
+    assert check_leave_out_data(X, labels, task="classification", caller="c") is labels
+    with pytest.raises(InvalidInputError, match="c: X has rows of different lengths"):
+        check_leave_out_data([[1.0, 2.0], [3.0]], [1.0, 2.0], task="regression", caller="c")

@@ -16,7 +16,7 @@ from eval.paper.datasets.catalog import OFFLINE_SUITE_OF
 from eval.paper.datasets.loading import load_dataset
 from eval.paper.datasets.manifests import build_manifest
 from eval.paper.datasets.suites import SUITES, SUITES_DIR
-from retrofit.cli.console import OneLineArgumentParser, run_main
+from retrofit.command_line import OneLineArgumentParser, run_main
 
 __all__ = ["main"]
 

@@ -49,8 +49,11 @@ def row_presence(model: nn.Module, present_BN: torch.Tensor) -> Iterator[nn.Modu
     Raises:
         NotPatchedError: If ``model`` is not patched.
         UnsupportedArchitectureError: If its host does not close its input rows.
-        InvalidRowWeightsError: If ``present_BN`` is not such a tensor (an
-            ``InvalidInputError``), or a block is already active on ``model``.
+        InvalidRowWeightsError: If ``present_BN`` is not such a tensor, names no
+            train row (``(0,)``, ``(B, 0)``), marks every train row of a batch
+            element absent (no host has a forward on an empty context: each
+            fails on zero train rows, so there is no "context without them" to
+            be), or a block is already active on ``model``.
     """
     with enter_row_weights(model, _checked(present_BN), "row_presence"):
         yield model
@@ -70,9 +73,17 @@ def _checked(present_BN: torch.Tensor) -> torch.Tensor:
                 "(a data row is either in the context or not)"
             )
         present_BN = present_BN != 0
-    present_BN = present_BN.reshape(-1, present_BN.shape[-1]).detach().cpu()
-    if present_BN.shape[-1] == 0 or not bool(present_BN.any(dim=-1).all()):
+    if present_BN.shape[-1] == 0:
         raise InvalidRowWeightsError(
-            "row_presence: a batch element has no present train row (an empty context)"
+            f"row_presence: present_BN of shape {tuple(present_BN.shape)} names no train row; "
+            "give one entry per train row of the forward, (N,) or (B, N)"
+        )
+    present_BN = present_BN.reshape(-1, present_BN.shape[-1]).detach().cpu()
+    empty_B = ~present_BN.any(dim=-1)
+    if bool(empty_B.any()):
+        which = "" if len(empty_B) == 1 else f" of batch element {int(empty_B.nonzero()[0])}"
+        raise InvalidRowWeightsError(
+            f"row_presence: present_BN marks every train row{which} absent; a forward needs "
+            "at least one present train row (no host runs on an empty context)"
         )
     return present_BN.to(torch.float64)

@@ -106,8 +106,12 @@ def embedded_is_shipped(which: Which = "regressor") -> bool:
     return (_HERE / (EMBEDDED_FILENAMES[which] + ".sha256")).is_file()
 
 
-def embedded_model_path(which: Which = "regressor") -> Path:
+def embedded_model_path(which: Which = "regressor") -> str:
     """Path of the shipped checkpoint of kind ``which``, after checking its SHA-256.
+
+    A ``str``, not a ``pathlib.Path``: tabpfn's own ``save_fit_state`` writes
+    the estimator's parameters as JSON and fails on a ``Path`` ``model_path``,
+    and this is the path to give a plain tabpfn estimator.
 
     Args:
         which: ``"regressor"`` or ``"classifier"``.
@@ -127,4 +131,4 @@ def embedded_model_path(which: Which = "regressor") -> Path:
             "downloads into its model cache), or a tabpfn.ModelSpecs"
         )
     expected = _read_expected_sha256(_HERE / (name + ".sha256"))
-    return verify_checkpoint(_HERE / name, expected)
+    return str(verify_checkpoint(_HERE / name, expected))

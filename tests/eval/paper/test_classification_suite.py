@@ -125,9 +125,9 @@ def test_a_regressor_checkpoint_is_refused_for_a_classification_suite(tiny_v3_pa
 
 def test_embedded_names_the_shipped_classifier_for_a_classification_suite() -> None:
     """``eval --suite offline_cls6 --model embedded`` runs the classifier, not the regressor."""
-    assert suite_checkpoint("embedded", "offline_cls6") == embedded_model_path("classifier")
-    assert suite_checkpoint("embedded", "offline18") == embedded_model_path("regressor")
-    assert suite_checkpoint("embedded") == embedded_model_path("regressor")
+    assert str(suite_checkpoint("embedded", "offline_cls6")) == embedded_model_path("classifier")
+    assert str(suite_checkpoint("embedded", "offline18")) == embedded_model_path("regressor")
+    assert str(suite_checkpoint("embedded")) == embedded_model_path("regressor")
 
 
 def test_the_classifier_runs_through_the_runner_and_both_retrofits_move_its_log_loss(

@@ -10,20 +10,24 @@ from hosttraining.classification import card as class_card
 from retrofit.files import sha256_file
 from retrofit.models import embedded
 
+# The shipped hosts' training records: logs, loss curves, the classifier's comparison.
+RECORDS = Path(__file__).resolve().parents[3] / "docs" / "lab" / "embedded"
+
 
 def test_the_shipped_classifier_card_is_the_shipped_files_and_says_where_it_stands() -> None:
-    path = embedded.embedded_model_path("classifier")  # verifies the digest
+    path = Path(embedded.embedded_model_path("classifier"))  # verifies the digest
     digest = sha256_file(path)
     card = (path.parent / class_card.CARD_NAME).read_text(encoding="utf-8")
-    # Beside the regressor's card and curve, under names of its own.
+    # Beside the regressor's card, its curve beside the regressor's, under names of their own.
     assert (
         class_card.CARD_NAME != "MODEL_CARD.md" and class_card.LOSS_CURVE_NAME != "loss_curve.png"
     )
-    assert (path.parent / "MODEL_CARD.md").is_file() and (path.parent / "loss_curve.png").is_file()
-    assert (path.parent / class_card.LOSS_CURVE_NAME).is_file()
+    assert (path.parent / "MODEL_CARD.md").is_file() and (RECORDS / "loss_curve.png").is_file()
+    assert (RECORDS / class_card.LOSS_CURVE_NAME).is_file()
+    assert f"![loss curve](../../../docs/lab/embedded/{class_card.LOSS_CURVE_NAME})" in card
     assert f"sha256 `{digest}`" in card
     assert "shipped as this package's embedded classifier: yes" in card
-    quality = json.loads((path.parent / "classifier_quality.json").read_text(encoding="utf-8"))
+    quality = json.loads((RECORDS / "classifier_quality.json").read_text(encoding="utf-8"))
     host, logreg = (quality["offline_cls6"][m]["log_loss"] for m in ("host", "logreg"))
     assert f"log loss {host:.3f} on `offline_cls6`" in card
     assert f"against logistic regression's {logreg:.3f}" in card
@@ -61,7 +65,7 @@ def test_a_recorded_command_of_a_renamed_trainer_runs_under_todays_module_name()
 
 
 def test_the_shipped_classifier_card_names_no_trainer_module_but_as_recorded() -> None:
-    card_path = embedded.embedded_model_path("classifier").parent / class_card.CARD_NAME
+    card_path = Path(embedded.embedded_model_path("classifier")).parent / class_card.CARD_NAME
     card = card_path.read_text(encoding="utf-8")
     for old in class_card.RENAMED_TRAINERS:
         card = card.replace(f"(recorded as `{old}`, the trainer's name then)", "")

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from hosttraining.common import heldout
+from hosttraining.common.errors import RunFileError, RunFileWarning
 from hosttraining.common.heldout import (
     TASKS_KEY,
     HeldoutCurve,
@@ -156,3 +157,41 @@ def test_runs_compare_by_averaged_weights_on_the_suites_whose_tasks_they_share(
         heldout.compare_series([narrow, other], "m")
     with pytest.raises(CommandError, match="folders named 'narrow'"):
         heldout.compare_series([narrow, narrow], "m")
+
+
+def _cut_run(tmp_path: Path, cut: bytes) -> Path:
+    """A run of two points whose curve then ends in ``cut`` (bytes a crash left)."""
+    checkpoint = _run_files(tmp_path / "run", [1.0, 2.0], {"s": {"base": 1.0}}, None)
+    with heldout.evals_path(checkpoint).open("ab") as fh:
+        fh.write(cut)
+    return checkpoint
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [b'{"step": 3, "tasks_seen": 6, "weights": "raw", "s": {"m": 1.', '{"note": "é'.encode()[:-1]],
+    ids=["inside-a-record", "inside-a-utf8-character"],
+)
+def test_a_curve_whose_last_line_a_crash_cut_drops_that_line_naming_it(tmp_path, cut):
+    checkpoint = _cut_run(tmp_path, cut)
+    with pytest.warns(RunFileWarning, match=r"evals\.jsonl line 5 is cut") as caught:
+        series = curve_series(checkpoint, "m")
+    assert str(heldout.evals_path(checkpoint)) in str(caught[0].message)
+    assert series["suites"]["s"]["lawa"] == {"tasks_seen": [2, 4], "m": [1.0, 2.0]}
+
+
+def test_a_damaged_curve_line_before_the_last_or_a_damaged_baselines_file_is_one_line(tmp_path):
+    checkpoint = _cut_run(tmp_path, b'{"step": 3, "weights": "raw", "s": {"m"\n{"step": 4}\n')
+    evals = heldout.evals_path(checkpoint)
+    with pytest.raises(RunFileError, match=r"evals\.jsonl line 5 is not a JSON record") as err:
+        curve_series(checkpoint, "m")
+    assert str(evals) in str(err.value) and "\n" not in str(err.value)
+    evals.write_bytes(b"".join(evals.read_bytes().splitlines(keepends=True)[:4]) + b'{"s": 1}\n')
+    with pytest.raises(RunFileError, match=r"evals\.jsonl record 5 is not a curve record"):
+        curve_series(checkpoint, "m")
+    evals.write_bytes(b"".join(evals.read_bytes().splitlines(keepends=True)[:4]))
+    base = heldout.baselines_path(checkpoint)
+    base.write_bytes(base.read_bytes()[:-3])
+    with pytest.raises(RunFileError, match="is not a JSON baselines file") as err:
+        curve_series(checkpoint, "m")
+    assert str(base) in str(err.value) and "\n" not in str(err.value)

@@ -11,6 +11,7 @@ from tabpfn.checkpoint import Checkpoint
 
 from hosttraining.regression import card, pretrain
 from retrofit.files import sha256_file
+from tests.helpers.commands import one_prog_error_line
 from tests.helpers.regression_tasks import fit_predict, linear_task
 
 
@@ -146,3 +147,8 @@ def test_pretrain_refuses_a_tabicl_share_outside_zero_to_one(tmp_path, capsys):
     assert pretrain.main(argv) == 2
     assert "--tabicl-share" in capsys.readouterr().err
     assert not (tmp_path / "host_v3.safetensors").exists()
+
+
+def test_a_usage_error_is_one_line_on_stderr_and_exit_2(capsys):
+    assert pretrain.main(["--no-such-option"]) == 2
+    one_prog_error_line(capsys.readouterr().err, "python -m hosttraining.regression.pretrain")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from tabpfn import validation
 
+from eval.locations import DEFAULT_OUTPUT_ROOT
 from hosttraining.regression import quality
+from tests.helpers.commands import one_prog_error_line
 
 
 def test_a_dev_set_over_tabpfns_cpu_guard_runs_whatever_the_shell_says(tiny_v3_path, monkeypatch):
@@ -73,3 +76,9 @@ def test_the_command_exits_1_and_keeps_the_file_when_a_case_failed(
 
     monkeypatch.setattr(quality, "run_cases", lambda *args, **kwargs: rows[:1])
     assert quality.main([*argv, "--tag", "u", "--out-dir", str(tmp_path)]) == 0
+
+
+def test_the_command_writes_under_the_untracked_folder_and_a_usage_error_is_one_line(capsys):
+    assert Path(quality.RESULTS_DIR).parts[0] == DEFAULT_OUTPUT_ROOT.name
+    assert quality.main(["--no-such-option"]) == 2
+    one_prog_error_line(capsys.readouterr().err, "python -m hosttraining.regression.quality")

@@ -359,8 +359,9 @@ def test_a_crash_while_writing_leaves_no_partial_prediction_file(
 def test_an_existing_prediction_file_survives_a_failed_run(data, model_arg, capsys):
     out = _write(data["train"].parent, "pred.csv", "old content\n")
     argv = ["predict", "--train", data["train"], "--target", "price", "--test", data["test"]]
-    code, _, _ = _run([*argv, "--out", out, "--model", model_arg, *FAST], capsys)
-    assert code == 2 and out.read_text() == "old content\n"
+    # --force: the run may replace the file, and fails later, on the missing target.
+    code, _, err = _run([*argv, "--out", out, "--force", "--model", model_arg, *FAST], capsys)
+    assert code == 2 and "'price' not in" in err and out.read_text() == "old content\n"
 
 
 def test_patch_errors_leave_no_directory(model_arg, capsys, tmp_path):
@@ -478,6 +479,7 @@ def test_offline_v3_is_one_line_naming_where_to_put_the_file(data, capsys, monke
                 "--categorical",
                 "--ignore-pretraining-limits",
                 "--oof",
+                "--force",
             ],
         ),
         ("patch", ["--model", "--mode", "--tau", "--support", "--eps-den", "--out", "--force"]),
@@ -609,7 +611,9 @@ def test_more_than_5000_cpu_rows_need_ignore_pretraining_limits(model_arg, capsy
     data = {"train": tmp_path / "train.csv", "test": tmp_path / "test.csv"}
     out = tmp_path / "pred.csv"
     code, _, err = _run(_predict_argv(data, model_arg, out), capsys)
-    assert code == 2 and err.count("\n") == 1 and "ignore_pretraining_limits" in err
+    # The command's option, not tabpfn's Python argument.
+    assert code == 2 and err.count("\n") == 1 and "give --ignore-pretraining-limits" in err
+    assert "ignore_pretraining_limits" not in err and "more than 5000 samples" in err
     assert not out.exists()
     assert _run(_predict_argv(data, model_arg, out, "--ignore-pretraining-limits"), capsys)[0] == 0
     assert np.isfinite(pd.read_csv(out)["prediction"]).all()

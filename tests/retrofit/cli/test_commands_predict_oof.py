@@ -125,7 +125,11 @@ def test_oof_classifies_with_every_class_as_a_column(tmp_path, train, classifier
             "exactly one of --test TEST.csv, --holdout F or --oof K",
         ),
         (["--oof", "4", "--output-type", "quantiles"], "--oof writes one value per row"),
-        (["--oof", "4", "--mode", "none"], "mode='none'"),
+        (  # the command's words, not the library's Python advice (mode='full-o', sklearn's)
+            ["--oof", "4", "--mode", "none"],
+            "--oof needs a patched mode, not none: its folds share one null-padded batch; "
+            "give --mode full-o or --mode oattention",
+        ),
         (["--holdout", "0.2", "--oof-preprocessing", "per_fold"], "goes with --oof K"),
     ],
 )

@@ -1,5 +1,6 @@
 """The console wrapper of every command: the libraries' warnings, logs and ANSI escapes
-stay off stderr; the project's warnings and errors are one line each.
+stay off stderr; the project's warnings and tabpfn's own (not its deprecations) and the
+errors are one line each; tabpfn's size refusals name the command's option.
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ import subprocess
 import sys
 import warnings
 
-from retrofit.cli.console import run_command
+import sklearn.base
+import tabpfn.validation
+
+from retrofit.cli.console import pretraining_limit_error, run_command
 from retrofit.errors import RetrofitWarning
 from tests.helpers.commands import ROOT, predict_argv
 
@@ -67,3 +71,52 @@ def test_predict_keeps_the_libraries_warnings_and_logs_off_stderr(csv_data, mode
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("RMSE ")
     assert result.stderr == ""
+
+
+def test_tabpfns_own_warnings_reach_a_commands_stderr_one_line_each_but_its_deprecations(capsys):
+    """tabpfn's warnings speak to its user (its CPU row guard, text columns); docs/cli.md
+    promises the guard's warning, which was dropped with every other library's."""
+    in_tabpfn = tabpfn.validation.__file__
+
+    def body() -> int:
+        for category, text in (
+            (UserWarning, "Running on CPU with more than 1000 samples may be slow.\nUse a GPU"),
+            (DeprecationWarning, "`norm_bardist_` is deprecated"),
+            (FutureWarning, "a future default"),
+        ):
+            warnings.warn_explicit(text, category, in_tabpfn, 1, module="tabpfn.validation")
+        elsewhere = sklearn.base.__file__
+        warnings.warn_explicit("not tabpfn's", UserWarning, elsewhere, 1, module="sklearn")
+        return 0
+
+    assert run_command("tabpfn-retrofit demo", body) == 0
+    assert capsys.readouterr().err == (
+        "tabpfn-retrofit demo: warning: tabpfn: Running on CPU with more than 1000 samples "
+        "may be slow. Use a GPU\n"
+    )
+
+
+def test_tabpfns_size_refusals_name_the_commands_option_not_its_python_argument():
+    # tabpfn 9.2's messages, as its validation raises them.
+    cpu = RuntimeError(
+        "Running on CPU with more than 5000 samples is not allowed by default due to slow "
+        "performance.\nTo override this behavior, set the environment variable "
+        "TABPFN_ALLOW_CPU_LARGE_DATASET=1 or set ignore_pretraining_limits=True.\n"
+        "Alternatively, consider using a GPU or the tabpfn-client API: https://example"
+    )
+    rows = ValueError(
+        "Number of samples `60,000` in the input data is greater than the maximum number of "
+        "samples `50,000` officially supported by TabPFN. Set `ignore_pretraining_limits=True` "
+        "to override this error!"
+    )
+    assert str(pretraining_limit_error(cpu)) == (
+        "Running on CPU with more than 5000 samples is not allowed by default due to slow "
+        "performance; give --ignore-pretraining-limits to run it anyway, or run on a GPU "
+        "(--device cuda)"
+    )
+    assert str(pretraining_limit_error(rows)) == (
+        "Number of samples 60,000 in the input data is greater than the maximum number of "
+        "samples 50,000 officially supported by TabPFN; give --ignore-pretraining-limits to "
+        "run it anyway"
+    )
+    assert pretraining_limit_error(RuntimeError("CUDA out of memory")) is None

@@ -13,8 +13,11 @@ from ``mode="none"``.
 
 from __future__ import annotations
 
-import json
+import os
 import pickle
+import signal
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -29,7 +32,6 @@ from retrofit import (
     FitStateError,
     OTabPFNClassifier,
     OTabPFNRegressor,
-    SavedModelError,
     UnsafeCheckpointError,
     is_patched,
     patch,
@@ -37,6 +39,8 @@ from retrofit import (
     save_patched,
 )
 from retrofit.settings import MODES
+from tests.helpers.commands import file_mode, listing
+from tests.helpers.fit_states import rewrite
 from tests.helpers.predictions import flat_prediction
 from tests.helpers.tiny_hosts import tiny_classifier_specs, tiny_host_specs
 from tests.helpers.tiny_models import tiny_v3_checkpoint, tiny_v3_classifier_checkpoint
@@ -244,7 +248,11 @@ def test_a_fit_state_of_a_saved_retrofit_whose_base_changed_is_refused_naming_it
     estimator = OTabPFNRegressor(**_kwargs(model_path=str(saved_dir))).fit(X, y)
     estimator.save_fit_state(tmp_path / "fit.tabpfn_fit")
     tiny_v3_checkpoint(tmp_path / "hosts", seed=1)  # another host under the base's name
-    with pytest.raises(SavedModelError, match=r"its base .* changed since the retrofit was saved"):
+    with pytest.raises(
+        FitStateError,
+        match=r"fit.tabpfn_fit: .*SavedModelError: .*its base .* "
+        r"changed since the retrofit was saved.*--force'\); fit and save again$",
+    ):
         OTabPFNRegressor.load_from_fit_state(tmp_path / "fit.tabpfn_fit", device="cpu")
 
 
@@ -325,16 +333,6 @@ class _Payload:
         return (Path.touch, (self.marker,))
 
 
-def _rewrite(source: Path, target: Path, replace: dict[str, bytes]) -> Path:
-    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
-        for name in old.namelist():
-            if name not in replace:
-                new.writestr(name, old.read(name))
-        for name, data in replace.items():
-            new.writestr(name, data)
-    return target
-
-
 def test_the_payload_used_below_runs_when_unpickled(tmp_path):
     marker = tmp_path / "ran"
     pickle.loads(pickle.dumps(_Payload(marker)))
@@ -343,10 +341,10 @@ def test_the_payload_used_below_runs_when_unpickled(tmp_path):
 
 def test_a_member_holding_a_pickle_is_refused_unread(saved, tmp_path):
     marker = tmp_path / "ran"
-    target = _rewrite(
+    target = rewrite(
         saved,
         tmp_path / "extra.tabpfn_fit",
-        {"fitted_attrs.joblib": pickle.dumps(_Payload(marker))},
+        replace={"fitted_attrs.joblib": pickle.dumps(_Payload(marker))},
     )
     with pytest.raises(FitStateError, match=r"holds fitted_attrs.joblib.*left unread"):
         OTabPFNRegressor.load_from_fit_state(target, device="cpu")
@@ -359,8 +357,12 @@ def test_a_pickled_object_array_in_place_of_the_training_data_is_refused(saved, 
     array[0] = _Payload(marker)
     with (tmp_path / "X.npy").open("wb") as fh:
         np.save(fh, array, allow_pickle=True)
-    target = _rewrite(
-        saved, tmp_path / "npy.tabpfn_fit", {"X.npy": (tmp_path / "X.npy").read_bytes()}
+    # Digests recomputed: the check behind them must hold against a forger too.
+    target = rewrite(
+        saved,
+        tmp_path / "npy.tabpfn_fit",
+        replace={"X.npy": (tmp_path / "X.npy").read_bytes()},
+        forge=True,
     )
     with pytest.raises(
         FitStateError, match=r"npy.tabpfn_fit: a stored training input .*unreadable"
@@ -376,9 +378,18 @@ def test_tabpfns_own_fit_state_is_refused_without_running_its_pickles(checkpoint
         path
     )
     marker = tmp_path / "ran"
-    target = _rewrite(
-        path, tmp_path / "evil.tabpfn_fit", {"fitted_attrs.joblib": pickle.dumps(_Payload(marker))}
-    )
+    with (
+        zipfile.ZipFile(path) as original,
+        zipfile.ZipFile(tmp_path / "evil.tabpfn_fit", "w") as evil,
+    ):
+        for name in original.namelist():
+            data = (
+                pickle.dumps(_Payload(marker))
+                if name == "fitted_attrs.joblib"
+                else original.read(name)
+            )
+            evil.writestr(name, data)
+    target = tmp_path / "evil.tabpfn_fit"
     with pytest.raises(FitStateError, match=r"tabpfn's own fit state.*unpickling"):
         OTabPFNRegressor.load_from_fit_state(target, device="cpu")
     assert not marker.exists()
@@ -395,25 +406,29 @@ def test_a_file_that_is_not_a_fit_state_names_itself(tmp_path):
         OTabPFNRegressor.load_from_fit_state(tmp_path / "missing.tabpfn_fit")
 
 
-def test_a_tampered_manifest_is_refused(saved, tmp_path):
-    manifest = json.loads(zipfile.ZipFile(saved).read("retrofit_fit_state.json"))
-    manifest["format"] = "something-else/9"
-    target = _rewrite(
-        saved, tmp_path / "format.tabpfn_fit", {"retrofit_fit_state.json": json.dumps(manifest)}
+def test_a_manifest_of_another_format_is_refused(saved, tmp_path):
+    target = rewrite(
+        saved, tmp_path / "format.tabpfn_fit", edit=lambda m: m.update(format="something-else/9")
     )
     with pytest.raises(FitStateError, match="has format 'something-else/9'"):
         OTabPFNRegressor.load_from_fit_state(target, device="cpu")
-    manifest = json.loads(zipfile.ZipFile(saved).read("retrofit_fit_state.json"))
-    manifest["settings"]["tau"] = 0.5
-    target = _rewrite(
-        saved, tmp_path / "settings.tabpfn_fit", {"retrofit_fit_state.json": json.dumps(manifest)}
+
+
+def test_a_forged_manifest_is_refused_by_the_checks_behind_its_digests(saved, tmp_path):
+    """Digests recomputed after each edit: the refit and the parameter check still refuse."""
+    target = rewrite(
+        saved,
+        tmp_path / "settings.tabpfn_fit",
+        edit=lambda m: m["settings"].update(tau=0.5),
+        forge=True,
     )
     with pytest.raises(FitStateError, match="differs from the saved fit in its settings"):
         OTabPFNRegressor.load_from_fit_state(target, device="cpu")
-    manifest = json.loads(zipfile.ZipFile(saved).read("retrofit_fit_state.json"))
-    manifest["params"]["not_a_parameter"] = 1
-    target = _rewrite(
-        saved, tmp_path / "params.tabpfn_fit", {"retrofit_fit_state.json": json.dumps(manifest)}
+    target = rewrite(
+        saved,
+        tmp_path / "params.tabpfn_fit",
+        edit=lambda m: m["params"].update(not_a_parameter=1),
+        forge=True,
     )
     with pytest.raises(FitStateError, match=r"params.tabpfn_fit: .*not_a_parameter"):
         OTabPFNRegressor.load_from_fit_state(target, device="cpu")
@@ -423,13 +438,15 @@ def test_a_manifest_pointed_at_a_pickled_checkpoint_does_not_run_it(saved, tmp_p
     marker = tmp_path / "ran"
     evil = tmp_path / "evil_v3.ckpt"
     torch.save({"state_dict": {}, "payload": _Payload(marker)}, evil)
-    manifest = json.loads(zipfile.ZipFile(saved).read("retrofit_fit_state.json"))
-    manifest["model_path"] = {"one": {"path": str(evil)}}
-    target = _rewrite(
-        saved, tmp_path / "ckpt.tabpfn_fit", {"retrofit_fit_state.json": json.dumps(manifest)}
+    target = rewrite(
+        saved,
+        tmp_path / "ckpt.tabpfn_fit",
+        edit=lambda m: m.update(model_path={"one": {"path": str(evil)}}),
+        forge=True,
     )
-    with pytest.raises(UnsafeCheckpointError, match=r"evil_v3\.ckpt"):
+    with pytest.raises(FitStateError, match=r"ckpt\.tabpfn_fit: refitting .*evil_v3\.ckpt") as info:
         OTabPFNRegressor.load_from_fit_state(target, device="cpu")
+    assert isinstance(info.value.__cause__, UnsafeCheckpointError)
     assert not marker.exists()
 
 
@@ -447,3 +464,81 @@ def test_a_checkpoint_file_changed_since_the_save_is_caught(tmp_path):
     tiny_v3_checkpoint(folder, seed=1)  # the same file name, other weights
     with pytest.raises(FitStateError, match="differs from the saved fit in its model weight"):
         OTabPFNRegressor.load_from_fit_state(tmp_path / "a.tabpfn_fit", device="cpu")
+
+
+# Where a fit state is written.
+
+
+def test_saving_onto_a_directory_is_refused_in_one_line(checkpoints, tmp_path):
+    X, y = _regression_data()
+    estimator = OTabPFNRegressor(**_kwargs(model_path=str(checkpoints["regressor"]))).fit(X, y)
+    folder = tmp_path / "fit.tabpfn_fit"
+    folder.mkdir()
+    with pytest.raises(FitStateError, match=r"fit\.tabpfn_fit: it is a directory") as info:
+        estimator.save_fit_state(folder)
+    assert "\n" not in str(info.value)
+    with pytest.raises(FitStateError, match=r"fit\.tabpfn_fit: it is a directory"):
+        OTabPFNRegressor.load_from_fit_state(folder)
+    assert listing(tmp_path) == ["fit.tabpfn_fit"] and listing(folder) == []
+
+
+def test_a_saved_file_gets_the_umask_mode_and_a_replaced_one_keeps_its_own(
+    checkpoints, tmp_path, umask
+):
+    """As ``open(path, "w")`` would; not 0600 from the temporary file."""
+    X, y = _regression_data()
+    estimator = OTabPFNRegressor(**_kwargs(model_path=str(checkpoints["regressor"]))).fit(X, y)
+    umask(0o022)
+    estimator.save_fit_state(tmp_path / "a.tabpfn_fit")
+    assert file_mode(tmp_path / "a.tabpfn_fit") == 0o644
+    umask(0o027)
+    estimator.save_fit_state(tmp_path / "b.tabpfn_fit")
+    assert file_mode(tmp_path / "b.tabpfn_fit") == 0o640
+    os.chmod(tmp_path / "a.tabpfn_fit", 0o600)
+    estimator.save_fit_state(tmp_path / "a.tabpfn_fit")
+    assert file_mode(tmp_path / "a.tabpfn_fit") == 0o600
+
+
+_KILLED_SAVE = """
+import os, signal, sys, zipfile
+import numpy as np
+from retrofit.fit_state.archive import FitRecord, write_fit_state
+
+real_writestr = zipfile.ZipFile.writestr
+def writestr_then_die(self, name, data, *args, **kwargs):
+    real_writestr(self, name, data, *args, **kwargs)
+    self.fp.flush()
+    os.kill(os.getpid(), signal.SIGKILL)  # kill -9 half way through the archive
+zipfile.ZipFile.writestr = writestr_then_die
+X = np.arange(12.0).reshape(4, 3)
+record = FitRecord(X, X[:, 0], {"random_state": 0, "model_path": "embedded"})
+write_fit_state(sys.argv[1], estimator="OTabPFNRegressor", record=record, settings={},
+                report_digests=[], weights=[])
+"""
+
+
+def test_a_killed_saves_temporary_file_is_removed_by_the_next_save(
+    checkpoints, tmp_path, monkeypatch
+):
+    """kill -9 mid-save leaves a hidden partial file; the next save to that path removes it.
+
+    Killed saves do not pile up (each removes the one before), and a temporary
+    file of a save still running (this process's) is left alone.
+    """
+    path = tmp_path / "fit.tabpfn_fit"
+    seen = []
+    for _ in range(2):
+        killed = subprocess.run(
+            [sys.executable, "-c", _KILLED_SAVE, str(path)], env=os.environ, check=False
+        )
+        assert killed.returncode == -signal.SIGKILL
+        seen.append(listing(tmp_path))
+    assert [len(names) for names in seen] == [1, 1] and seen[0] != seen[1]
+    assert seen[1][0].startswith(".fit.tabpfn_fit.tmp-") and not path.exists()
+    busy = tmp_path / f".fit.tabpfn_fit.tmp-{os.getpid()}-abcd1234.tmp"
+    busy.write_bytes(b"a save at work")
+    X, y = _regression_data()
+    estimator = OTabPFNRegressor(**_kwargs(model_path=str(checkpoints["regressor"]))).fit(X, y)
+    estimator.save_fit_state(path)
+    assert listing(tmp_path) == sorted([busy.name, "fit.tabpfn_fit"])
+    OTabPFNRegressor.load_from_fit_state(path, device="cpu")

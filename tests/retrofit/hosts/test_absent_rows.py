@@ -280,3 +280,33 @@ def test_a_missing_target_is_imputed_from_the_present_rows(name):
     out, _ = _forward(model, x, y, "regression", present=_present())
     ref, _ = _removed(model, x, y, "regression")
     assert _drift(out, ref) <= F64_ULPS
+
+
+@pytest.mark.parametrize("name", HOSTS)
+def test_a_presence_with_no_present_train_row_is_refused_in_one_line(name):
+    # "The context without rows J" for J = every row is a forward on no train row, which no
+    # host has (each fails on it in a reshape): so an empty context is refused where the
+    # presence enters, for (N,) and (B, N), as is a mask that names no train row.
+    model = _model(name, "regression", "full-o")
+    x, y = _data("regression")
+    kwargs = {"task_type": "regression"} if name == "tabpfn_v3_5" else {}
+    with pytest.raises(RuntimeError), torch.inference_mode():
+        model(x[N:], y[:0], **kwargs)
+    one_empty = torch.ones(B, N, dtype=torch.bool)
+    one_empty[1] = False
+    for present, match in (
+        (torch.zeros(N), "every train row absent"),
+        (torch.zeros(B, N, dtype=torch.bool), "every train row of batch element 0 absent"),
+        (one_empty, "every train row of batch element 1 absent"),
+        (torch.ones(0), r"shape \(0,\) names no train row"),
+        (torch.ones(B, 0), rf"shape \({B}, 0\) names no train row"),
+    ):
+        with pytest.raises(retrofit.InvalidInputError, match=match) as err:
+            with retrofit.row_presence(model, present):
+                pass
+        assert "\n" not in str(err.value)
+    one_present = torch.zeros(N)
+    one_present[4] = 1  # a context of one row is a context: the model on that row alone
+    out, _ = _forward(model, x, y, "regression", present=one_present)
+    ref, _ = _removed(model, x, y, "regression", absent=[r for r in range(N) if r != 4])
+    assert _drift(out, ref) <= F64_ULPS

@@ -2,7 +2,7 @@
 
 Each model is built from its own config class with ``max_num_classes > 0`` (a
 classifier) and its zero-initialised projections perturbed
-(``eval.calibration.perturb_zero_init``), so a patch really acts.
+(``lab.calibration.perturb_zero_init``), so a patch really acts.
 
 * v2, v2.5, v2.6: the blocks are the regressor's; the readout is per test row.
   A zero train row inserted at block 0's entry (and taken out after the last
@@ -35,7 +35,7 @@ from tabpfn.architectures.tabpfn_v3 import ManyClassDecoder, TabPFNV3
 from tabpfn.architectures.tabpfn_v3_5 import TabPFNV3p5
 
 import retrofit
-from eval.calibration import PUBLISHED_CONFIGS, build_random_host
+from lab.calibration import PUBLISHED_CONFIGS, build_random_host
 from patches import oattention_reference, presence
 from retrofit.hosts.v3.many_class_decoder import OManyClassDecoder
 from tests.helpers.exactness import MODEL_ULPS, assert_exactly_zero, deviation_in_ulps
@@ -362,7 +362,7 @@ def test_a_null_train_row_in_the_kv_cache_changes_no_logit(monkeypatch, name, kv
 
 # ---- the published classifier configurations, random weights (slow) ------------------------
 
-#: Each class at its published size as a classifier (``eval.calibration.PUBLISHED_CONFIGS``
+#: Each class at its published size as a classifier (``lab.calibration.PUBLISHED_CONFIGS``
 #: with 10 classes; v3 and v3.5 with the decoder's length scaling on, the harder case).
 PUBLISHED_CLASSIFIERS = {
     name: {

@@ -3,7 +3,7 @@
 The fast tests prove the same on tiny models; these check that nothing depends
 on the tiny sizes (v3.5: 219M parameters, ICL width 1024, one test KV head;
 v2.5/v2.6: 64 thinking rows, width 192). Random weights (tabpfn's
-initialisation, zero-inits perturbed, ``eval.calibration.build_random_host``):
+initialisation, zero-inits perturbed, ``lab.calibration.build_random_host``):
 the published weights cannot be downloaded offline. Run with ``-m slow``.
 
 Shape letters: B batch, R rows, N train rows, C features.
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import retrofit
-from eval.calibration import PUBLISHED_CONFIGS, build_random_host
+from lab.calibration import PUBLISHED_CONFIGS, build_random_host
 from tests.helpers.null_row_hooks import (
     FinalCarriers,
     LastBlockOutput,

@@ -32,7 +32,7 @@ from sklearn.model_selection import cross_val_predict as sklearn_cross_val_predi
 
 import retrofit
 import retrofit.batching.engine
-from retrofit.errors import InvalidInputError
+from retrofit.errors import InputWarning, InvalidInputError
 from retrofit.leave_out.cross_val import cross_val_predict
 from tests.helpers.exactness import CLASSIFIER_PROBA_ULPS, assert_within_ulps
 from tests.helpers.leave_out import (
@@ -118,10 +118,12 @@ def test_probabilities_have_every_class_of_y_as_columns_zero_where_a_fold_lacks_
     labels = labels.copy()
     labels[:2] = 3  # a fourth class only in fold 0's held-out rows: fold 0 never sees it
     estimator = _classifier()
-    got = cross_val_predict(
-        estimator, X, labels, cv=KFold(4), method="predict_proba", preprocessing=PER_FOLD
-    )
-    want = sklearn_cross_val_predict(estimator, X, labels, cv=KFold(4), method="predict_proba")
+    with pytest.warns(InputWarning, match="fold 0's train rows hold no row of class 3"):
+        got = cross_val_predict(
+            estimator, X, labels, cv=KFold(4), method="predict_proba", preprocessing=PER_FOLD
+        )
+    with pytest.warns(RuntimeWarning, match="Number of classes in training fold"):  # sklearn's
+        want = sklearn_cross_val_predict(estimator, X, labels, cv=KFold(4), method="predict_proba")
     assert got.shape == (len(X), 4)
     assert (got[:6, 3] == 0).all() and (got[6:, 3] > 0).all()
     assert_within_ulps(

@@ -15,12 +15,14 @@ import pytest
 import torch
 from sklearn.base import clone
 from sklearn.linear_model import Ridge
-from sklearn.model_selection import KFold, LeaveOneOut, ShuffleSplit
+from sklearn.model_selection import GroupKFold, KFold, LeaveOneOut, PredefinedSplit, ShuffleSplit
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 import retrofit
 import retrofit.batching.engine
 from retrofit import OTabPFNClassifier, OTabPFNRegressor
-from retrofit.errors import InvalidInputError
+from retrofit.errors import InvalidInputError, RetrofitError
 from retrofit.leave_out.estimator_intervals import prediction_intervals
 from retrofit.leave_out.intervals import cv_plus_intervals, split_conformal_intervals
 from tests.helpers.exactness import MODEL_ULPS
@@ -173,3 +175,100 @@ def test_jackknife_plus_and_cv_plus_fit_each_fold_on_its_own_rows_features_inclu
     prediction_intervals(_regressor(tiny_v3_path), X, y, X_test, method="jackknife+")
     prediction_intervals(_regressor(tiny_v3_path), X, y, X_test, method="cv+", cv=3)
     assert asked == ["per_fold", "per_fold"]
+
+
+@pytest.mark.parametrize("method", ["jackknife+", "cv+"])
+def test_an_alpha_above_one_half_is_refused_for_the_fold_methods(tiny_v3_path, method):
+    # Computed, CV+ at alpha 0.95 gave lower ends above the upper ones on 46 % of rows.
+    X, y, X_test = _table()
+    estimator = _regressor(tiny_v3_path)
+    with pytest.raises(InvalidInputError, match=r"alpha must be in \(0, 0\.5\]") as err:
+        prediction_intervals(estimator, X, y, X_test, method=method, alpha=0.95)
+    assert "\n" not in str(err.value)
+    assert not hasattr(estimator, "n_features_in_")
+    split = prediction_intervals(estimator, X, y, X_test, method="split", alpha=0.95)
+    assert (split.lower_Q <= split.upper_Q).all()
+
+
+def _nan_at_3(y):
+    y = y.copy()
+    y[3] = np.nan
+    return y
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (lambda X, y, Xt: {"X_test": Xt[:, :2]}, r"X_test has shape \(7, 2\) and X \(40, 3\)"),
+        (lambda X, y, Xt: {"y": np.array(["a", "b"] * 20)}, "y must be numeric"),
+        (lambda X, y, Xt: {"y": y[:30]}, "X has 40 rows and y 30 values"),
+        (lambda X, y, Xt: {"y": _nan_at_3(y)}, r"y holds NaN or inf in row 3"),
+        (
+            lambda X, y, Xt: {"X": X[:3], "y": y[:3], "method": "split"},
+            "of 3 rows leaves 1 to fit and 2 to calibrate",
+        ),
+        (
+            lambda X, y, Xt: {"X": X[:3], "y": y[:3], "method": "cv+"},
+            "KFold cannot split these 3 rows",
+        ),
+        (lambda X, y, Xt: {"method": "cv+", "cv": GroupKFold(3)}, "GroupKFold splits by group"),
+        (lambda X, y, Xt: {"method": "cv+", "cv": 1}, "cv=1 gives no folds"),
+        (
+            lambda X, y, Xt: {"method": "split", "groups": np.arange(40) % 4},
+            "groups is for method='cv\\+' only",
+        ),
+        (
+            lambda X, y, Xt: {"method": "cv+", "cv": GroupKFold(3), "groups": [0, 1]},
+            r"groups has shape \(2,\)",
+        ),
+    ],
+    ids=[
+        "x-test-width",
+        "text-y",
+        "y-length",
+        "nan-y",
+        "split-on-3-rows",
+        "cv-plus-on-3-rows",
+        "group-splitter-without-groups",
+        "one-fold",
+        "groups-for-split",
+        "groups-length",
+    ],
+)
+def test_data_the_folds_cannot_use_is_refused_in_one_line_before_anything_is_fitted(
+    tiny_v3_path, change, match
+):
+    X, y, X_test = _table()
+    estimator = _regressor(tiny_v3_path)
+    kwargs = {"X": X, "y": y, "X_test": X_test, **change(X, y, X_test)}
+    with pytest.raises(RetrofitError, match=match) as err:
+        prediction_intervals(estimator, **kwargs)
+    assert isinstance(err.value, ValueError) and "\n" not in str(err.value)
+    assert not hasattr(estimator, "n_features_in_")
+
+
+def test_a_group_splitter_with_groups_gives_its_folds(tiny_v3_path):
+    X, y, X_test = _table(n=18)
+    groups = np.arange(18) // 3  # six groups of three rows
+    splitter = GroupKFold(3)
+    by_group = prediction_intervals(
+        _regressor(tiny_v3_path), X, y, X_test, method="cv+", cv=splitter, groups=groups
+    )
+    fold_of_row = np.empty(18, dtype=int)
+    for k, (_, test) in enumerate(splitter.split(X, y, groups)):
+        fold_of_row[test] = k
+    predefined = prediction_intervals(
+        _regressor(tiny_v3_path), X, y, X_test, method="cv+", cv=PredefinedSplit(fold_of_row)
+    )
+    np.testing.assert_array_equal(by_group.lower_Q, predefined.lower_Q)
+    np.testing.assert_array_equal(by_group.upper_Q, predefined.upper_Q)
+    assert np.isfinite(by_group.width_Q).all()
+
+
+def test_a_pipeline_is_refused_naming_what_works_instead(tiny_v3_path):
+    X, y, X_test = _table()
+    pipeline = make_pipeline(StandardScaler(), _regressor(tiny_v3_path))
+    with pytest.raises(InvalidInputError, match="not a Pipeline") as err:
+        prediction_intervals(pipeline, X, y, X_test)
+    assert "ending in OTabPFNRegressor" in str(err.value)
+    assert "wrap the host" not in str(err.value) and "\n" not in str(err.value)

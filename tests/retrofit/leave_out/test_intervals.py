@@ -209,3 +209,29 @@ def test_split_conformal_covers_between_1_minus_alpha_and_that_plus_1_over_m_plu
     exact = upper_rank(m, alpha) / (m + 1)
     low, high = _count_bounds(draws, exact, exact)
     assert low <= covered <= high, covered / draws
+
+
+@pytest.mark.parametrize("alpha", [0.51, 0.8, 0.95])
+def test_jackknife_plus_and_cv_plus_refuse_an_alpha_above_one_half(alpha):
+    # At alpha 0.95 with 20 residuals the lower rank is 19 and the upper 2: computed, the
+    # lower ends pass the upper ones (46 % of rows for CV+ on a real table).
+    rng = np.random.default_rng(3)
+    residuals, mu = np.abs(rng.normal(size=20)), rng.normal(size=(4, 5))
+    for refuse in (
+        lambda: cv_plus_intervals(residuals, np.arange(20) % 4, mu, alpha=alpha),
+        lambda: jackknife_plus_intervals(residuals, rng.normal(size=(20, 5)), alpha=alpha),
+    ):
+        with pytest.raises(InvalidInputError, match=r"alpha must be in \(0, 0\.5\]") as err:
+            refuse()
+        assert "\n" not in str(err.value) and "method='split'" in str(err.value)
+    split = split_conformal_intervals(residuals, mu[0], alpha=alpha)  # defined for every alpha
+    assert (split.lower_Q <= split.upper_Q).all()
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.3, 0.45, 0.5])
+@pytest.mark.parametrize("n", [1, 2, 9, 20, 21])
+def test_up_to_alpha_one_half_no_lower_end_passes_its_upper_one(n, alpha):
+    rng = np.random.default_rng(n)
+    residuals, folds = np.abs(rng.standard_cauchy(n)), np.arange(n) % 3
+    got = cv_plus_intervals(residuals, folds, rng.normal(size=(3, 50)) * 5, alpha=alpha)
+    assert (got.lower_Q <= got.upper_Q).all()

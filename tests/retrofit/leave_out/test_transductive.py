@@ -36,7 +36,7 @@ import torch
 from sklearn.model_selection import KFold, LeaveOneOut
 from tabpfn.preprocessing.ensemble import TabPFNEnsemblePreprocessor
 
-from retrofit.errors import InvalidInputError
+from retrofit.errors import InputWarning, InvalidInputError
 from retrofit.leave_out.cross_val import cross_val_predict
 from tests.helpers.leave_out import (
     CLASSIFIER_HOSTS,
@@ -169,7 +169,8 @@ def test_a_fold_with_a_constant_target_or_a_missing_class_is_answered_as_its_ref
     np.testing.assert_array_equal(got[:6], np.ones(6))
     labels = labels.copy()
     labels[:2] = 3  # a fourth class only in fold 0's held-out rows
-    proba = cross_val_predict(_classifier(), X, labels, cv=KFold(4), method="predict_proba")
+    with pytest.warns(InputWarning, match="fold 0's train rows hold no row of class 3"):
+        proba = cross_val_predict(_classifier(), X, labels, cv=KFold(4), method="predict_proba")
     assert proba.shape == (len(X), 4)
     assert (proba[:6, 3] == 0).all() and (proba[6:, 3] > 0).all()
 

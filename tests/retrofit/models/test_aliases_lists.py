@@ -41,7 +41,7 @@ def test_every_error_listing_the_aliases_names_every_one(tmp_path, raise_it, err
     assert not _missing(str(info.value)), str(info.value)
 
 
-@pytest.mark.parametrize("command", ["eval", "predict", "predict-batch", "patch", "bench"])
+@pytest.mark.parametrize("command", ["eval", "predict", "predict-batch", "patch"])
 def test_every_help_listing_the_aliases_names_every_one(command, capsys):
     with pytest.raises(SystemExit):
         main([command, "--help"])

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from tabpfn import TabPFNClassifier
+from tabpfn import TabPFNClassifier, TabPFNRegressor
 from tabpfn.architectures import tabpfn_v3
 from tabpfn.checkpoint import Checkpoint
 
@@ -23,7 +24,7 @@ from tests.helpers.regression_tasks import fit_predict, linear_task
 
 
 def test_shipped_checkpoint_sha256_matches():
-    path = embedded_model_path()
+    path = Path(embedded_model_path())
     assert path.name == EMBEDDED_FILENAME and "v3" in path.name
     assert sha256_file(path) == embedded.EMBEDDED_SHA256
 
@@ -63,7 +64,7 @@ def test_shipped_host_loads_through_tabpfn_and_learns_in_context():
 
 
 def test_the_embedded_classifier_is_shipped_with_its_digest():
-    path = embedded_model_path("classifier")
+    path = Path(embedded_model_path("classifier"))
     name = embedded.EMBEDDED_FILENAMES["classifier"]
     assert embedded.embedded_is_shipped("classifier") and path.name == name
     digest = (path.parent / (name + ".sha256")).read_text().split()[0]
@@ -106,8 +107,24 @@ def test_embedded_resolves_per_kind_from_the_files_shipped(embedded_dir, tiny_v3
     shutil.copyfile(tiny_v3_path, embedded_dir / name)
     (embedded_dir / (name + ".sha256")).write_text(f"{sha256_file(tiny_v3_path)}  {name}\n")
     assert embedded.embedded_is_shipped("classifier")
-    assert embedded_model_path("classifier") == (embedded_dir / name).resolve()
+    assert embedded_model_path("classifier") == str((embedded_dir / name).resolve())
     assert resolve_model("embedded", "classifier").checkpoint == (embedded_dir / name).resolve()
     (embedded_dir / name).write_bytes(b"replaced")
     with pytest.raises(EmbeddedCheckpointError, match="corrupted"):
         embedded_model_path("classifier")
+
+
+def test_tabpfns_own_fit_state_saves_and_loads_with_the_embedded_path(tmp_path):
+    """The path goes into tabpfn's JSON of parameters (a ``pathlib.Path`` did not)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 3))
+    estimator = TabPFNRegressor(
+        model_path=embedded_model_path(),
+        n_estimators=1,
+        device="cpu",
+        inference_precision=torch.float32,
+        random_state=0,
+    ).fit(X, X[:, 0])
+    estimator.save_fit_state(tmp_path / "plain.tabpfn_fit")
+    loaded = TabPFNRegressor.load_from_fit_state(tmp_path / "plain.tabpfn_fit", device="cpu")
+    np.testing.assert_array_equal(loaded.predict(X[:5]), estimator.predict(X[:5]))

@@ -1,1 +1,0 @@
-"""Tests of ``eval.benchmarks``, one file per benchmark module."""

@@ -1,0 +1,1 @@
+"""Tests of ``lab.benchmarks``, one file per benchmark module."""
