@@ -21,6 +21,7 @@ Shape letters: R replicates, N train rows, Q test rows, C classes of ``y``.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,7 @@ from retrofit.leave_out.cross_val import (
     checked_fold_estimator,
 )
 from retrofit.regressor import OTabPFNRegressor
+from retrofit.validation import check_leave_out_data
 from retrofit.weighted_fit import class_row_weights
 
 __all__ = ["bootstrap_counts", "bootstrap_predict"]
@@ -94,19 +96,23 @@ def bootstrap_predict(
         random_state: Seed of the resamples (an integer, None or a
             ``numpy.random.Generator``).
         method: Regressor: ``"predict"`` (the mean), ``"mean"``, ``"median"``
-            or ``"mode"``. Classifier: ``"predict"`` (labels) or
-            ``"predict_proba"``.
+            or ``"mode"``. Classifier: ``"predict"`` (labels),
+            ``"predict_proba"`` or ``"predict_log_proba"`` (its log).
         return_counts: Also return the counts.
 
     Returns:
         ``(R, Q)`` predictions (labels for a classifier's ``"predict"``), or
-        ``(R, Q, C)`` probabilities with the sorted classes of ``y`` as
-        columns (0 for a class a resample did not draw); with
-        ``return_counts``, also the ``(R, N)`` counts.
+        ``(R, Q, C)`` probabilities (or their logs) with the sorted classes
+        of ``y`` as columns (for a class a resample did not draw: 0, or for
+        logs the dtype's most negative number, as ``cross_val_predict``);
+        with ``return_counts``, also the ``(R, N)`` counts.
 
     Raises:
         InvalidInputError: Another estimator, ``mode="none"``, an unknown
-            method, ``n_replicates < 1``, or ``X`` and ``y`` of other lengths.
+            method, ``n_replicates < 1``, or data that
+            :func:`retrofit.validation.check_leave_out_data` refuses (``X``
+            not 2-D, ``y`` not one value per row, a regression target that is
+            not numbers or is NaN, a missing label, ``X_test`` of another width).
     """
     estimator = checked_fold_estimator(estimator, "bootstrap_predict")
     method = _checked_method(estimator, method)
@@ -116,10 +122,8 @@ def bootstrap_predict(
         )
     if n_replicates < 1:
         raise InvalidInputError(f"bootstrap_predict: n_replicates must be >= 1, got {n_replicates}")
-    if len(X) != len(y):
-        raise InvalidInputError(
-            f"bootstrap_predict: X has {len(X)} rows and y {len(y)} values; give one per row"
-        )
+    task = "classification" if isinstance(estimator, OTabPFNClassifier) else "regression"
+    y = check_leave_out_data(X, y, task=task, caller="bootstrap_predict", X_test=X_test)
     counts_RN = bootstrap_counts(len(X), int(n_replicates), random_state)
     class_weight = getattr(estimator, "class_weight", None)
     weights = [class_row_weights(class_weight, y, c_N.astype(np.float64)) for c_N in counts_RN]
@@ -127,7 +131,7 @@ def bootstrap_predict(
     host = estimator.batched_host()
     try:
         if isinstance(estimator, OTabPFNClassifier):
-            run = predict_proba_batched if method == "predict_proba" else predict_batched_labels
+            run = predict_batched_labels if method == "predict" else predict_proba_batched
             results = run(host, *lists, padded=True, sample_weight=weights).results
         else:
             output_type = "mean" if method == "predict" else method
@@ -135,19 +139,32 @@ def bootstrap_predict(
                 host, *lists, output_type=output_type, padded=True, sample_weight=weights
             ).results
     except BatchInputError as err:
-        raise InvalidInputError(f"bootstrap replicates (dataset r is replicate r): {err}") from None
+        # The batch names its datasets, which are the replicates in order.
+        message = re.sub(r"^dataset (\d+)", r"replicate \1", " ".join(str(err).split()))
+        raise InvalidInputError(f"bootstrap_predict: {message}") from None
     if method == "predict_proba":
         predictions = _aligned(results, y, weights)
+    elif method == "predict_log_proba":
+        with np.errstate(divide="ignore"):  # a probability of 0 is a log of -inf
+            logs = [np.log(proba_QC) for proba_QC in results]
+        predictions = _aligned(logs, y, weights, fill=np.finfo(logs[0].dtype).min)
     else:
         predictions = np.stack([np.asarray(r) for r in results])
     return (predictions, counts_RN) if return_counts else predictions
 
 
-def _aligned(probas: list[np.ndarray], y: Any, weights: list[np.ndarray]) -> np.ndarray:
-    """``(R, Q, C)``: each replicate's probabilities in the columns of every class of ``y``."""
+def _aligned(
+    probas: list[np.ndarray], y: Any, weights: list[np.ndarray], *, fill: float = 0.0
+) -> np.ndarray:
+    """``(R, Q, C)``: each replicate's probabilities in the columns of every class of ``y``.
+
+    ``fill`` where a replicate drew no row of a class: 0 for probabilities,
+    the dtype's most negative number for their logs (scikit-learn's convention).
+    """
     labels_N = np.asarray(y)
     encoder = LabelEncoder().fit(labels_N)
-    out_RQC = np.zeros((len(probas), probas[0].shape[0], len(encoder.classes_)), probas[0].dtype)
+    shape = (len(probas), probas[0].shape[0], len(encoder.classes_))
+    out_RQC = np.full(shape, fill, dtype=probas[0].dtype)
     for r, (proba_QC, w_N) in enumerate(zip(probas, weights, strict=True)):
         drawn = encoder.transform(np.unique(labels_N[w_N > 0]))
         out_RQC[r][:, drawn] = proba_QC

@@ -96,6 +96,15 @@ def test_each_classifier_replicate_is_the_balanced_refit_with_every_class_as_a_c
         assert (probas[r][:, 3] == 0).all() == (r in missed)
     labels_out = retrofit.bootstrap_predict(est, X, labels, X_test, n_replicates=5, random_state=3)
     np.testing.assert_array_equal(labels_out, np.argmax(probas, axis=2))
+    # Logs, as cross_val_predict gives them: the log of each drawn class's
+    # probability, the dtype's most negative number for a class not drawn.
+    logs = retrofit.bootstrap_predict(
+        est, X, labels, X_test, n_replicates=5, random_state=3, method="predict_log_proba"
+    )
+    assert logs.shape == probas.shape and logs.dtype == probas.dtype
+    drawn = probas > 0
+    np.testing.assert_array_equal(logs[drawn], np.log(probas[drawn]))
+    assert (logs[~drawn] == np.finfo(logs.dtype).min).all() and (~drawn).any()
 
 
 def test_the_counts_are_n_multinomial_draws_and_the_seed_repeats_them():
@@ -121,3 +130,12 @@ def test_what_bootstrap_predict_refuses():
         )
     with pytest.raises(InvalidInputError, match="X has 36 rows and y 35"):
         retrofit.bootstrap_predict(_estimator(), X, y[:35], X_test, n_replicates=2, random_state=0)
+    # The leave-out entry points' one boundary check (retrofit.validation).
+    y_nan = y.copy()
+    y_nan[4] = np.nan
+    with pytest.raises(InvalidInputError, match="bootstrap_predict: y holds NaN or inf in row 4"):
+        retrofit.bootstrap_predict(_estimator(), X, y_nan, X_test, n_replicates=2, random_state=0)
+    with pytest.raises(InvalidInputError, match="bootstrap_predict: X_test has shape"):
+        retrofit.bootstrap_predict(
+            _estimator(), X, y, X_test[:, :2], n_replicates=2, random_state=0
+        )
