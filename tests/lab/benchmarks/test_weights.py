@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 
+from lab.benchmarks.command import _parser
 from lab.benchmarks.weights import TARGETS
 from lab.cli import main
 
@@ -40,3 +41,10 @@ def test_quick_weights_bench_times_both_parts_and_compares_the_replicates(
 def test_bench_refuses_two_kinds_at_once(capsys):
     assert main(["bench", "--weights", "--leave-out", "--model", "embedded"]) == 2
     assert "give --leave-out or --weights, not both" in capsys.readouterr().err
+
+
+def test_bench_weights_defaults_are_the_issues_case_on_tabpfns_default_model():
+    """16 replicates of 500 rows; no --model means tabpfn's 'auto', as bench's other modes."""
+    args = _parser().parse_args(["--weights"])
+    assert args.weights and args.model == "auto"
+    assert (args.weights_rows, args.weights_replicates, args.weights_test_rows) == ([500], 16, 100)
