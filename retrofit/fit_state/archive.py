@@ -5,7 +5,9 @@ inference engine with joblib, which unpickles (runs code) on load. This
 format stores no object at all, only what is needed to redo the fit::
 
     PATH.tabpfn_fit
-      retrofit_fit_state.json   format, estimator class, constructor parameters,
+      retrofit_fit_state.json   format, estimator class, constructor parameters
+                                (a dict keyed by labels as its [key, value]
+                                pairs, keys keeping their type),
                                 the resolved settings, the patch report digests,
                                 the SHA-256 of each model's weights, versions,
                                 the SHA-256 of each member and of the manifest
@@ -149,15 +151,29 @@ def weights_digest(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
+#: A dict whose keys are not all text, as JSON holds it: ``{"dict.items": [[key, value], ...]}``.
+_ITEMS_TAG = "dict.items"
+#: The one-key dicts that stand for something else (a torch dtype, a dict of typed keys).
+_TAGS = frozenset({"torch.dtype", _ITEMS_TAG})
+#: The key types a dict parameter keeps through JSON (its number and text values).
+_KEY_TYPES = (bool, int, float, str)
+
+
 def _json_param(name: str, value: Any) -> Any:
-    """A parameter as JSON, refused where its JSON form would load as something else."""
+    """A parameter as JSON, refused where its JSON form would load as something else.
+
+    JSON's object keys are text, so a dict whose keys are not all text (a
+    ``class_weight`` of integer labels, ``{0: 3.0, 1: 1.0}``) is stored as its
+    ``[key, value]`` pairs under ``"dict.items"``, where a key keeps its type
+    (bool, int, float or str); numpy scalars are stored as the Python numbers
+    and strings they equal.
+    """
     if isinstance(value, torch.dtype):
         return {"torch.dtype": str(value).removeprefix("torch.")}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)  # tabpfn's constructors take these as dicts
-    if isinstance(value, np.integer):
-        value = int(value)
     try:
+        value = _as_data(value)
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as err:
         raise FitStateError(
@@ -169,6 +185,36 @@ def _json_param(name: str, value: Any) -> Any:
             f"cannot save the fit state: parameter {name}={value!r:.80} does not read back "
             "equal from JSON; set it to plain values and fit again"
         )
+    return value
+
+
+def _as_data(value: Any) -> Any:
+    """``value`` with numpy scalars as Python's and every dict keyed by text (see _json_param).
+
+    Raises:
+        TypeError: A dict key of another type than bool, int, float or str.
+    """
+    value = _python_scalar(value)
+    if isinstance(value, tuple | list):
+        return [_as_data(v) for v in value]
+    if isinstance(value, dict):
+        keys = [_python_scalar(k) for k in value]
+        if all(type(k) is str for k in keys) and set(keys) not in ({t} for t in _TAGS):
+            return {k: _as_data(v) for k, v in zip(keys, value.values(), strict=True)}
+        odd = [k for k in keys if type(k) not in _KEY_TYPES]
+        if odd:
+            raise TypeError(
+                f"a key {odd[0]!r:.40} of type {type(odd[0]).__name__} (a dict's keys are "
+                "stored as bool, int, float or str)"
+            )
+        return {_ITEMS_TAG: [[k, _as_data(v)] for k, v in zip(keys, value.values(), strict=True)]}
+    return value
+
+
+def _python_scalar(value: Any) -> Any:
+    """A numpy bool, number or string as Python's (``np.int64(3)`` -> ``3``); else ``value``."""
+    if isinstance(value, np.generic) and isinstance(value.item(), _KEY_TYPES):
+        return value.item()
     return value
 
 
@@ -186,6 +232,22 @@ def _param_from_json(value: Any) -> Any:
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"unknown torch dtype {value['torch.dtype']!r}")
         return dtype
+    return _from_data(value)
+
+
+def _from_data(value: Any) -> Any:
+    """The value :func:`_as_data` stored: dicts of typed keys rebuilt from their pairs."""
+    if isinstance(value, list):
+        return [_from_data(v) for v in value]
+    if isinstance(value, dict) and set(value) == {_ITEMS_TAG}:
+        pairs = value[_ITEMS_TAG]
+        if not isinstance(pairs, list) or not all(
+            isinstance(p, list) and len(p) == 2 and type(p[0]) in _KEY_TYPES for p in pairs
+        ):
+            raise ValueError(f"{_ITEMS_TAG} must be [key, value] pairs of bool, int, float or str")
+        return {key: _from_data(v) for key, v in pairs}
+    if isinstance(value, dict):
+        return {k: _from_data(v) for k, v in value.items()}
     return value
 
 
