@@ -28,7 +28,7 @@ PROG = "python -m lab"
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": (
         "lab.benchmarks.command:main",
-        "OAttention vs plain SDPA: time, memory, fit+predict (--batched, --leave-out)",
+        "OAttention vs SDPA: time, memory, fit+predict (--batched, --leave-out, --weights)",
     ),
     "intervals": (
         "lab.leave_out.commands:intervals_main",

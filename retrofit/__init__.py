@@ -8,8 +8,9 @@ host architecture), :class:`PatchReport`, the scikit-learn estimators
 :func:`row_weights` (train rows of a patched forward counted ``w_j`` times each),
 :func:`cross_val_predict` (out-of-fold predictions, the folds in one ragged
 batch; the feature preprocessing fitted once on all rows by default, or per
-fold) and the regressor's jackknife+/CV+/split-conformal
-:func:`prediction_intervals`.
+fold), the regressor's jackknife+/CV+/split-conformal
+:func:`prediction_intervals` and :func:`bootstrap_predict` (bootstrap
+replicates as weighted contexts of one ragged batch).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ _EXPORTS: dict[str, str] = {
     "PredictionIntervals": "retrofit.leave_out.intervals",
     "prediction_intervals": "retrofit.leave_out.estimator_intervals",
     "cross_val_predict": "retrofit.leave_out.cross_val",
+    "bootstrap_predict": "retrofit.leave_out.bootstrap",
 }
 
 __all__ = [*errors.__all__, *sorted(_EXPORTS)]

@@ -37,11 +37,14 @@ from tabpfn import TabPFNClassifier
 from retrofit.batching.classification import predict_batched_labels, predict_proba_batched
 from retrofit.batching.dispatch import (
     check_batch_lists,
+    check_batch_weights,
     first_other_class_set,
     needs_padding,
     tabpfn_batched,
 )
+from retrofit.errors import BatchInputError, InvalidSampleWeightError
 from retrofit.estimator_base import ModelPath, RetrofitEstimatorMixin
+from retrofit.weighted_fit import WeightedClassifierFit, class_row_weights, unpatched_refusal
 
 if TYPE_CHECKING:
     from tabpfn.constants import MemorySavingMode
@@ -52,7 +55,7 @@ if TYPE_CHECKING:
 __all__ = ["OTabPFNClassifier"]
 
 
-class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
+class OTabPFNClassifier(RetrofitEstimatorMixin, WeightedClassifierFit, TabPFNClassifier):
     """TabPFN classification with the zero vector as a true NULL state.
 
     Every argument but the first four is ``tabpfn.TabPFNClassifier``'s, with
@@ -99,6 +102,12 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
         tuning_config: See ``tabpfn.TabPFNClassifier`` (its holdout
             classifiers are patched too).
         show_progress_bar: See ``tabpfn.TabPFNClassifier``.
+        class_weight: scikit-learn's: None (every class weighs 1),
+            ``"balanced"`` (class ``c`` weighs ``n / (n_classes * n_c)``,
+            counted with the sample weights) or a dict ``{label: weight}``
+            (labels not named weigh 1); it multiplies ``fit``'s
+            ``sample_weight`` (:mod:`retrofit.weighted_fit.class_weights`).
+            Needs a patched mode, as ``sample_weight`` does.
 
     Attributes:
         settings_: The resolved ``mode``, ``tau``, ``support``, ``eps_den`` (of
@@ -144,6 +153,7 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
         eval_metric: str | ClassifierEvalMetrics | None = None,
         tuning_config: dict | ClassifierTuningConfig | None = None,
         show_progress_bar: bool = False,
+        class_weight: dict | str | None = None,
     ) -> None:
         super().__init__(
             n_estimators=n_estimators,
@@ -174,12 +184,36 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
         self.tau = tau
         self.support = support
         self.eps_den = eps_den
+        self.class_weight = class_weight
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> OTabPFNClassifier:
+        """``TabPFNClassifier.fit``, each row counted ``sample_weight`` times its class weight.
+
+        ``sample_weight`` (None, a number, or ``(N,)`` finite weights ``>= 0``,
+        not all 0) are frequencies: weight ``k`` is the row given ``k`` times,
+        0 is the row removed (a class left with no weight is no class of the
+        fit), and scaling every weight by ``c`` is ``c`` copies of the data
+        (docs/weights.md). ``class_weight`` multiplies them. None (or every
+        weight 1) and ``class_weight=None`` is tabpfn's ``fit``, the same code
+        path. With ``mode="none"`` weights are refused.
+
+        Raises:
+            InvalidSampleWeightError: Malformed weights or ``class_weight``.
+            UnsupportedWeightingError: Weights with ``mode="none"`` or a setting
+                they cannot be applied to.
+        """
+        return super().fit(X, y, sample_weight)
+
+    def _row_weights_for_fit(self, y: Any, w_N: Any) -> Any:
+        """The sample weights times each row's ``class_weight``."""
+        return class_row_weights(self.class_weight, y, w_N)
 
     def predict_proba_batched(
         self,
         X_train_list: list[Any],
         y_train_list: list[Any],
         X_test_list: list[Any],
+        sample_weight: list[Any] | None = None,
     ) -> np.ndarray | list[np.ndarray]:
         """``TabPFNClassifier.predict_proba_batched``, for datasets of other shapes and classes too.
 
@@ -195,7 +229,10 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
         ``inference_precision=torch.float64``, which tabpfn's fused forward
         refuses, takes the padded path too on a patched host
         (:func:`retrofit.batching.dispatch.needs_padding` is the rule). ``self``
-        is left unchanged.
+        is left unchanged. ``sample_weight``: None, or per dataset None or the
+        weights of its train rows as ``fit`` takes them, times ``class_weight``
+        on the dataset's labels: each dataset's result is what ``fit(X, y,
+        sample_weight=w).predict_proba`` gives, on the padded path.
 
         Returns:
             tabpfn's ``(n_datasets, n_test, n_classes)`` array when every
@@ -204,12 +241,15 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
             columns the dataset's ``classes_``.
 
         Raises:
-            BatchInputError: Malformed lists or datasets, a missing label, or
-                more classes than the model scores (the message names the index).
+            BatchInputError: Malformed lists, datasets or weights, a missing
+                label, or more classes than the model scores (the message
+                names the index).
+            UnsupportedWeightingError: Weights with ``mode="none"``.
         """
         # Malformed lists and missing labels are refused before the model is loaded.
         check_batch_lists(X_train_list, y_train_list, X_test_list, numeric=False)
-        if not needs_padding(self, X_train_list, y_train_list, X_test_list):
+        weights = self._batch_row_weights(X_train_list, y_train_list, sample_weight)
+        if weights is None and not needs_padding(self, X_train_list, y_train_list, X_test_list):
             # tabpfn's own method on self (a subclass's overrides apply), its
             # errors naming the dataset where one fails on its own.
             return tabpfn_batched(
@@ -222,7 +262,7 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
                 X_test_list,
             )
         results = predict_proba_batched(
-            self.batched_host(), X_train_list, y_train_list, X_test_list
+            self.batched_host(), X_train_list, y_train_list, X_test_list, sample_weight=weights
         ).results
         if len({r.shape for r in results}) == 1 and first_other_class_set(y_train_list) is None:
             return np.stack(results)
@@ -251,6 +291,7 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
         X_train_list: list[Any],
         y_train_list: list[Any],
         X_test_list: list[Any],
+        sample_weight: list[Any] | None = None,
     ) -> list[np.ndarray]:
         """The labels ``predict`` gives each dataset, for many datasets at once.
 
@@ -259,15 +300,36 @@ class OTabPFNClassifier(RetrofitEstimatorMixin, TabPFNClassifier):
         one class set, the null-padded one for ragged input or differing class
         sets on a patched host) and returns, per
         dataset, the labels of its most probable classes
-        (:func:`retrofit.batching.classification.predict_batched_labels`).
+        (:func:`retrofit.batching.classification.predict_batched_labels`);
+        ``sample_weight`` as :meth:`predict_proba_batched` takes it.
 
         Raises:
-            BatchInputError: Malformed lists or datasets (the message names the index).
+            BatchInputError: Malformed lists, datasets or weights (the message
+                names the index).
         """
         check_batch_lists(X_train_list, y_train_list, X_test_list, numeric=False)
+        weights = self._batch_row_weights(X_train_list, y_train_list, sample_weight)
         return predict_batched_labels(
-            self.batched_host(), X_train_list, y_train_list, X_test_list
+            self.batched_host(), X_train_list, y_train_list, X_test_list, sample_weight=weights
         ).results
+
+    def _batch_row_weights(
+        self, X_train_list: list[Any], y_train_list: list[Any], sample_weight: Any
+    ) -> list[Any] | None:
+        """Each dataset's checked sample weights times its ``class_weight``; None for none."""
+        weights = check_batch_weights(sample_weight, X_train_list)
+        if self.class_weight is not None:
+            weights = weights or [None] * len(X_train_list)
+            try:
+                weights = [
+                    class_row_weights(self.class_weight, y, w)
+                    for y, w in zip(y_train_list, weights, strict=True)
+                ]
+            except InvalidSampleWeightError as err:
+                raise BatchInputError(str(err)) from None
+        if weights is not None and self.mode == "none":
+            raise unpatched_refusal()
+        return weights
 
     def _get_tuning_classifier(self, **overwrite_kwargs: Any) -> OTabPFNClassifier:
         """The holdout classifier tabpfn builds for ``tuning_config``, as one of this class."""

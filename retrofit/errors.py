@@ -24,6 +24,7 @@ __all__ = [
     "InvalidModelPathError",
     "InvalidPatchConfigError",
     "InvalidRowWeightsError",
+    "InvalidSampleWeightError",
     "ManifestError",
     "MissingPresenceError",
     "NotPatchedError",
@@ -37,6 +38,7 @@ __all__ = [
     "UnknownVersionError",
     "UnsafeCheckpointError",
     "UnsupportedArchitectureError",
+    "UnsupportedWeightingError",
     "WeightsUnavailableError",
 ]
 
@@ -104,6 +106,10 @@ class InvalidRowWeightsError(InvalidInputError):
     """Row weights (or presence) of a patched forward are malformed: shape, value or context."""
 
 
+class InvalidSampleWeightError(InvalidInputError):
+    """``sample_weight`` or ``class_weight`` given to an estimator is malformed (shape, value)."""
+
+
 class UnknownVersionError(RetrofitError, ValueError):
     """A TabPFN version alias (``"v2"``, ``"auto"``, ...) naming no weights the retrofit knows."""
 
@@ -158,3 +164,7 @@ class ManifestError(RetrofitError, ValueError):
 
 class BatchInputError(RetrofitError, ValueError):
     """A batched prediction's input lists or options are malformed; messages name the dataset."""
+
+
+class UnsupportedWeightingError(RetrofitError, ValueError):
+    """A fit with row weights meets a setting or step it cannot weight; the message names it."""

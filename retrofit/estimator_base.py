@@ -19,7 +19,12 @@ differs, and it lives here once for both:
   ``_get_tuning_classifier``) calls;
 * ``save_fit_state`` / ``load_from_fit_state`` (tabpfn's public pair), in a
   format that holds data only and is replayed on load
-  (:mod:`retrofit.fit_state.archive`): ``fit`` keeps a copy of its inputs for it.
+  (:mod:`retrofit.fit_state.archive`): ``fit`` keeps a copy of its inputs for it;
+* ``fit(X, y, sample_weight=None)``: the weights checked once
+  (:func:`retrofit.validation.check_sample_weight`), a classifier's
+  ``class_weight`` multiplied in, then tabpfn's ``fit`` with every row counted
+  that many times (:mod:`retrofit.weighted_fit`); without weights it is
+  tabpfn's ``fit``, the same code path.
 
 The private tabpfn methods overridden are listed in
 :data:`retrofit.tabpfn_surface.PRIVATE_METHODS` and pinned by
@@ -47,6 +52,8 @@ from retrofit.models.saved import check_patch_digest
 from retrofit.patcher import PatchReport, patch_loaded_models
 from retrofit.settings import SETTING_NAMES, check_given
 from retrofit.tabpfn_surface import models_may_be_shared
+from retrofit.validation import check_sample_weight, rows_of
+from retrofit.weighted_fit import unpatched_refusal
 
 __all__ = ["ModelPath", "RetrofitEstimatorMixin", "tabpfn_loads"]
 
@@ -183,11 +190,35 @@ class RetrofitEstimatorMixin:
         self.patch_reports_ = reports
         return byte_size
 
-    def fit(self, X: Any, y: Any) -> Self:
-        """The tabpfn ``fit``, keeping copies of ``X``, ``y`` and the parameters for saving."""
-        fitted = super().fit(X, y)
-        self.__dict__[_FIT_RECORD_ATTR] = FitRecord.of(X, y, self.get_params(deep=False))
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> Self:
+        """The tabpfn ``fit``, each row counted ``sample_weight`` times; copies kept for saving.
+
+        The weights are checked once, here: None, a number, or ``(N,)`` finite
+        numbers ``>= 0``, not all 0, never modified (scikit-learn's
+        ``_check_sample_weight`` semantics). A classifier's ``class_weight``
+        multiplies them (:mod:`retrofit.weighted_fit.class_weights`). Weights
+        are frequencies: weight ``k`` is the row given ``k`` times, 0 is the
+        row removed, and scaling every weight by ``c`` is ``c`` copies of the
+        data. None (or every weight 1) is tabpfn's ``fit`` itself.
+
+        Raises:
+            InvalidSampleWeightError: Malformed weights or ``class_weight``.
+            UnsupportedWeightingError: Weights with ``mode="none"`` (unpatched),
+                or a setting the weights cannot be applied to (one line naming it).
+        """
+        w_N = None if sample_weight is None else check_sample_weight(sample_weight, rows_of(X))
+        fit_w_N = self._row_weights_for_fit(y, w_N)
+        if fit_w_N is not None and self.mode == "none":
+            raise unpatched_refusal()
+        fitted = self._fit_rows(X, y, fit_w_N)
+        self.__dict__[_FIT_RECORD_ATTR] = FitRecord.of(
+            X, y, self.get_params(deep=False), sample_weight=w_N
+        )
         return fitted
+
+    def _row_weights_for_fit(self, y: Any, w_N: Any) -> Any:
+        """The weights the fit counts rows by: the sample weights (a classifier adds its own)."""
+        return w_N
 
     def save_fit_state(self, path: str | PathLike[str]) -> None:
         """Saves the fit to ``path`` (``.tabpfn_fit``) as data only, for ``load_from_fit_state``.
@@ -257,7 +288,7 @@ class RetrofitEstimatorMixin:
         except TypeError as err:  # a parameter this class does not take
             raise FitStateError(f"{path}: {err}; save the fit state again") from err
         try:
-            estimator.fit(saved.X, saved.y)
+            estimator.fit(saved.X, saved.y, sample_weight=saved.sample_weight)
         except (FitStateError, MemoryError, torch.OutOfMemoryError):
             raise  # named already, or the machine's limit rather than the file's
         except Exception as err:

@@ -29,10 +29,16 @@ import numpy as np
 import torch
 from tabpfn import TabPFNRegressor
 
-from retrofit.batching.dispatch import check_batch_lists, needs_padding, tabpfn_batched
+from retrofit.batching.dispatch import (
+    check_batch_lists,
+    check_batch_weights,
+    needs_padding,
+    tabpfn_batched,
+)
 from retrofit.batching.regression import predict_batched
 from retrofit.estimator_base import ModelPath, RetrofitEstimatorMixin
 from retrofit.validation import check_numeric_target
+from retrofit.weighted_fit import WeightedRegressorFit, unpatched_refusal
 
 if TYPE_CHECKING:
     from tabpfn.constants import MemorySavingMode
@@ -43,7 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["ModelPath", "OTabPFNRegressor"]
 
 
-class OTabPFNRegressor(RetrofitEstimatorMixin, TabPFNRegressor):
+class OTabPFNRegressor(RetrofitEstimatorMixin, WeightedRegressorFit, TabPFNRegressor):
     """TabPFN regression with the zero vector as a true NULL state.
 
     Every argument but the first four is ``tabpfn.TabPFNRegressor``'s, with its
@@ -164,16 +170,27 @@ class OTabPFNRegressor(RetrofitEstimatorMixin, TabPFNRegressor):
         self.support = support
         self.eps_den = eps_den
 
-    def fit(self, X: Any, y: Any) -> OTabPFNRegressor:
-        """``TabPFNRegressor.fit``, refusing a target that is not numbers first.
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> OTabPFNRegressor:
+        """``TabPFNRegressor.fit``, each row counted ``sample_weight`` times.
 
-        Numbers written as text are numbers, in a list or numpy string array too
+        A target that is not numbers is refused first; numbers written as text
+        are numbers, in a list or numpy string array too
         (:func:`retrofit.validation.check_numeric_target`).
+
+        ``sample_weight`` (None, a number, or ``(N,)`` finite weights ``>= 0``,
+        not all 0) are frequencies: weight ``k`` is the row given ``k`` times,
+        0 is the row removed, and scaling every weight by ``c`` is ``c``
+        copies of the data (docs/weights.md). None, or every weight 1, is
+        tabpfn's ``fit``, the same code path. With ``mode="none"`` weights are
+        refused (they act in the patched blocks).
 
         Raises:
             InvalidInputError: On a target that is not numbers ("y must be numeric").
+            InvalidSampleWeightError: Malformed weights.
+            UnsupportedWeightingError: Weights with ``mode="none"`` or a setting
+                they cannot be applied to.
         """
-        return super().fit(X, check_numeric_target(y))
+        return super().fit(X, check_numeric_target(y), sample_weight)
 
     def predict_batched(
         self,
@@ -183,6 +200,7 @@ class OTabPFNRegressor(RetrofitEstimatorMixin, TabPFNRegressor):
         *,
         output_type: str = "mean",
         quantiles: list[float] | None = None,
+        sample_weight: list[Any] | None = None,
     ) -> list[Any]:
         """``TabPFNRegressor.predict_batched``, for datasets of different shapes too.
 
@@ -197,12 +215,22 @@ class OTabPFNRegressor(RetrofitEstimatorMixin, TabPFNRegressor):
         tabpfn's, every call loads the model from the current parameters
         (``set_params`` after ``fit`` counts), and ``self`` is left unchanged.
 
+        ``sample_weight``: None, or one entry per dataset, None or the weights
+        of its train rows as ``fit`` takes them: each dataset's result is then
+        what ``fit(X, y, sample_weight=w).predict`` gives, on the padded path
+        (a patched mode).
+
         Raises:
-            BatchInputError: Malformed lists or datasets (the message names the index).
+            BatchInputError: Malformed lists, datasets or weights (the message
+                names the index).
+            UnsupportedWeightingError: Weights with ``mode="none"``.
         """
-        # Malformed lists are refused before the model is loaded.
+        # Malformed lists and weights are refused before the model is loaded.
         y_train_list = check_batch_lists(X_train_list, y_train_list, X_test_list)
-        if needs_padding(self, X_train_list, y_train_list, X_test_list):
+        weights = check_batch_weights(sample_weight, X_train_list)
+        if weights is not None and self.mode == "none":
+            raise unpatched_refusal()
+        if weights is not None or needs_padding(self, X_train_list, y_train_list, X_test_list):
             return predict_batched(
                 self.batched_host(),
                 X_train_list,
@@ -210,6 +238,7 @@ class OTabPFNRegressor(RetrofitEstimatorMixin, TabPFNRegressor):
                 X_test_list,
                 output_type=output_type,
                 quantiles=quantiles,
+                sample_weight=weights,
             ).results
         # tabpfn's own method on self (a subclass's overrides apply), its errors
         # naming the dataset where one fails on its own.

@@ -12,16 +12,21 @@ Four kinds of names:
 
 * :data:`PRIVATE_NAMES`: functions and values imported from tabpfn modules
   (the helpers of ragged ``predict_batched``, the model-cache probe, the
-  architecture name of a fit state's in-memory model, an ensemble member's
-  label transform for transductive leave-out, and the v2 family's encoder
-  steps and v3.5's ECDF key that row weights fit weighted statistics for), each
+  architecture name of a fit state's in-memory model and an ensemble member's
+  label transform for transductive leave-out, the mean imputer and the
+  importance-ranking size that the weighted preprocessing reads, tabpfn's
+  three inference engines that a weighted fit subclasses, and the v2
+  family's encoder steps and v3.5's ECDF key that row weights fit weighted
+  statistics for), each
   available here under the name without its leading underscore;
 * :data:`PRIVATE_METHODS`: private methods and attributes of tabpfn's classes
   that the retrofit calls, overrides (``retrofit/estimator_base.py`` for both
   estimators, ``retrofit/regressor.py``, ``retrofit/classifier.py``,
-  ``retrofit/hosts/v3/icl_host.py``, ``retrofit/hosts/v2/model.py``) or reads
-  (the hosts' ICL stages); the regressor's are called through the functions at
-  the end of this module;
+  ``retrofit/hosts/v3/icl_host.py``, ``retrofit/hosts/v2/model.py``, the
+  weighted preprocessing steps of ``retrofit/weighted_preprocessing/``, the
+  weighted fit's hooks and engines of ``retrofit/weighted_fit/``) or reads
+  (the hosts' ICL stages, the fits whose formulas the weighted ones re-derive);
+  the regressor's are called through the functions at the end of this module;
 * :data:`PRIVATE_ATTRIBUTES`: private attributes of tabpfn's objects that
   the retrofit reads (an ensemble member's model index, v3's NaN guard);
 * :data:`PRIVATE_MODULES`: tabpfn modules whose contents are internal to
@@ -46,6 +51,7 @@ __all__ = [
     "ROW_WEIGHTS",
     "TABPFN_VERSION",
     "TRANSDUCTIVE_LEAVE_OUT",
+    "WEIGHTED_FIT",
     "MissingTabPFNName",
     "batch_member_inputs",
     "check_input_shape_matches",
@@ -59,14 +65,19 @@ __all__ = [
     "get_autocast_context",
     "get_built_model_cache_size",
     "handle_constant_target",
+    "inference_engine_cache_preprocessing",
+    "inference_engine_explicit_kv_cache",
+    "inference_engine_on_demand",
     "maybe_run_gpu_preprocessing",
     "member_model_index",
     "members_per_forward",
     "missing_names",
     "models_may_be_shared",
+    "no_inverse_imputer",
     "prepare_model_inputs",
     "require",
     "resolve_architecture_name",
+    "resolve_importance_top_k",
     "should_save_peak_mem",
     "transform_labels_one",
     "translate_batched_logits",
@@ -89,6 +100,9 @@ RAGGED_BATCHING = "ragged predict_batched"
 
 #: The feature that fits each fold's y side over a shared X side (named in the error).
 TRANSDUCTIVE_LEAVE_OUT = "cross_val_predict(preprocessing='transductive')"
+
+#: The feature that fits tabpfn's preprocessing with row weights (named in the error).
+WEIGHTED_FIT = "fit(sample_weight=...)"
 
 #: The feature whose weighted in-model statistics need the hosts' private helpers.
 ROW_WEIGHTS = "retrofit.row_weights"
@@ -151,6 +165,28 @@ PRIVATE_NAMES: dict[str, tuple[str, str, str]] = {
         "_transform_labels_one",
         TRANSDUCTIVE_LEAVE_OUT,
     ),
+    # The mean imputer of tabpfn's safe scalers: its weighted counterpart subclasses it.
+    "no_inverse_imputer": ("tabpfn.preprocessing.steps.utils", "_NoInverseImputer", WEIGHTED_FIT),
+    # The inference engines of fit_mode "low_memory", "fit_preprocessors" and
+    # "fit_with_cache": a weighted fit runs subclasses whose forwards carry each
+    # member's row weights (retrofit/weighted_fit/engines.py).
+    "inference_engine_on_demand": ("tabpfn.inference", "InferenceEngineOnDemand", WEIGHTED_FIT),
+    "inference_engine_cache_preprocessing": (
+        "tabpfn.inference",
+        "InferenceEngineCachePreprocessing",
+        WEIGHTED_FIT,
+    ),
+    "inference_engine_explicit_kv_cache": (
+        "tabpfn.inference",
+        "InferenceEngineExplicitKVCache",
+        WEIGHTED_FIT,
+    ),
+    # How many features an importance ranking keeps (row weights refuse the ranking).
+    "resolve_importance_top_k": (
+        "tabpfn.preprocessing.ensemble",
+        "_resolve_importance_top_k",
+        WEIGHTED_FIT,
+    ),
     # The v2 family's feature encoder, step by step, so its statistics can be fitted
     # weighted and handed back as the host's own cache (retrofit/hosts/v2/model.py).
     "v2_constant_feature_mask": (
@@ -207,6 +243,13 @@ PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
     "tabpfn.regressor.TabPFNRegressor": (
         "_initialize_model_variables",  # overridden by OTabPFNRegressor
         "_get_tuning_regressor",  # overridden by OTabPFNRegressor
+        # A weighted fit (retrofit/weighted_fit/estimator.py) overrides these three
+        # around tabpfn's own fit, whose order of calls it relies on, and calls the fourth.
+        "fit",
+        "_initialize_dataset_preprocessing",
+        "_build_ensemble_preprocessor_and_executor",
+        "_compute_downsample_correction",
+        "_rebuild_raw_space_bardist",
         "_uses_majority_downsample",
         "_handle_constant_target",
         "_translate_batched_logits",
@@ -215,12 +258,20 @@ PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
     "tabpfn.classifier.TabPFNClassifier": (
         "_initialize_model_variables",  # overridden by OTabPFNClassifier
         "_get_tuning_classifier",  # overridden by OTabPFNClassifier
+        # A weighted fit overrides these two around tabpfn's own fit (its order of calls).
+        "fit",
+        "_initialize_dataset_preprocessing",
+        "_compute_downsample_correction",
         "_uses_majority_downsample",  # ragged predict_proba_batched refuses it
         # Public, but ragged predict_proba_batched relies on its inside: it hands
         # the fitted worker an executor_ whose iter_outputs replays the padded
         # outputs, and forward post-processes them (retrofit/batching/classification.py).
         "forward",
     ),
+    # A weighted fit's engines run each member's forwards under its row weights.
+    "tabpfn.inference.InferenceEngineOnDemand": ("_call_model",),
+    "tabpfn.inference.InferenceEngineCachePreprocessing": ("_call_model",),
+    "tabpfn.inference.InferenceEngineExplicitKVCache": ("_build_cache",),
     "tabpfn.architectures.tabpfn_v2.TabPFNV2": (
         "_pad_and_group_features",
         "_embed_targets",
@@ -237,6 +288,34 @@ PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
         "_preprocess_and_embed_features",
         "_preprocess_and_embed_targets",
         "_decode",
+    ),
+    # Row weights (retrofit/weighted_preprocessing/): the steps' fits overridden, and
+    # the public fits whose formulas the weighted ones re-derive (a change is re-checked).
+    "tabpfn.preprocessing.steps.reshape_feature_distribution_step."
+    "ReshapeFeatureDistributionsStep": (
+        "_create_transformers_and_new_schema",  # overridden: sized by sum w, fitted weighted
+    ),
+    "tabpfn.preprocessing.steps.encode_categorical_features_step.EncodeCategoricalFeaturesStep": (
+        "_get_transformer",  # overridden: the common-category filters count sum w
+        "_fit_transform_internal",  # its one-hot size guard is redone on sum w rows
+    ),
+    "tabpfn.preprocessing.steps.add_svd_features_step.AddSVDFeaturesStep": ("_fit",),
+    "tabpfn.preprocessing.steps.add_fingerprint_features_step.AddFingerprintFeaturesStep": (
+        "_fit",
+    ),
+    "tabpfn.preprocessing.steps.safe_power_transformer.SafePowerTransformer": (
+        "_yeo_johnson_optimize",
+    ),
+    "tabpfn.preprocessing.steps.squashing_scaler_transformer.SquashingScaler": ("fit",),
+    "tabpfn.preprocessing.steps.adaptive_quantile_transformer.AdaptiveQuantileTransformer": (
+        "fit",
+    ),
+    "tabpfn.preprocessing.steps.kdi_transformer.KDITransformerWithNaN": ("fit",),
+    "tabpfn.preprocessing.torch.steps.TorchSoftClipOutliersStep": ("_fit",),
+    "tabpfn.preprocessing.torch.torch_soft_clip_outliers.TorchSoftClipOutliers": ("fit",),
+    "tabpfn.preprocessing.ensemble.TabPFNEnsemblePreprocessor": (
+        "__init__",  # called with the weighted row count; its sampler draws on it
+        "fit_transform_ensemble_members_iterator",  # overridden: members fitted weighted
     ),
     "tabpfn.architectures.tabpfn_v3.TabPFNV3": (
         "_stages_0_to_2",
@@ -322,6 +401,11 @@ default_save_peak_memory_factor = _resolve("default_save_peak_memory_factor")
 get_built_model_cache_size = _resolve("get_built_model_cache_size")
 resolve_architecture_name = _resolve("resolve_architecture_name")
 transform_labels_one = _resolve("transform_labels_one")
+no_inverse_imputer = _resolve("no_inverse_imputer")
+resolve_importance_top_k = _resolve("resolve_importance_top_k")
+inference_engine_on_demand = _resolve("inference_engine_on_demand")
+inference_engine_cache_preprocessing = _resolve("inference_engine_cache_preprocessing")
+inference_engine_explicit_kv_cache = _resolve("inference_engine_explicit_kv_cache")
 v2_constant_feature_mask = _resolve("v2_constant_feature_mask")
 v2_remove_constant_features = _resolve("v2_remove_constant_features")
 v2_fit_feature_group_scaling = _resolve("v2_fit_feature_group_scaling")

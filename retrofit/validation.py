@@ -2,8 +2,10 @@
 
 Each check raises :class:`retrofit.errors.InvalidInputError` (a ``ValueError``)
 with one line that says what is wrong and where. :func:`check_numeric_target`
-guards a regressor's ``fit``; what passes is left to scikit-learn's and
-tabpfn's own validation. :func:`check_leave_out_data` guards
+guards a regressor's ``fit`` and :func:`check_sample_weight` both estimators'
+``sample_weight`` (raising the subclass
+:class:`~retrofit.errors.InvalidSampleWeightError`); what passes is left to
+scikit-learn's and tabpfn's own validation. :func:`check_leave_out_data` guards
 :func:`retrofit.cross_val_predict` and :func:`retrofit.prediction_intervals`,
 whose folds would otherwise fail deep inside (a NaN label in one fold, an
 ``X_test`` of another width in a concatenation) with errors naming no
@@ -13,14 +15,21 @@ residual it is scored by.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
-from retrofit.errors import InvalidInputError
+from retrofit.errors import InvalidInputError, InvalidSampleWeightError
 
-__all__ = ["check_leave_out_data", "check_numeric_target"]
+__all__ = [
+    "check_leave_out_data",
+    "check_leave_out_params",
+    "check_numeric_target",
+    "check_sample_weight",
+    "rows_of",
+]
 
 # numpy dtype kinds that are no numbers: str, bytes, datetime, timedelta, void.
 _NON_NUMERIC_KINDS = {"U": "strings", "S": "bytes", "M": "dates", "m": "timedeltas", "V": "records"}
@@ -76,6 +85,73 @@ def check_numeric_target(y: Any) -> Any:
             what += f", e.g. {values.ravel()[0].item()!r}"
         raise InvalidInputError(f"y must be numeric (a regression target); got {what}")
     return y
+
+
+def rows_of(X: Any) -> int:
+    """The rows of ``X``: an array's or a frame's first axis, a list's length."""
+    shape = getattr(X, "shape", None)
+    if shape:
+        return int(shape[0])
+    return len(X) if hasattr(X, "__len__") else int(np.asarray(X).shape[0])
+
+
+def check_sample_weight(sample_weight: Any, n_rows: int, *, where: str = "sample_weight") -> Any:
+    """``sample_weight`` as a new float64 ``(n_rows,)`` array, checked as scikit-learn checks it.
+
+    scikit-learn's ``_check_sample_weight`` semantics, with this library's
+    errors: None stays None (every row counts once); a number is that weight
+    for every row; anything else must be a one-dimensional array-like (a
+    list, a numpy array, a pandas Series) of ``n_rows`` finite numbers
+    ``>= 0``, not all 0. The caller's object is never modified: the array
+    returned is a copy.
+
+    Args:
+        sample_weight: The weights as given to ``fit``.
+        n_rows: The rows of ``X``.
+        where: The name the errors give the weights.
+
+    Returns:
+        None, or the weights as a fresh float64 array of shape ``(n_rows,)``.
+
+    Raises:
+        InvalidSampleWeightError: Not numbers, not 1-D, another length than
+            ``X``'s rows, NaN or infinite, negative, or all 0 (a ``ValueError``).
+    """
+    if sample_weight is None:
+        return None
+    if isinstance(sample_weight, numbers.Number) and not isinstance(sample_weight, complex):
+        w_N = np.full(n_rows, float(sample_weight), dtype=np.float64)
+    else:
+        if hasattr(sample_weight, "toarray") or hasattr(sample_weight, "tocsr"):
+            raise InvalidSampleWeightError(f"{where} must be dense, got a sparse matrix")
+        try:
+            w_N = np.array(sample_weight, dtype=np.float64, copy=True)
+        except (TypeError, ValueError) as err:
+            raise InvalidSampleWeightError(
+                f"{where} must be numbers, got {type(sample_weight).__name__} ({err})"
+            ) from None
+        if w_N.ndim != 1:
+            raise InvalidSampleWeightError(
+                f"{where} must be a 1-D array of {n_rows} weights or a number, got shape "
+                f"{w_N.shape}"
+            )
+        if w_N.shape[0] != n_rows:
+            raise InvalidSampleWeightError(
+                f"{where} has {w_N.shape[0]} weights for {n_rows} rows of X; give one per row"
+            )
+    if not np.all(np.isfinite(w_N)):
+        raise InvalidSampleWeightError(f"{where} holds NaN or infinite weights")
+    if np.any(w_N < 0):
+        raise InvalidSampleWeightError(
+            f"{where} holds negative weights (e.g. {w_N[w_N < 0][0]!r}); weights are "
+            "multiplicities, >= 0"
+        )
+    if not np.any(w_N != 0):
+        raise InvalidSampleWeightError(
+            f"{where}: every weight is zero; sample weights must contain at least one "
+            "non-zero number"
+        )
+    return w_N
 
 
 def _shape(name: str, value: Any, caller: str) -> tuple[int, ...]:
@@ -174,3 +250,34 @@ def check_leave_out_data(
             f"label per row of X ({n_rows})"
         )
     return y
+
+
+def check_leave_out_params(params: dict[str, Any] | None, n_rows: int, *, caller: str) -> Any:
+    """The checked ``sample_weight`` of scikit-learn's ``params`` for a leave-out entry point.
+
+    :func:`retrofit.cross_val_predict` and :func:`retrofit.prediction_intervals`
+    take ``params`` as scikit-learn's ``cross_val_predict`` does; the one fit
+    parameter the estimators have is ``sample_weight``.
+
+    Args:
+        params: ``{"sample_weight": w}``, ``{}`` or None.
+        n_rows: The rows of ``X``.
+        caller: The entry point named in the messages.
+
+    Returns:
+        None, or the weights as :func:`check_sample_weight` returns them.
+
+    Raises:
+        InvalidInputError: A parameter other than ``sample_weight``.
+        InvalidSampleWeightError: Malformed weights.
+    """
+    params = dict(params or {})
+    other = sorted(set(params) - {"sample_weight"})
+    if other:
+        raise InvalidInputError(
+            f"{caller}: params takes sample_weight only (fit's one other parameter), got "
+            + ", ".join(repr(name) for name in other)
+        )
+    return check_sample_weight(
+        params.get("sample_weight"), n_rows, where=f"{caller}: sample_weight"
+    )

@@ -4,7 +4,8 @@
 ``memory`` with its ``memory_child`` process, ``estimator``, ``fit_loop``,
 ``chunks``) over the shared
 mechanism (``timing``, ``memory_probe``, ``machine``, ``shapes``) and renders
-it (``speed_markdown``); ``batched`` is ``bench --batched``. The constants here
+it (``speed_markdown``); ``batched`` is ``bench --batched``, ``leave_out``
+``bench --leave-out`` and ``weights`` ``bench --weights``. The constants here
 are read by the command line too, so this module imports nothing heavy.
 """
 

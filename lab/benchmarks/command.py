@@ -5,7 +5,9 @@ The command line of :mod:`lab.benchmarks`: without a mode flag it runs
 mode, the fit loop, chunks), ``--batched`` :mod:`~lab.benchmarks.batched`
 (ragged batches against the per-dataset loops) and ``--leave-out``
 :mod:`~lab.benchmarks.leave_out` (out-of-fold prediction against scikit-learn's
-k refits). Each writes under the untracked ``tabpfn-retrofit-results/`` unless
+k refits) and ``--weights`` :mod:`~lab.benchmarks.weights` (bootstrap replicates
+against refits on the resampled rows, a weighted fit against an unweighted one).
+Each writes under the untracked ``tabpfn-retrofit-results/`` unless
 ``--out`` names a folder (``.ci/regenerate-results`` names ``results/``).
 Building the parser imports nothing heavy.
 """
@@ -33,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     p = OneLineArgumentParser(
         prog="python -m lab bench",
         description="OAttention vs plain SDPA: time, peak memory, fit+predict per mode (--batched: "
-        "ragged batches; --leave-out: out-of-fold prediction)",
+        "ragged batches; --leave-out: out-of-fold prediction; --weights: bootstrap replicates "
+        "and weighted fits)",
     )
     p.add_argument(
         "--out",
@@ -122,6 +125,46 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--leave-out-repeats", type=int, default=3, help="timed rounds per case (default 3)"
     )
+    p.add_argument(
+        "--weights",
+        action="store_true",
+        help="benchmark row weights instead: bootstrap_predict against R refits on the "
+        "resampled rows, and a weighted fit+predict against an unweighted one (writes "
+        f"{default_output('bench_weights')} unless --out is given)",
+    )
+    p.add_argument(
+        "--weights-rows",
+        type=int,
+        nargs="+",
+        default=[500],
+        metavar="N",
+        help="train rows of the bootstrap cases (default 500)",
+    )
+    p.add_argument(
+        "--weights-replicates",
+        type=int,
+        default=16,
+        metavar="R",
+        help="bootstrap replicates per case (default 16)",
+    )
+    p.add_argument(
+        "--weights-test-rows",
+        type=int,
+        default=100,
+        metavar="Q",
+        help="test rows every case predicts (default 100)",
+    )
+    p.add_argument(
+        "--weights-fit-rows",
+        type=int,
+        nargs="+",
+        default=[200, 500],
+        metavar="N",
+        help="train rows of the weighted-fit cases (default 200 500)",
+    )
+    p.add_argument(
+        "--weights-repeats", type=int, default=5, help="timed rounds per case (default 5)"
+    )
     return p
 
 
@@ -129,15 +172,20 @@ def _run(args: argparse.Namespace) -> int:
     from lab.benchmarks.batched import bench_batched_command
     from lab.benchmarks.leave_out import bench_leave_out_command
     from lab.benchmarks.speed import bench_command
+    from lab.benchmarks.weights import bench_weights_command
     from retrofit.models.loading import resolve_model
 
-    if args.batched and args.leave_out:  # a usage error, whatever the model
-        raise CommandError("bench: give --batched or --leave-out, not both")
+    chosen = [name for name in ("batched", "leave_out", "weights") if getattr(args, name)]
+    if len(chosen) > 1:  # a usage error, whatever the model
+        flags = " or ".join(f"--{name.replace('_', '-')}" for name in chosen)
+        raise CommandError(f"bench: give {flags}, not both")
     # Before any work: an unknown alias or a missing file is one line naming the
     # known aliases (exit 2), never a report whose every host part reads "Not measured".
     _ = resolve_model(args.model).checkpoint  # raises where no file stands behind the name
     if args.leave_out:
         return bench_leave_out_command(args)
+    if args.weights:
+        return bench_weights_command(args)
     if args.batched:
         return bench_batched_command(args)
     return bench_command(args)

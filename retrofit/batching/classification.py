@@ -72,6 +72,7 @@ from tabpfn import TabPFNClassifier
 from retrofit.batching.bounds import check_bucket_bounds
 from retrofit.batching.dispatch import (
     check_batch_lists,
+    check_batch_weights,
     refuse_other_class_sets,
     tabpfn_batched,
     takes_padded_path,
@@ -124,13 +125,18 @@ def _classify(
     progress: Progress | None,
     padded: bool | None,
     fit: DatasetFit | None,
+    sample_weight: Sequence[Any] | None,
 ) -> BatchedPrediction:
     """:func:`predict_proba_batched` and :func:`predict_batched_labels`, by ``method``."""
     y_train_list = check_batch_lists(X_train_list, y_train_list, X_test_list, numeric=False)
     max_padded_fraction, max_bucket_bytes = check_bucket_bounds(
         max_padded_fraction, max_bucket_bytes
     )
-    if not takes_padded_path(classifier, X_train_list, y_train_list, X_test_list, padded):
+    weights = check_batch_weights(sample_weight, X_train_list)
+    padded_path = takes_padded_path(
+        classifier, X_train_list, y_train_list, X_test_list, padded, weighted=weights is not None
+    )
+    if not padded_path:
         refuse_other_class_sets(y_train_list)  # before tabpfn's message, which names none
         probas = tabpfn_batched(
             # tabpfn's own method, also when ``classifier`` is a subclass overriding it.
@@ -163,6 +169,7 @@ def _classify(
         max_bucket_bytes,
         progress,
         fit,
+        sample_weights=weights,
     )
     results = []
     for i, (worker, data) in enumerate(run.fitted):
@@ -206,6 +213,7 @@ def predict_proba_batched(
     progress: Progress | None = None,
     padded: bool | None = None,
     fit: DatasetFit | None = None,
+    sample_weight: Sequence[Any] | None = None,
 ) -> BatchedPrediction:
     """Class probabilities for several independent datasets, ragged ones in fused ICL forwards.
 
@@ -230,6 +238,8 @@ def predict_proba_batched(
         fit: The padded path's fit of each dataset
             (:data:`~retrofit.batching.engine.DatasetFit`); None: tabpfn's
             ``fit`` on the dataset's own rows.
+        sample_weight: None, or per dataset None or the weights of its train
+            rows (as :func:`retrofit.batching.regression.predict_batched`).
 
     Returns:
         The :class:`~retrofit.batching.engine.BatchedPrediction`; its
@@ -262,6 +272,7 @@ def predict_proba_batched(
         progress=progress,
         padded=padded,
         fit=fit,
+        sample_weight=sample_weight,
     )
 
 
@@ -277,6 +288,7 @@ def predict_batched_labels(
     progress: Progress | None = None,
     padded: bool | None = None,
     fit: DatasetFit | None = None,
+    sample_weight: Sequence[Any] | None = None,
 ) -> BatchedPrediction:
     """Labels per dataset, as ``predict`` returns them; otherwise as :func:`predict_proba_batched`.
 
@@ -297,4 +309,5 @@ def predict_batched_labels(
         progress=progress,
         padded=padded,
         fit=fit,
+        sample_weight=sample_weight,
     )

@@ -7,7 +7,9 @@ arrays, :func:`is_ragged`; float64; a classifier's differing class sets); it
 reads only the input and the parameters, so an estimator asks it before loading
 a model. :func:`takes_padded_path` adds the models' support once they are
 loaded. Everything else is tabpfn's own batched method, run through
-:func:`tabpfn_batched`, which names the dataset its error is about.
+:func:`tabpfn_batched`, which names the dataset its error is about. Sample
+weights (:func:`check_batch_weights`, one vector per dataset) always take the
+padded path: tabpfn's batched methods take none.
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ import torch
 from tabpfn import TabPFNClassifier
 
 from retrofit.batching.engine import Estimator, failing_dataset, models_of
-from retrofit.errors import BatchInputError, InvalidInputError
+from retrofit.errors import BatchInputError, InvalidInputError, InvalidSampleWeightError
 from retrofit.hosts.common.base import supports_padded_icl
-from retrofit.validation import check_numeric_target
+from retrofit.validation import check_numeric_target, check_sample_weight
+from retrofit.weighted_fit import unpatched_refusal
 
 __all__ = [
     "check_batch_lists",
+    "check_batch_weights",
     "first_other_class_set",
     "is_ragged",
     "n_rows",
@@ -97,6 +101,39 @@ def check_batch_lists(
             raise BatchInputError(f"dataset {i}: X_test has no rows")
         targets.append(y)
     return targets
+
+
+def check_batch_weights(sample_weight: Sequence[Any] | None, X_train_list: Sequence[Any]) -> Any:
+    """Each dataset's sample weights, checked as ``fit`` checks them; None when none has any.
+
+    Args:
+        sample_weight: None, or one entry per dataset: None (every row counts
+            once) or the weights of its train rows
+            (:func:`retrofit.validation.check_sample_weight`).
+        X_train_list: Training features, one array per dataset.
+
+    Returns:
+        None, or a list with None or a float64 ``(n_d,)`` array per dataset.
+
+    Raises:
+        BatchInputError: Another number of entries than datasets, or a dataset's
+            malformed weights (named by its index).
+    """
+    if sample_weight is None:
+        return None
+    if isinstance(sample_weight, np.ndarray) or len(sample_weight) != len(X_train_list):
+        raise BatchInputError(
+            "sample_weight must be a list with one weight vector (or None) per dataset; got "
+            f"{type(sample_weight).__name__} of length {len(sample_weight)} for "
+            f"{len(X_train_list)} datasets"
+        )
+    checked = []
+    for i, (w, X) in enumerate(zip(sample_weight, X_train_list, strict=True)):
+        try:
+            checked.append(None if w is None else check_sample_weight(w, n_rows(X)))
+        except InvalidSampleWeightError as err:
+            raise BatchInputError(f"dataset {i}: {err}") from None
+    return None if all(w is None for w in checked) else checked
 
 
 def _target_values(index: int, y: Any) -> np.ndarray:
@@ -205,12 +242,27 @@ def takes_padded_path(
     y_train_list: Sequence[Any],
     X_test_list: Sequence[Any],
     padded: bool | None,
+    *,
+    weighted: bool = False,
 ) -> bool:
     """Whether the null-padded path answers, given the caller's ``padded`` (None: decide).
 
     None decides: input that :func:`needs_padding`, on models that all have a
     null-padded ICL stage; anything else is tabpfn's own batched method.
+    ``weighted`` (sample weights given): always the padded path.
+
+    Raises:
+        BatchInputError: Sample weights with ``padded=False``.
+        UnsupportedWeightingError: Sample weights on an unpatched model.
     """
+    if weighted:
+        if padded is False:
+            raise BatchInputError(
+                "sample_weight: tabpfn's batched methods take no weights; leave padded=None"
+            )
+        if not all(supports_padded_icl(m) for m in models_of(estimator)):
+            raise unpatched_refusal()
+        return True
     if padded is not None:
         return padded
     return needs_padding(estimator, X_train_list, y_train_list, X_test_list) and all(

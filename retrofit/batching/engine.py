@@ -27,8 +27,11 @@ train rows its members' forwards get, ``(N_d,)`` for every member or
 ``(E_d, N_d)`` per ensemble member in config order); each dataset's stages
 before ICL run under them (:func:`retrofit.row_weights`) and its rows count
 that many times in the padded ICL forward and the classifier's decoder
-(:func:`retrofit.batching.padding.run_padded_icl`). The per-dataset fit is
-tabpfn's own here; weighting its preprocessing is the caller's (``fit``).
+(:func:`retrofit.batching.padding.run_padded_icl`). A dataset given no such
+vector takes its members' own: a fit with sample weights
+(``sample_weights``, one vector per dataset over its rows: the dataset's
+worker is tabpfn's fit with row weights, :mod:`retrofit.weighted_fit`)
+hands every member the weights of its train rows, and those count.
 
 With ``fit_mode="fit_with_cache"`` the padded path, like tabpfn's own
 ``predict_batched``, runs the full forward instead of the KV cache: it equals
@@ -44,6 +47,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from tabpfn import TabPFNClassifier, TabPFNRegressor
 from tabpfn.errors import TabPFNValidationError
@@ -82,6 +86,7 @@ from retrofit.tabpfn_surface import (
     uses_majority_downsample,
     validate_num_classes,
 )
+from retrofit.weighted_fit import WeightedTabPFNClassifier, WeightedTabPFNRegressor
 
 __all__ = [
     "BatchedPrediction",
@@ -163,7 +168,7 @@ class EmbeddedDataset:
     save_peak_mem: bool
 
 
-def worker_for(estimator: Estimator, random_state: Any) -> Estimator:
+def worker_for(estimator: Estimator, random_state: Any, *, weighted: bool = False) -> Estimator:
     """A plain tabpfn estimator with ``estimator``'s tabpfn parameters, sharing its model.
 
     Always ``TabPFNRegressor`` or ``TabPFNClassifier`` itself (whichever
@@ -171,8 +176,13 @@ def worker_for(estimator: Estimator, random_state: Any) -> Estimator:
     of its own) is not run per dataset; ``sklearn.clone`` would deep-copy the
     in-memory model of ``model_path``. ``random_state`` is the batch's copy of
     the caller's (see :func:`~retrofit.batching.regression.predict_batched`).
+    ``weighted``: the same with ``fit(X, y, sample_weight=)``
+    (:class:`~retrofit.weighted_fit.WeightedTabPFNRegressor`, ``...Classifier``).
     """
-    base = TabPFNClassifier if isinstance(estimator, TabPFNClassifier) else TabPFNRegressor
+    classify = isinstance(estimator, TabPFNClassifier)
+    base = TabPFNClassifier if classify else TabPFNRegressor
+    if weighted:
+        base = WeightedTabPFNClassifier if classify else WeightedTabPFNRegressor
     names = base._get_param_names()
     params = {**estimator.get_params(deep=False), "random_state": random_state}
     worker = base(**{k: v for k, v in params.items() if k in names})
@@ -180,15 +190,23 @@ def worker_for(estimator: Estimator, random_state: Any) -> Estimator:
     return worker
 
 
-def _fitted_worker(estimator: Estimator, X: Any, y: Any, random_state: Any) -> Estimator:
+def _fitted_worker(
+    estimator: Estimator, X: Any, y: Any, random_state: Any, sample_weight: Any = None
+) -> Estimator:
     """:func:`worker_for` fitted on one dataset; a classifier's class count checked too.
+
+    ``sample_weight``: the dataset's row weights (a weighted fit), or None.
 
     Raises:
         ValueError: tabpfn's ``fit`` refuses the dataset, or it has more
             classes than the model scores (:func:`check_class_limit`).
     """
-    worker = worker_for(estimator, random_state)
-    worker.fit(X, y)
+    if sample_weight is None:
+        worker = worker_for(estimator, random_state)
+        worker.fit(X, y)
+    else:
+        worker = worker_for(estimator, random_state, weighted=True)
+        worker.fit(X, y, sample_weight=sample_weight)
     if isinstance(worker, TabPFNClassifier):
         check_class_limit(worker)
     return worker
@@ -270,6 +288,8 @@ def _embed_dataset(
         dtype_byte_size=executor.dtype_byte_size,
     )
     members = executor.ensemble_members
+    if weights is None:
+        weights = _fitted_member_weights(members)
     prepared: dict[tuple, list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
     models: dict[int, torch.nn.Module] = {}
     for j, member in enumerate(members):
@@ -320,14 +340,33 @@ def _embed_dataset(
     return data, worker
 
 
+def _fitted_member_weights(members: Sequence[Any]) -> list[Any] | None:
+    """Each member's own row weights (a weighted fit's), None when no member counts a row twice."""
+    found = [getattr(member, "row_weights", None) for member in members]
+    if all(w is None or bool(np.all(w == 1.0)) for w in found):
+        return None
+    return [
+        np.ones(len(m.X_train)) if w is None else w for m, w in zip(members, found, strict=True)
+    ]
+
+
 def _unit_weights(weights: Any, members: list[int], num_members: int) -> torch.Tensor | None:
     """The weights ``(len(members), N)`` of a unit's members, None when the dataset has none.
+
+    ``weights``: ``(N,)``, ``(E, N)``, or a list of each member's ``(N,)`` (a
+    unit's members share their train rows' count).
 
     Raises:
         BatchInputError: If per-member weights do not have one row per member.
     """
     if weights is None:
         return None
+    if isinstance(weights, list):
+        if len(weights) != num_members:
+            raise BatchInputError(
+                f"{len(weights)} per-member weight vectors for {num_members} ensemble members"
+            )
+        return torch.as_tensor(np.stack([weights[j] for j in members]), dtype=torch.float64)
     w = torch.as_tensor(weights, dtype=torch.float64)
     if w.dim() == 1:
         return w.expand(len(members), -1)
@@ -419,6 +458,7 @@ def run_padded(
     progress: Progress | None,
     fit: DatasetFit | None = None,
     weights: Sequence[Any] | None = None,
+    sample_weights: Sequence[Any] | None = None,
 ) -> PaddedRun:
     """Fits every dataset, runs its stages before ICL alone and the ICL stage padded.
 
@@ -429,7 +469,10 @@ def run_padded(
     dataset's worker (:data:`DatasetFit`); None: tabpfn's ``fit`` on the
     dataset's own rows. ``weights``: per dataset, its train rows' weights
     (``(N_d,)``, or ``(E_d, N_d)`` per ensemble member; see the module
-    docstring) or None; None: every row counts once.
+    docstring) or None; None: every row counts once, or as the dataset's fit
+    weighted its members. ``sample_weights``: per dataset, the weights of its
+    rows (checked, ``(n_d,)``) or None, for the default fit (a fit with row
+    weights); a ``fit`` of the caller's applies its own.
 
     Raises:
         BatchInputError: A dataset's fit or test cleaning fails (named).
@@ -445,7 +488,8 @@ def run_padded(
     if fit is None:
 
         def fit(index: int, X: Any, y: Any, random_state: Any) -> Estimator:
-            return _fitted_worker(estimator, X, y, random_state)
+            w = None if sample_weights is None else sample_weights[index]
+            return _fitted_worker(estimator, X, y, random_state, w)
 
     n_data = len(X_train_list)
     fitted: list[tuple[Estimator, EmbeddedDataset | None]] = []

@@ -25,6 +25,7 @@ from retrofit.batching.bounds import (
 )
 from retrofit.batching.dispatch import (
     check_batch_lists,
+    check_batch_weights,
     n_rows,
     tabpfn_batched,
     takes_padded_path,
@@ -87,6 +88,7 @@ def predict_batched(
     progress: Progress | None = None,
     padded: bool | None = None,
     fit: DatasetFit | None = None,
+    sample_weight: Sequence[Any] | None = None,
 ) -> BatchedPrediction:
     """Predicts for several independent datasets, ragged ones in fused ICL forwards.
 
@@ -118,6 +120,11 @@ def predict_batched(
         fit: The padded path's fit of each dataset
             (:data:`~retrofit.batching.engine.DatasetFit`); None: tabpfn's
             ``fit`` on the dataset's own rows.
+        sample_weight: None, or per dataset None or the weights of its train
+            rows (as ``fit``'s ``sample_weight``): each dataset is fitted with
+            its rows counted that many times and runs on the padded path (the
+            model must be patched). With a ``fit`` of the caller's, that fit
+            applies them.
 
     Returns:
         The :class:`~retrofit.batching.engine.BatchedPrediction`; its ``results`` are what
@@ -140,7 +147,11 @@ def predict_batched(
         max_padded_fraction, max_bucket_bytes
     )
     quantiles = _check_output_request(output_type, quantiles)
-    if not takes_padded_path(regressor, X_train_list, y_train_list, X_test_list, padded):
+    weights = check_batch_weights(sample_weight, X_train_list)
+    padded_path = takes_padded_path(
+        regressor, X_train_list, y_train_list, X_test_list, padded, weighted=weights is not None
+    )
+    if not padded_path:
         results = tabpfn_batched(
             # tabpfn's own method, also when ``regressor`` is a subclass overriding it.
             lambda: TabPFNRegressor.predict_batched(
@@ -168,6 +179,7 @@ def predict_batched(
         max_bucket_bytes,
         progress,
         fit,
+        sample_weights=weights,
     )
     results: list[Any] = []
     for i, (worker, data) in enumerate(run.fitted):

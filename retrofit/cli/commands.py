@@ -48,6 +48,7 @@ from retrofit.cli.csv_tables import (
     read_csv_table,
     refuse_infinite_features,
     refuse_stray_text,
+    sample_weights,
     write_csv_atomic,
 )
 from retrofit.cli.outputs import check_output_dir, check_output_file, same_file
@@ -191,6 +192,16 @@ def _add_predict(subparsers: Any) -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--out", required=True, metavar="PRED.csv", help="predictions file")
+    parser.add_argument(
+        "--sample-weight",
+        dest="sample_weight",
+        metavar="COL",
+        help=(
+            "a column of TRAIN holding each row's weight (finite, >= 0, not all 0; not a "
+            "feature): a row of weight k counts as k copies, 0 leaves it out of the fit "
+            "(with --holdout the weights of the rows fitted, with --oof each fold's)"
+        ),
+    )
     parser.add_argument(
         "--force", action="store_true", help="replace --out if it exists (else refused)"
     )
@@ -377,7 +388,11 @@ def _read_predict_tables(args: argparse.Namespace):
             f"target column {args.target!r} not in {args.train} "
             f"(columns: {', '.join(map(str, train.columns))})"
         )
-    features = [c for c in train.columns if c != args.target]
+    if args.sample_weight is not None:
+        if args.sample_weight == args.target:
+            raise CommandError(f"--sample-weight {args.sample_weight!r} is the target column")
+        sample_weights(train, args.sample_weight, args.train)  # refused before the test file
+    features = [c for c in train.columns if c not in (args.target, args.sample_weight)]
     if not features:
         raise CommandError(f"{args.train} has no feature columns besides {args.target!r}")
     refuse_infinite_features(train[features], args.train)
@@ -395,7 +410,10 @@ def _read_predict_tables(args: argparse.Namespace):
 
 
 def _split_predict_data(args: argparse.Namespace, train, test, features, reserved):
-    """Returns X_train, y_train, X_test, y_test (or None) and the test row ids.
+    """Returns X_train, y_train, X_test, y_test (or None), the test row ids, the train weights.
+
+    The weights (``--sample-weight``) are those of the rows fitted: all of
+    TRAIN's, or with ``--holdout`` those of the rows fitted on; None without.
 
     Args:
         args: The parsed arguments.
@@ -418,6 +436,9 @@ def _split_predict_data(args: argparse.Namespace, train, test, features, reserve
             args.target, train, args.train, known_test, args.test, reserved=reserved
         )
     X_all = train[features]  # numbers as parsed; text columns stay text, for tabpfn
+    w_all = None
+    if args.sample_weight is not None:
+        w_all = sample_weights(train, args.sample_weight, args.train)
 
     if args.oof is not None:
         K = args.oof
@@ -431,7 +452,7 @@ def _split_predict_data(args: argparse.Namespace, train, test, features, reserve
                 "give fewer folds or more rows"
             )
         rows = np.arange(len(y_all))
-        return X_all, y_all, X_all, y_all, rows
+        return X_all, y_all, X_all, y_all, rows, w_all
     if args.holdout is not None:
         F = args.holdout
         if not (math.isfinite(F) and 0 < F < 1):
@@ -444,6 +465,9 @@ def _split_predict_data(args: argparse.Namespace, train, test, features, reserve
             )
         order = np.random.default_rng(args.seed).permutation(len(y_all))
         test_rows, train_rows = np.sort(order[:n_test]), np.sort(order[n_test:])
+        w_fit = None if w_all is None else w_all[train_rows]
+        if w_fit is not None and not (w_fit > 0).any():
+            raise CommandError("--holdout leaves only rows of weight 0 to fit on")
         if reserved is not None:
             _warn_held_out_classes(F, y_all[train_rows], y_all[test_rows])
         return (
@@ -452,8 +476,9 @@ def _split_predict_data(args: argparse.Namespace, train, test, features, reserve
             X_all.iloc[test_rows],
             y_all[test_rows],
             test_rows,
+            w_fit,
         )
-    return X_all, y_all, test[features], y_test, np.arange(len(test))
+    return X_all, y_all, test[features], y_test, np.arange(len(test)), w_all
 
 
 def _warn_held_out_classes(fraction: float, y_train: Any, y_test: Any) -> None:
@@ -572,7 +597,7 @@ def _predict(args: argparse.Namespace) -> int:
     columns = ["row", "prediction"] if classify else _output_columns(output_type, quantiles)
     _check_target_name(args.target, columns)
     reserved = {*columns, args.target} if classify else None
-    X_train, y_train, X_test, y_test, rows = _split_predict_data(
+    X_train, y_train, X_test, y_test, rows, w_train = _split_predict_data(
         args, train, test, features, reserved
     )
     categorical = _categorical_indices(args.categorical, features)
@@ -601,10 +626,19 @@ def _predict(args: argparse.Namespace) -> int:
     if y_test is not None:
         out[args.target] = y_test
     if args.oof is not None:
-        prediction = _out_of_fold(args, estimator, X_train, y_train, out, output_type, classify)
+        prediction = _out_of_fold(
+            args, estimator, X_train, y_train, w_train, out, output_type, classify
+        )
     else:
         prediction = _fit_and_predict(
-            args, estimator, X_train, y_train, X_test, out, output_type, quantiles, classify
+            args,
+            estimator,
+            (X_train, y_train, w_train),
+            X_test,
+            out,
+            output_type,
+            quantiles,
+            classify,
         )
     path = write_csv_atomic(out, args.out)
     status(args, f"wrote {len(out)} predictions to {path}")
@@ -644,6 +678,7 @@ def _out_of_fold(
     estimator: Any,
     X: Any,
     y: Any,
+    w: Any,
     out: Any,
     output_type: str,
     classify: bool,
@@ -659,6 +694,7 @@ def _out_of_fold(
 
     folds = KFold(args.oof, shuffle=True, random_state=args.seed)
     preprocessing = args.oof_preprocessing or "transductive"
+    params = None if w is None else {"sample_weight": w}
     what = "class probabilities" if classify else output_type
     status(
         args,
@@ -669,7 +705,13 @@ def _out_of_fold(
     if classify:
         proba = np.asarray(
             cross_val_predict(
-                estimator, X, y, cv=folds, method="predict_proba", preprocessing=preprocessing
+                estimator,
+                X,
+                y,
+                cv=folds,
+                method="predict_proba",
+                preprocessing=preprocessing,
+                params=params,
             ),
             np.float64,
         )
@@ -681,7 +723,9 @@ def _out_of_fold(
         return prediction
     method = "predict" if output_type == "mean" else output_type
     prediction = np.asarray(
-        cross_val_predict(estimator, X, y, cv=folds, method=method, preprocessing=preprocessing),
+        cross_val_predict(
+            estimator, X, y, cv=folds, method=method, preprocessing=preprocessing, params=params
+        ),
         np.float64,
     )
     out["prediction"] = prediction
@@ -691,8 +735,7 @@ def _out_of_fold(
 def _fit_and_predict(
     args: argparse.Namespace,
     estimator: Any,
-    X_train: Any,
-    y_train: Any,
+    fitted_on: tuple[Any, Any, Any],
     X_test: Any,
     out: Any,
     output_type: str,
@@ -701,14 +744,22 @@ def _fit_and_predict(
 ) -> Any:
     """``--test`` and ``--holdout``: one fit on the train rows; fills ``out``.
 
+    ``fitted_on``: the train rows, their targets and their weights (or None).
     Returns the point predictions (a classifier's labels), or None for quantiles.
     """
     import numpy as np  # lazy: keeps --help light
 
+    X_train, y_train, w_train = fitted_on
+    weighted = "" if w_train is None else f", weighted by {args.sample_weight!r}"
     status(
-        args, f"fitting on {len(y_train)} rows x {X_train.shape[1]} features (model {args.model})"
+        args,
+        f"fitting on {len(y_train)} rows x {X_train.shape[1]} features{weighted} "
+        f"(model {args.model})",
     )
-    estimator.fit(X_train, y_train)
+    if w_train is None:
+        estimator.fit(X_train, y_train)
+    else:
+        estimator.fit(X_train, y_train, sample_weight=w_train)
     settings = estimator.settings_
     status(
         args,

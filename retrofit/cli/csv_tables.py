@@ -5,7 +5,8 @@ same things in the same words: a missing or unreadable file, a header without
 data rows, a column named twice (pandas would silently rename the second
 ``a.1``), a target that is not numeric or is infinite, an infinite feature, a
 column of numbers with a few text cells (a typo or a missing-value marker such
-as ``?``, which would make the whole column text, encoded as categories).
+as ``?``, which would make the whole column text, encoded as categories), a
+sample-weight column that is not finite numbers ``>= 0``, not all 0.
 Feature columns stay as pandas parsed them: numbers as numbers, text as text,
 for tabpfn to encode as categoricals. Prediction files are written under a
 temporary name and renamed (:func:`retrofit.files.atomic_path`).
@@ -39,6 +40,7 @@ __all__ = [
     "read_csv_table",
     "refuse_infinite_features",
     "refuse_stray_text",
+    "sample_weights",
     "write_csv_atomic",
 ]
 
@@ -128,6 +130,39 @@ def numeric_target(
         row = int(np.flatnonzero(np.isnan(values))[0])
         raise CommandError(f"target column {target!r} in {path} is empty in data row {row}")
     return values
+
+
+def sample_weights(
+    frame: pd.DataFrame, column: str, path: str | Path, *, option: str = "--sample-weight"
+) -> np.ndarray:
+    """The ``column`` of a train table as row weights, checked as ``fit`` checks them.
+
+    Raises:
+        CommandError: A missing column, a cell that is not a number or is
+            empty, a negative or infinite weight, or every weight 0.
+    """
+    import numpy as np  # lazy: keeps --help light
+    import pandas as pd  # lazy: keeps --help light
+
+    from retrofit.validation import check_sample_weight  # lazy: keeps --help light
+
+    if column not in frame.columns:
+        raise CommandError(
+            f"{option} {column!r} is no column of {path} "
+            f"(columns: {', '.join(map(str, frame.columns))})"
+        )
+    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
+    bad = np.isnan(values)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise CommandError(
+            f"{option} column {column!r} in {path} is no number in data row {row} "
+            f"({frame[column].iloc[row]!r}); every train row needs a weight"
+        )
+    try:
+        return check_sample_weight(values, len(values), where=f"{option} column {column!r}")
+    except ValueError as err:
+        raise CommandError(f"{err} (in {path})") from None
 
 
 def first_text_label(frame: pd.DataFrame, target: str) -> tuple[int, object, bool] | None:

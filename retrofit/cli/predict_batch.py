@@ -3,8 +3,11 @@
 A manifest lists the datasets, as JSON (a list of objects, or
 ``{"target": COL, "datasets": [...]}``) or as CSV with a header; each entry
 has ``train`` and ``test`` (CSV files; relative paths are read from the
-manifest's folder), and optionally ``name`` (default: its position) and
-``target`` (default: ``--target``). Every dataset is predicted by
+manifest's folder), and optionally ``name`` (default: its position),
+``target`` (default: ``--target``) and ``sample_weight``, a column of the
+train file holding each row's weight (not a feature; a JSON manifest may give
+one for every entry beside ``target``): that dataset's rows count that many
+times, as ``fit(..., sample_weight=)`` counts them. Every dataset is predicted by
 :func:`retrofit.batching.regression.predict_batched` (regression) or
 :func:`retrofit.batching.classification.predict_proba_batched` (classification);
 ragged datasets share null-padded ICL forwards on a patched host. The task is
@@ -56,6 +59,7 @@ from retrofit.cli.csv_tables import (
     read_csv_table,
     refuse_infinite_features,
     refuse_stray_text,
+    sample_weights,
     write_csv_atomic,
 )
 from retrofit.cli.outputs import check_output_dir, same_file
@@ -73,7 +77,7 @@ OUTPUT_COLUMNS = ("row", "prediction")
 
 
 def read_manifest(path: str | Path, default_target: str | None = None) -> list[dict[str, Any]]:
-    """The manifest's entries as dicts with ``name``, ``train``, ``test``, ``target``.
+    """The manifest's entries: ``name``, ``train``, ``test``, ``target``, ``sample_weight``.
 
     Raises:
         ManifestError: A missing or unreadable manifest, an entry without
@@ -89,22 +93,26 @@ def read_manifest(path: str | Path, default_target: str | None = None) -> list[d
     try:
         if path.suffix.lower() == ".json":
             data = json.loads(path.read_text())
+            default_weights = None
             if isinstance(data, dict):
                 default_target = data.get("target", default_target)
+                default_weights = data.get("sample_weight")
                 data = data.get("datasets")
             if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
                 raise ManifestError(f"{path}: expected a list of dataset objects")
             raw = data
         else:
+            default_weights = None
             raw = pd.read_csv(path, dtype=str, keep_default_na=False).to_dict("records")
     except (json.JSONDecodeError, pd.errors.ParserError, UnicodeDecodeError) as err:
         raise ManifestError(f"cannot read manifest {path}: {err}") from None
     if not raw:
         raise ManifestError(f"manifest {path} lists no datasets")
-    if not isinstance(default_target, (str, type(None))):
-        raise ManifestError(
-            f"{path}: 'target' must be a column name (text), got {type(default_target).__name__}"
-        )
+    for key, value in (("target", default_target), ("sample_weight", default_weights)):
+        if not isinstance(value, (str, type(None))):
+            raise ManifestError(
+                f"{path}: {key!r} must be a column name (text), got {type(value).__name__}"
+            )
     entries = []
     for i, entry in enumerate(raw):
         name = entry.get("name")
@@ -112,7 +120,7 @@ def read_manifest(path: str | Path, default_target: str | None = None) -> list[d
             name = str(i)
         elif isinstance(name, int) and not isinstance(name, bool):
             name = str(name)  # a JSON number names a dataset as its digits do
-        for key in ("name", "train", "test", "target"):
+        for key in ("name", "train", "test", "target", "sample_weight"):
             value = name if key == "name" else entry.get(key)
             if value is not None and not isinstance(value, str):
                 raise ManifestError(
@@ -133,12 +141,16 @@ def read_manifest(path: str | Path, default_target: str | None = None) -> list[d
                 f"{where}: the target column {target!r} has the name of an output column "
                 f"({', '.join(OUTPUT_COLUMNS)}); rename it"
             )
+        weights = entry.get("sample_weight") or default_weights or None
+        if weights is not None and weights == target:
+            raise ManifestError(f"{where}: the sample_weight column {weights!r} is the target")
         entries.append(
             {
                 "name": name,
                 "train": path.parent / Path(entry["train"]).expanduser(),
                 "test": path.parent / Path(entry["test"]).expanduser(),
                 "target": str(target),
+                "sample_weight": weights,
             }
         )
     names = [e["name"] for e in entries]
@@ -155,12 +167,14 @@ def _read_tables(entry: dict[str, Any], i: int) -> tuple[Any, Any, list[str]]:
     columns as pandas parsed them (text stays text, for tabpfn); a refusal names
     the dataset.
     """
-    target = entry["target"]
+    target, weights = entry["target"], entry.get("sample_weight")
     try:
         train = read_csv_table(entry["train"], "train", min_rows=2)
         if target not in train.columns:
             raise CommandError(f"target column {target!r} not in {entry['train']}")
-        features = [c for c in train.columns if c != target]
+        if weights is not None:  # refused before the test file is read, as predict does
+            sample_weights(train, weights, entry["train"], option="sample_weight")
+        features = [c for c in train.columns if c not in (target, weights)]
         if not features:
             raise CommandError(f"{entry['train']} has no feature columns besides {target!r}")
         test = read_csv_table(entry["test"], "test")
@@ -174,6 +188,16 @@ def _read_tables(entry: dict[str, Any], i: int) -> tuple[Any, Any, list[str]]:
     except CommandError as err:
         raise ManifestError(f"{_where(entry, i)}: {err}") from None
     return train, test, features
+
+
+def _weights(entry: dict[str, Any], i: int, train: Any) -> np.ndarray | None:
+    """The train rows' weights of an entry with a ``sample_weight`` column; None without."""
+    if entry.get("sample_weight") is None:
+        return None
+    try:
+        return sample_weights(train, entry["sample_weight"], entry["train"], option="sample_weight")
+    except CommandError as err:
+        raise ManifestError(f"{_where(entry, i)}: {err}") from None
 
 
 def _where(entry: dict[str, Any], i: int) -> str:
@@ -273,6 +297,10 @@ def _predict_batch(args: argparse.Namespace) -> int:
         data.append((train[features], y, test[features], y_test))
     X_train, y_train, X_test = ([d[k] for d in data] for k in range(3))
     check_batch_lists(X_train, y_train, X_test, numeric=task == "regression")
+    weights = [
+        _weights(entry, i, train)
+        for i, (entry, (train, _, _)) in enumerate(zip(entries, tables, strict=True))
+    ]
 
     params: dict[str, Any] = {
         "mode": args.mode,
@@ -311,6 +339,7 @@ def _predict_batch(args: argparse.Namespace) -> int:
             X_test,
             max_padded_fraction=args.max_padded_fraction,
             progress=progress,
+            sample_weight=None if all(w is None for w in weights) else weights,
         )
     finally:
         for bar in bars.values():

@@ -5,13 +5,16 @@ inference engine with joblib, which unpickles (runs code) on load. This
 format stores no object at all, only what is needed to redo the fit::
 
     PATH.tabpfn_fit
-      retrofit_fit_state.json   format, estimator class, constructor parameters,
+      retrofit_fit_state.json   format, estimator class, constructor parameters
+                                (a dict keyed by labels as its [key, value]
+                                pairs, keys keeping their type),
                                 the resolved settings, the patch report digests,
                                 the SHA-256 of each model's weights, versions,
                                 the SHA-256 of each member and of the manifest
                                 (retrofit.fit_state.digests)
       X.npy | X.parquet         the training inputs (retrofit.fit_state.tables);
       y.npy | y.parquet         lists and object arrays live in the JSON
+      sample_weight.npy         the fit's sample weights, where it had any
       model_<i>.safetensors     only for a ``ModelSpecs`` model_path
                                 (retrofit.fit_state.model_paths)
 
@@ -94,16 +97,21 @@ class FitRecord:
         X: A copy of the training features.
         y: A copy of the training target (as the estimator's ``fit`` passed it on).
         params: ``get_params(deep=False)`` right after the fit.
+        sample_weight: The fit's checked sample weights (float64), None for none.
     """
 
     X: Any
     y: Any
     params: dict[str, Any]
+    sample_weight: np.ndarray | None = None
 
     @classmethod
-    def of(cls, X: Any, y: Any, params: Mapping[str, Any]) -> FitRecord:
+    def of(
+        cls, X: Any, y: Any, params: Mapping[str, Any], *, sample_weight: np.ndarray | None = None
+    ) -> FitRecord:
         """The record of a fit, with copies of its inputs."""
-        return cls(copy_input(X), copy_input(y), dict(params))
+        weights = None if sample_weight is None else copy_input(sample_weight)
+        return cls(copy_input(X), copy_input(y), dict(params), weights)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +125,7 @@ class SavedFit:
         settings: The saved ``settings_``.
         report_digests: The saved digest of each patch report (empty for "none").
         weights: The SHA-256 of each model's weights, in ``models_`` order.
+        sample_weight: The fit's sample weights, None for none.
     """
 
     params: dict[str, Any]
@@ -125,6 +134,7 @@ class SavedFit:
     settings: dict[str, Any]
     report_digests: tuple[str, ...]
     weights: tuple[str, ...]
+    sample_weight: Any = None
 
 
 def weights_digest(model: nn.Module) -> str:
@@ -141,15 +151,29 @@ def weights_digest(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
+#: A dict whose keys are not all text, as JSON holds it: ``{"dict.items": [[key, value], ...]}``.
+_ITEMS_TAG = "dict.items"
+#: The one-key dicts that stand for something else (a torch dtype, a dict of typed keys).
+_TAGS = frozenset({"torch.dtype", _ITEMS_TAG})
+#: The key types a dict parameter keeps through JSON (its number and text values).
+_KEY_TYPES = (bool, int, float, str)
+
+
 def _json_param(name: str, value: Any) -> Any:
-    """A parameter as JSON, refused where its JSON form would load as something else."""
+    """A parameter as JSON, refused where its JSON form would load as something else.
+
+    JSON's object keys are text, so a dict whose keys are not all text (a
+    ``class_weight`` of integer labels, ``{0: 3.0, 1: 1.0}``) is stored as its
+    ``[key, value]`` pairs under ``"dict.items"``, where a key keeps its type
+    (bool, int, float or str); numpy scalars are stored as the Python numbers
+    and strings they equal.
+    """
     if isinstance(value, torch.dtype):
         return {"torch.dtype": str(value).removeprefix("torch.")}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)  # tabpfn's constructors take these as dicts
-    if isinstance(value, np.integer):
-        value = int(value)
     try:
+        value = _as_data(value)
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as err:
         raise FitStateError(
@@ -161,6 +185,36 @@ def _json_param(name: str, value: Any) -> Any:
             f"cannot save the fit state: parameter {name}={value!r:.80} does not read back "
             "equal from JSON; set it to plain values and fit again"
         )
+    return value
+
+
+def _as_data(value: Any) -> Any:
+    """``value`` with numpy scalars as Python's and every dict keyed by text (see _json_param).
+
+    Raises:
+        TypeError: A dict key of another type than bool, int, float or str.
+    """
+    value = _python_scalar(value)
+    if isinstance(value, tuple | list):
+        return [_as_data(v) for v in value]
+    if isinstance(value, dict):
+        keys = [_python_scalar(k) for k in value]
+        if all(type(k) is str for k in keys) and set(keys) not in ({t} for t in _TAGS):
+            return {k: _as_data(v) for k, v in zip(keys, value.values(), strict=True)}
+        odd = [k for k in keys if type(k) not in _KEY_TYPES]
+        if odd:
+            raise TypeError(
+                f"a key {odd[0]!r:.40} of type {type(odd[0]).__name__} (a dict's keys are "
+                "stored as bool, int, float or str)"
+            )
+        return {_ITEMS_TAG: [[k, _as_data(v)] for k, v in zip(keys, value.values(), strict=True)]}
+    return value
+
+
+def _python_scalar(value: Any) -> Any:
+    """A numpy bool, number or string as Python's (``np.int64(3)`` -> ``3``); else ``value``."""
+    if isinstance(value, np.generic) and isinstance(value.item(), _KEY_TYPES):
+        return value.item()
     return value
 
 
@@ -178,6 +232,22 @@ def _param_from_json(value: Any) -> Any:
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"unknown torch dtype {value['torch.dtype']!r}")
         return dtype
+    return _from_data(value)
+
+
+def _from_data(value: Any) -> Any:
+    """The value :func:`_as_data` stored: dicts of typed keys rebuilt from their pairs."""
+    if isinstance(value, list):
+        return [_from_data(v) for v in value]
+    if isinstance(value, dict) and set(value) == {_ITEMS_TAG}:
+        pairs = value[_ITEMS_TAG]
+        if not isinstance(pairs, list) or not all(
+            isinstance(p, list) and len(p) == 2 and type(p[0]) in _KEY_TYPES for p in pairs
+        ):
+            raise ValueError(f"{_ITEMS_TAG} must be [key, value] pairs of bool, int, float or str")
+        return {key: _from_data(v) for key, v in pairs}
+    if isinstance(value, dict):
+        return {k: _from_data(v) for k, v in value.items()}
     return value
 
 
@@ -233,6 +303,12 @@ def write_fit_state(
     y_descriptor, y_members = encode_table(record.y, "y", what="y")
     members.update(x_members)
     members.update(y_members)
+    weights_descriptor = None
+    if record.sample_weight is not None:
+        weights_descriptor, weight_members = encode_table(
+            record.sample_weight, "sample_weight", what="sample_weight"
+        )
+        members.update(weight_members)
     manifest = with_digests(
         {
             "format": FORMAT,
@@ -241,6 +317,7 @@ def write_fit_state(
             "model_path": model_path,
             "X": x_descriptor,
             "y": y_descriptor,
+            "sample_weight": weights_descriptor,
             "settings": dict(settings),
             "patch_report_digests": list(report_digests),
             "weights_sha256": list(weights),
@@ -304,7 +381,7 @@ def _read_members(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
                     "with this version"
                 )
             expected = {MANIFEST_NAME, *model_members(manifest.get("model_path") or {})}
-            for key in ("X", "y"):
+            for key in ("X", "y", "sample_weight"):
                 member = (manifest.get(key) or {}).get("member")
                 if member is not None:
                     expected.add(member)
@@ -381,4 +458,7 @@ def read_fit_state(path: str | PathLike[str], *, estimator: str, which: str) -> 
         ) from err
     X = decode_table(dict(manifest.get("X") or {}), members, where=str(path))
     y = decode_table(dict(manifest.get("y") or {}), members, where=str(path))
-    return SavedFit(params, X, y, settings, digests, weights)
+    sample_weight = None
+    if manifest.get("sample_weight") is not None:
+        sample_weight = decode_table(dict(manifest["sample_weight"]), members, where=str(path))
+    return SavedFit(params, X, y, settings, digests, weights, sample_weight)

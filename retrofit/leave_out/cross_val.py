@@ -23,7 +23,15 @@ context is fitted and preprocessed on its own train rows, exactly as a clone
 fitted on them would be, so the result equals scikit-learn's
 ``cross_val_predict`` with ``k`` refits of the same estimator (an integer
 ``random_state``) within the padded path's rounding bound. Either way the
-batch shares the model, the patching and the fused ICL forwards. Measured
+batch shares the model, the patching and the fused ICL forwards.
+
+Row weights. ``params={"sample_weight": w}``, as scikit-learn's
+``cross_val_predict`` takes it: each fold's weights are ``w`` on its train
+rows (times a classifier's ``class_weight`` on their labels), so
+``"per_fold"`` is scikit-learn's ``cross_val_predict`` with ``k`` weighted
+refits, and ``"transductive"`` fits the X side once with ``w``
+(:mod:`retrofit.leave_out.transductive`). Every row is predicted, weight 0
+included (it is no context of any fold). Measured
 (``python -m lab oof-gap``, ``results/leave_out/{offline18,offline_cls6}``:
 every case, all train rows, ``k = 5``, the embedded hosts in Full-O, float32):
 transductive's per-case largest difference from ``k`` refits averages 0.022
@@ -62,11 +70,17 @@ from retrofit.batching.classification import predict_batched_labels, predict_pro
 from retrofit.batching.engine import models_of
 from retrofit.batching.regression import predict_batched
 from retrofit.classifier import OTabPFNClassifier
-from retrofit.errors import BatchInputError, InputWarning, InvalidInputError
+from retrofit.errors import (
+    BatchInputError,
+    InputWarning,
+    InvalidInputError,
+    InvalidSampleWeightError,
+)
 from retrofit.hosts.common.base import supports_padded_icl
 from retrofit.leave_out.transductive import TransductiveFit, refuse_label_reading
 from retrofit.regressor import OTabPFNRegressor
-from retrofit.validation import check_leave_out_data
+from retrofit.validation import check_leave_out_data, check_leave_out_params
+from retrofit.weighted_fit import class_row_weights
 
 __all__ = [
     "CLASSIFIER_METHODS",
@@ -223,6 +237,28 @@ def partition_folds(
     return folds
 
 
+def _fold_weights(
+    estimator: Any,
+    y: Any,
+    folds: Sequence[Fold],
+    sample_weight: np.ndarray | None,
+    caller: str,
+) -> list[np.ndarray | None] | None:
+    """Each fold's row weights: ``sample_weight`` on its train rows, times its class weights."""
+    class_weight = getattr(estimator, "class_weight", None)
+    if sample_weight is None and class_weight is None:
+        return None
+    weights = []
+    for k, (train, _) in enumerate(folds):
+        w_n = None if sample_weight is None else sample_weight[train]
+        if w_n is not None and not np.any(w_n > 0):
+            raise InvalidSampleWeightError(
+                f"{caller}: sample_weight: fold {k}'s train rows all weigh 0 (an empty context)"
+            )
+        weights.append(class_row_weights(class_weight, _safe_indexing(y, train), w_n))
+    return weights
+
+
 def _stacked(X: Any, X_extra: Any) -> Any:
     """``X_extra``'s rows after ``X``'s, in ``X``'s kind (array or DataFrame)."""
     if isinstance(X, pd.DataFrame):
@@ -239,6 +275,7 @@ def fold_predictions(
     method: str = "predict",
     X_extra: Any = None,
     preprocessing: str = "per_fold",
+    sample_weight: np.ndarray | None = None,
     caller: str = "cross_val_predict",
 ) -> list[Any]:
     """Each fold's predictions from its own train rows, all folds in one ragged batch.
@@ -258,6 +295,8 @@ def fold_predictions(
         preprocessing: ``"per_fold"``: each fold's worker is tabpfn's fit on
             its train rows; ``"transductive"``: the X side fitted once on
             ``X``'s rows (:class:`~retrofit.leave_out.transductive.TransductiveFit`).
+        sample_weight: The checked weights of ``X``'s rows, or None: each
+            fold's train rows count by them (times a classifier's class weights).
         caller: The entry point named in the errors.
 
     Returns:
@@ -282,14 +321,26 @@ def fold_predictions(
     X_test_list = [_safe_indexing(X, test) for _, test in folds]
     if X_extra is not None:
         X_test_list = [_stacked(X_test, X_extra) for X_test in X_test_list]
+    fold_weights = _fold_weights(estimator, y, folds, sample_weight, caller)
     fit = None
     if preprocessing == "transductive":
         refuse_label_reading(host)
-        fit = TransductiveFit(host, X, folds)
+        fit = TransductiveFit(
+            host, X, folds, sample_weight=sample_weight, fold_weights=fold_weights
+        )
+        fold_weights = None  # the transductive fit counts them itself
     try:
         if isinstance(estimator, OTabPFNClassifier):
             run = predict_batched_labels if method == "predict" else predict_proba_batched
-            batch = run(host, X_train_list, y_train_list, X_test_list, padded=True, fit=fit)
+            batch = run(
+                host,
+                X_train_list,
+                y_train_list,
+                X_test_list,
+                padded=True,
+                fit=fit,
+                sample_weight=fold_weights,
+            )
         else:
             output_type = "mean" if method == "predict" else method
             batch = predict_batched(
@@ -300,6 +351,7 @@ def fold_predictions(
                 output_type=output_type,
                 padded=True,
                 fit=fit,
+                sample_weight=fold_weights,
             )
     except BatchInputError as err:
         # The batch names its datasets, which are the folds in split order.
@@ -379,6 +431,7 @@ def cross_val_predict(
     cv: int | Any = 5,
     method: str = "predict",
     preprocessing: str = "transductive",
+    params: dict[str, Any] | None = None,
 ) -> np.ndarray:
     """Every row's prediction from a context that did not contain it (scikit-learn's semantics).
 
@@ -404,6 +457,10 @@ def cross_val_predict(
             fold's context fitted and preprocessed on its own train rows, as a
             refit would be. Either way all folds' ICL forwards run in one
             ragged batch.
+        params: scikit-learn's fit parameters: ``{"sample_weight": w}``
+            (``(N,)``, as ``fit`` takes it), each fold's restricted to its
+            train rows; a classifier's ``class_weight`` multiplies them per
+            fold (module docstring). None: every row counts once.
 
     Returns:
         ``(N,)`` predictions, or ``(N, C)`` probabilities (or their logs) with
@@ -422,7 +479,11 @@ def cross_val_predict(
             or train on a row they hold out, a fold the estimator cannot fit;
             for ``"transductive"``, X steps that read labels or a
             ``random_state`` that is not an integer
-            (:func:`~retrofit.leave_out.transductive.refuse_label_reading`).
+            (:func:`~retrofit.leave_out.transductive.refuse_label_reading`); a
+            parameter other than ``sample_weight``.
+        InvalidSampleWeightError: Malformed weights, or a fold whose train
+            rows all weigh 0.
+        UnsupportedWeightingError: A setting the weights cannot be applied to.
 
     Warns:
         InputWarning: A fold whose train rows hold no row of some class of a
@@ -439,12 +500,20 @@ def cross_val_predict(
     classify = is_classifier(estimator)
     task = "classification" if classify else "regression"
     y = check_leave_out_data(X, y, task=task, caller=caller, groups=groups)
+    sample_weight = check_leave_out_params(params, len(X), caller=caller)
     splitter = checked_splitter(cv, y, classifier=classify, caller=caller)
     folds = partition_folds(splitter, X, y, groups, caller=caller)
     if classify:
         _warn_missing_classes(y, folds, caller)
     predictions = fold_predictions(
-        estimator, X, y, folds, method=method, preprocessing=preprocessing, caller=caller
+        estimator,
+        X,
+        y,
+        folds,
+        method=method,
+        preprocessing=preprocessing,
+        sample_weight=sample_weight,
+        caller=caller,
     )
     if method == "predict_proba":
         predictions = _aligned_probabilities(predictions, y, folds)

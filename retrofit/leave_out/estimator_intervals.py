@@ -10,6 +10,11 @@ and preprocessed on those rows as a refit would be, all folds run as one
 ragged batch, each fold's queries its held-out rows and ``X_test``. Split
 conformal, for comparison, is one fit on part of the rows and a calibration
 on the rest.
+
+Row weights (``params={"sample_weight": w}``, as scikit-learn and MAPIE pass
+them): every fold's model, and split conformal's fit, is the weighted fit of
+its train rows (``w`` restricted to them); the conformal quantiles count each
+row's residual once, as MAPIE counts them.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from retrofit.leave_out.intervals import (
     split_conformal_intervals,
 )
 from retrofit.regressor import OTabPFNRegressor
-from retrofit.validation import check_leave_out_data
+from retrofit.validation import check_leave_out_data, check_leave_out_params
 
 __all__ = ["FOLD_MODELS", "INTERVAL_METHODS", "prediction_intervals"]
 
@@ -69,6 +74,7 @@ def _split_conformal(
     alpha: float,
     calibration_fraction: float,
     random_state: int | None,
+    sample_weight: np.ndarray | None,
 ) -> PredictionIntervals:
     if not 0.0 < calibration_fraction < 1.0:
         raise InvalidInputError(
@@ -87,7 +93,8 @@ def _split_conformal(
         )
     order = np.random.default_rng(random_state).permutation(n)
     fit_rows, cal_rows = order[n_cal:], order[:n_cal]
-    model = clone(estimator).fit(X[fit_rows], y[fit_rows])
+    weights = None if sample_weight is None else sample_weight[fit_rows]
+    model = clone(estimator).fit(X[fit_rows], y[fit_rows], sample_weight=weights)
     residuals_M = np.abs(y[cal_rows] - model.predict(X[cal_rows]))
     return split_conformal_intervals(residuals_M, model.predict(X_test), alpha=alpha)
 
@@ -99,6 +106,7 @@ def _fold_residuals(
     X_test: np.ndarray,
     splitter: Any,
     groups: Any,
+    sample_weight: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Residuals, the fold of each row, and each fold's predictions of ``X_test``.
 
@@ -111,7 +119,14 @@ def _fold_residuals(
     caller = "prediction_intervals"
     folds = partition_folds(splitter, X, y, groups, caller=caller)
     predictions = fold_predictions(
-        estimator, X, y, folds, X_extra=X_test, preprocessing="per_fold", caller=caller
+        estimator,
+        X,
+        y,
+        folds,
+        X_extra=X_test,
+        preprocessing="per_fold",
+        sample_weight=sample_weight,
+        caller=caller,
     )
     residuals_N = np.empty(len(X))
     fold_of_row_N = np.empty(len(X), dtype=np.intp)
@@ -135,6 +150,7 @@ def prediction_intervals(
     groups: Any = None,
     calibration_fraction: float = 0.5,
     random_state: int | None = 0,
+    params: dict[str, Any] | None = None,
 ) -> PredictionIntervals:
     """Prediction intervals at ``1 - alpha`` for the rows of ``X_test``.
 
@@ -158,6 +174,10 @@ def prediction_intervals(
         calibration_fraction: For ``"split"``: the share of rows that
             calibrates (the rest fit).
         random_state: Seed of the default ``KFold`` and of the split.
+        params: scikit-learn's fit parameters: ``{"sample_weight": w}``
+            (``(N,)``): every fold's model (and split conformal's) is the
+            weighted fit of its train rows; the residuals count once each
+            (module docstring).
 
     Returns:
         The intervals (:class:`retrofit.leave_out.intervals.PredictionIntervals`).
@@ -170,7 +190,8 @@ def prediction_intervals(
             ``X_test`` of another width, a target that is not numbers or is
             NaN, ``X`` and ``y`` of different lengths), too few rows for the
             folds or the split, or ``mode="none"`` for ``"jackknife+"`` or
-            ``"cv+"``.
+            ``"cv+"``; a parameter other than ``sample_weight``.
+        InvalidSampleWeightError: Malformed weights.
     """
     caller = "prediction_intervals"
     estimator = _checked_estimator(estimator)
@@ -191,6 +212,7 @@ def prediction_intervals(
     X = np.asarray(X)
     y = np.asarray(y, dtype=np.float64)
     X_test = np.asarray(X_test)
+    sample_weight = check_leave_out_params(params, len(X), caller=caller)
     if method == "split":
         return _split_conformal(
             estimator,
@@ -200,6 +222,7 @@ def prediction_intervals(
             alpha=alpha,
             calibration_fraction=calibration_fraction,
             random_state=random_state,
+            sample_weight=sample_weight,
         )
     checked_fold_estimator(estimator, f"{caller} (method={method!r})")
     if method == "jackknife+":
@@ -212,6 +235,6 @@ def prediction_intervals(
     else:
         splitter = checked_splitter(cv, y, classifier=False, caller=caller)
     residuals_N, fold_of_row_N, mu_query_KQ = _fold_residuals(
-        estimator, X, y, X_test, splitter, groups
+        estimator, X, y, X_test, splitter, groups, sample_weight
     )
     return cv_plus_intervals(residuals_N, fold_of_row_N, mu_query_KQ, alpha=alpha, method=method)

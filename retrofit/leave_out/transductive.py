@@ -30,6 +30,14 @@ fits its target side. On ``bench --leave-out`` (``results/bench_leave_out``,
 the embedded host, 4 members, one thread) that is 0.72-0.95 of the ``k``
 refits' CPU time against 0.86-0.98 for ``"per_fold"``.
 
+Row weights (``cross_val_predict(params={"sample_weight": w})``): the X side
+is fitted once with the sample weights ``w`` (each row counted ``w_j`` times,
+weight 0 removed; a classifier's ``class_weight`` reads labels, so it never
+reaches the X side), and each fold's y side, target transforms and context
+count its train rows by the fold's weights (``w`` on its train rows, times
+its ``class_weight`` on their labels): the weighted fit of the fold's rows,
+over the shared X side.
+
 Refused (one line naming ``preprocessing="per_fold"``): X steps that read
 labels (row subsampling, ``SUBSAMPLE_SAMPLES``, and importance-chosen feature
 subsets, ``FEATURE_SUBSAMPLING_METHOD`` ``"gini_feature_importance"`` or
@@ -48,10 +56,13 @@ from typing import Any
 
 import numpy as np
 from tabpfn import TabPFNClassifier
+from tabpfn.preprocessing.torch import create_gpu_preprocessing_pipeline
 
 from retrofit.batching.engine import Estimator, check_class_limit, worker_for
 from retrofit.errors import InvalidInputError
 from retrofit.tabpfn_surface import transform_labels_one
+from retrofit.weighted_preprocessing import WeightedEnsembleMember, fitting_with
+from retrofit.weighted_preprocessing.outliers import weighted_device_pipeline
 
 __all__ = [
     "LABEL_FIELDS",
@@ -138,19 +149,43 @@ class TransductiveFit:
         X: All rows, ``(N, F)``, as the caller gave them.
         folds: ``(train_rows, held_out_rows)`` per fold; the batch's dataset
             ``i`` holds fold ``i``'s train rows.
+        sample_weight: The checked weights of ``X``'s rows for the X side,
+            ``(N,)``, or None.
+        fold_weights: Per fold, the weights of its train rows (its sample
+            weights times its class weights) or None; None: no fold has any.
     """
 
-    def __init__(self, host: Estimator, X: Any, folds: Sequence[tuple[np.ndarray, np.ndarray]]):
+    def __init__(
+        self,
+        host: Estimator,
+        X: Any,
+        folds: Sequence[tuple[np.ndarray, np.ndarray]],
+        *,
+        sample_weight: np.ndarray | None = None,
+        fold_weights: Sequence[np.ndarray | None] | None = None,
+    ):
         self.host = host
         self.X = X
         self.folds = list(folds)
+        self.sample_weight = sample_weight
+        self.fold_weights = fold_weights
         self.shared: Estimator | None = None
+        # Row of X -> its row in the shared fit (weight-0 rows are not in it: -1).
+        self.shared_row_N = np.arange(len(X))
+        if sample_weight is not None:
+            kept_N = sample_weight > 0
+            self.shared_row_N = np.where(kept_N, np.cumsum(kept_N) - 1, -1)
 
     def _shared(self, random_state: Any) -> Estimator:
         """The X side: a worker fitted on all rows with :func:`surrogate_target`."""
         if self.shared is None:
-            worker = worker_for(self.host, copy.deepcopy(random_state))
-            worker.fit(self.X, surrogate_target(worker, len(self.X)))
+            weighted = self.sample_weight is not None
+            worker = worker_for(self.host, copy.deepcopy(random_state), weighted=weighted)
+            surrogate = surrogate_target(worker, len(self.X))
+            if weighted:
+                worker.fit(self.X, surrogate, sample_weight=self.sample_weight)
+            else:
+                worker.fit(self.X, surrogate)
             self.shared = worker
         return self.shared
 
@@ -162,26 +197,36 @@ class TransductiveFit:
         """
         shared = self._shared(random_state)
         train_n = self.folds[index][0]
-        worker = worker_for(self.host, random_state)
+        w_n = None if self.fold_weights is None else self.fold_weights[index]
+        worker = worker_for(self.host, random_state, weighted=w_n is not None)
         worker.fit_mode = "low_memory"  # fit's y side; its feature pipelines are not fitted
-        worker.fit(X, y)
+        if w_n is None:
+            worker.fit(X, y)
+        else:  # the fit drops the rows of weight 0: they are no context of the fold
+            worker.fit(X, y, sample_weight=w_n)
+            train_n = train_n[w_n > 0]
+            w_n = w_n[w_n > 0]
         if isinstance(worker, TabPFNClassifier):
             check_class_limit(worker)
         if getattr(worker, "is_constant_target_", False):
             return worker  # answered without the model: nothing of the X side is read
         for name in X_SIDE_ATTRIBUTES:
             setattr(worker, name, getattr(shared, name))
-        worker.executor_ = _fold_executor(worker, shared, train_n)
+        worker.executor_ = _fold_executor(worker, shared, self.shared_row_N[train_n], w_n)
         return worker
 
 
-def _fold_executor(worker: Estimator, shared: Estimator, train_n: np.ndarray) -> Any:
+def _fold_executor(
+    worker: Estimator, shared: Estimator, train_n: np.ndarray, w_n: np.ndarray | None = None
+) -> Any:
     """The shared fit's inference engine with the fold's members.
 
     Each member keeps its fitted feature pipeline and the rows it produced for
-    the fold's train rows (the context); its config takes the label fields of
-    the fold's own config, and its targets are the fold's, transformed as
-    tabpfn's ``fit`` transforms them.
+    the fold's train rows (the context, ``train_n`` indexing the shared fit's
+    rows); its config takes the label fields of the fold's own config, and its
+    targets are the fold's, transformed as tabpfn's ``fit`` transforms them
+    (with the fold's weights ``w_n``, where it has any, which its rows then
+    carry into the model).
     """
     # fit_mode="low_memory" keeps the fit's targets as fit hands them to its
     # members: standardised (regressor) or encoded (classifier).
@@ -194,21 +239,40 @@ def _fold_executor(worker: Estimator, shared: Estimator, train_n: np.ndarray) ->
             f"and the all-rows fit {len(shared_members)} (its columns differ); "
             'use preprocessing="per_fold"'
         )
+    # A weighted fold's configs are its weighted preprocessor's (their target
+    # transforms fit weighted); an unweighted fold's are tabpfn's.
+    fold_configs = worker.ensemble_preprocessor_.configs if w_n is not None else None
     members = []
-    for member, fold_config in zip(shared_members, worker.ensemble_configs_, strict=True):
+    for j, member in enumerate(shared_members):
+        fold_config = (fold_configs or worker.ensemble_configs_)[j]
         config = dataclasses.replace(
             member.config, **{name: getattr(fold_config, name) for name in fields}
         )
-        members.append(
-            dataclasses.replace(
-                member,
-                config=config,
-                X_train=member.X_train[train_n],
-                y_train=transform_labels_one(config, y_n.copy()),
-            )
+        with fitting_with(w_n):
+            y_train = transform_labels_one(config, y_n.copy())
+        fold_member = dataclasses.replace(
+            member, config=config, X_train=member.X_train[train_n], y_train=y_train
         )
+        if w_n is not None:
+            fold_member = _weighted_member(fold_member, w_n)
+        members.append(fold_member)
     executor = copy.copy(shared.executor_)
     executor.ensemble_members = members
     n_columns = shared.executor_.X_train_shape_before_preprocessing[1]
     executor.X_train_shape_before_preprocessing = (len(train_n), n_columns)
     return executor
+
+
+def _weighted_member(member: Any, w_n: np.ndarray) -> WeightedEnsembleMember:
+    """``member`` over a fold's rows of weights ``w_n``, counted by the model.
+
+    Its outlier clipping, which fits on the fold's rows at every forward,
+    counts them too.
+    """
+    fields = {f.name: getattr(member, f.name) for f in dataclasses.fields(member)}
+    fields["row_weights"] = w_n
+    device = create_gpu_preprocessing_pipeline(member.config, keep_fitted_cache=False)
+    fields["gpu_preprocessor"] = weighted_device_pipeline(
+        device, member.config.outlier_removal_std, w_n
+    )
+    return WeightedEnsembleMember(**fields)

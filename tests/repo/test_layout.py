@@ -95,7 +95,8 @@ def test_dependencies_point_one_way(lower, upper):
 RETROFIT_FLOORS: tuple[tuple[str, ...], ...] = (
     ("errors", "files", "versions"),
     ("settings", "tabpfn_surface", "validation"),
-    ("hosts",),
+    ("hosts", "weighted_preprocessing"),
+    ("weighted_fit",),
     ("batching", "patcher"),
     ("models",),
     ("fit_state",),
@@ -143,7 +144,7 @@ def test_every_room_of_retrofit_imports_only_rooms_on_lower_floors():
 # another. batching/: the device bounds, the padding and chunks, the engine, the one
 # dispatch, then the two front ends, neither of which imports the other. leave_out/:
 # the transductive fold fit, then the fold engine and the interval maths, then the
-# intervals of an estimator on both.
+# intervals of an estimator on both and the bootstrap replicates on the fold engine.
 # hosttraining/: the priors, what both tasks share, then one folder per task, neither
 # of which imports the other (no module sits flat beside them). lab/: one room per job
 # (the GPU check reuses the benchmarks' timing), then the command line that runs them all.
@@ -159,7 +160,7 @@ INNER_FLOORS: dict[str, tuple[tuple[str, ...], ...]] = {
     "retrofit.leave_out": (
         ("transductive",),
         ("cross_val", "intervals"),
-        ("estimator_intervals",),
+        ("estimator_intervals", "bootstrap"),
     ),
     "retrofit.batching": (
         ("bounds",),

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from sklearn.utils.estimator_checks import estimator_checks_generator
 from tabpfn import TabPFNClassifier
 
 import retrofit.models.embedded as embedded
@@ -170,6 +171,32 @@ def test_tuning_classifiers_are_of_this_class_with_its_settings(checkpoint):
     assert type(holdout) is OTabPFNClassifier
     assert (holdout.mode, holdout.tau, holdout.n_estimators) == ("oattention", 2.0, 1)
     assert holdout.fit_mode == "fit_preprocessors" and holdout.tuning_config is None
+
+
+# scikit-learn generates its sample-weight checks because fit takes sample_weight; in
+# float64 every one passes in both patched modes (float32's row-order floor is above
+# the equivalence check's rtol: test_regressor.py marks it there).
+@pytest.mark.parametrize("mode", ["full-o", "oattention"])
+def test_sklearn_sample_weight_checks_pass_in_float64(checkpoint, mode):
+    estimator = OTabPFNClassifier(
+        mode=mode, **_kwargs(checkpoint, inference_precision=torch.float64)
+    )
+    ran = []
+    for est, check in estimator_checks_generator(estimator, expected_failed_checks={}):
+        name = getattr(check, "func", check).__name__
+        if "sample_weight" in name:
+            check(est)
+            ran.append(name)
+    assert sorted(ran) == [
+        "check_all_zero_sample_weights_error",
+        "check_classifiers_one_label_sample_weights",
+        "check_sample_weight_equivalence_on_dense_data",
+        "check_sample_weights_list",
+        "check_sample_weights_not_an_array",
+        "check_sample_weights_not_overwritten",
+        "check_sample_weights_pandas_series",
+        "check_sample_weights_shape",
+    ]
 
 
 @pytest.mark.parametrize("mode", ["none", "full-o"])

@@ -9,7 +9,7 @@ import pytest
 import tabpfn.utils
 import torch
 from sklearn.base import clone
-from sklearn.utils.estimator_checks import parametrize_with_checks
+from sklearn.utils.estimator_checks import estimator_checks_generator, parametrize_with_checks
 from tabpfn import TabPFNRegressor
 from tabpfn.constants import ModelVersion
 from tabpfn.inference_config import cpu_sample_limit
@@ -332,6 +332,12 @@ EXPECTED_FAILED = {
         "its position among the test rows where the BLAS blocks them by position (MKL on "
         "AVX2; also unpatched), above sklearn's rtol=1e-7"
     ),
+    # Passes in float64 (test_regressor_weights.py runs the sample-weight checks there).
+    "check_sample_weight_equivalence_on_dense_data": (
+        "float32 inference: the weighted fit's rows are shuffled, and a prediction moves by "
+        "~1e-6 with the order of the train rows (the row-order floor, also unweighted), above "
+        "sklearn's rtol=1e-7; float64 passes"
+    ),
 }
 
 
@@ -355,6 +361,41 @@ def _expected_failed(estimator):
 )
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator.set_params(model_path=str(_checkpoint())))
+
+
+def _sample_weight_checks(estimator):
+    """scikit-learn's generated checks whose name speaks of sample weights, as (name, check)."""
+    for est, check in estimator_checks_generator(estimator, expected_failed_checks={}):
+        name = getattr(check, "func", check).__name__
+        if "sample_weight" in name:
+            yield name, est, check
+
+
+# scikit-learn generates its sample-weight checks because fit takes sample_weight; in
+# float64 (float32's row-order floor is above their rtol) every one passes, in both
+# patched modes: weights 0 to 4 on the rows, shuffled, against the rows repeated.
+@pytest.mark.parametrize("mode", ["full-o", "oattention"])
+def test_sklearn_sample_weight_checks_pass_in_float64(mode):
+    estimator = OTabPFNRegressor(
+        mode=mode,
+        model_path=str(_checkpoint()),
+        n_estimators=2,
+        device="cpu",
+        inference_precision=torch.float64,
+    )
+    ran = []
+    for name, est, check in _sample_weight_checks(estimator):
+        check(est)
+        ran.append(name)
+    assert sorted(ran) == [
+        "check_all_zero_sample_weights_error",
+        "check_sample_weight_equivalence_on_dense_data",
+        "check_sample_weights_list",
+        "check_sample_weights_not_an_array",
+        "check_sample_weights_not_overwritten",
+        "check_sample_weights_pandas_series",
+        "check_sample_weights_shape",
+    ]
 
 
 def test_saved_directory_settings_are_the_defaults(tmp_path):

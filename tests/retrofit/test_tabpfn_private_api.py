@@ -206,6 +206,78 @@ PINNED = {
         "(self, y_BN, *, task_type)",
         "442d429c0946994319f1eb378d322b5d92f7e55fd743ad857fb4e174cb7a2ab6",
     ),
+    # Row weights (retrofit/weighted_preprocessing/).
+    "tabpfn.preprocessing.steps.utils._NoInverseImputer": (
+        "(*, missing_values=nan, strategy='mean', fill_value=None, copy=True, add_indicator=False,"
+        " keep_empty_features=False)",
+        "7c99694f20328e1fb966422ba17bd16fc1ba1e3d26357248d09e6fd0bd9c1985",
+    ),
+    "tabpfn.preprocessing.ensemble._resolve_importance_top_k": (
+        "(importance_top_k_count, n_total_features, auto_top_k=150, auto_min_features=200)",
+        "44bcadfa8fd7390c38a6e0ab7fec6519c90552a8d30c5cd03f8ca158a36aa5db",
+    ),
+    "tabpfn.preprocessing.steps.reshape_feature_distribution_step."
+    "ReshapeFeatureDistributionsStep._create_transformers_and_new_schema": (
+        "(self, n_samples, n_features, feature_schema)",
+        "e0323c2e2748876ab4cfbfb42c26aefad284df740e3587bb17b2c96fe5dc2dda",
+    ),
+    "tabpfn.preprocessing.steps.encode_categorical_features_step."
+    "EncodeCategoricalFeaturesStep._get_transformer": (
+        "(self, X, categorical_features)",
+        "201e46a9a046c6e8709fafca1e2531940eed3564203c6d3efd99da36755bd81e",
+    ),
+    "tabpfn.preprocessing.steps.encode_categorical_features_step."
+    "EncodeCategoricalFeaturesStep._fit_transform_internal": (
+        "(self, X, feature_schema)",
+        "ee3fc8840521eb21f529b438912f49ee060c10ef1e442b9e198cbfd85ecb53bd",
+    ),
+    "tabpfn.preprocessing.steps.add_svd_features_step.AddSVDFeaturesStep._fit": (
+        "(self, X, feature_schema)",
+        "39454d60d042921c70dce14e8f465e4d7d0bf5d9d157ea2392e79268a0553505",
+    ),
+    "tabpfn.preprocessing.steps.add_fingerprint_features_step.AddFingerprintFeaturesStep._fit": (
+        "(self, X, feature_schema)",
+        "b5d94d16ff9df7b92e3f91aaa05e7a0acaf51a291500ca51a47127dc0ba3add6",
+    ),
+    "tabpfn.preprocessing.steps.safe_power_transformer.SafePowerTransformer."
+    "_yeo_johnson_optimize": (
+        "(self, x)",
+        "9ee626e69a12f4b0d72968193d0fff8498a2d376cdc62579916c8ba5ea7b6942",
+    ),
+    "tabpfn.preprocessing.steps.squashing_scaler_transformer.SquashingScaler.fit": (
+        "(self, X, y=None)",
+        "3b855411e06a187517c479858e3b8b47e5235c4ae1d41b323be03fdfd257a0b2",
+    ),
+    "tabpfn.preprocessing.steps.adaptive_quantile_transformer.AdaptiveQuantileTransformer.fit": (
+        "(self, X, y=None)",
+        "53778c34e11599f7b457987ead8d4167012031a1f27f9de7ace12f03e6bc3200",
+    ),
+    "tabpfn.preprocessing.steps.kdi_transformer.KDITransformerWithNaN.fit": (
+        "(self, X, y=None)",
+        "838ceeb25017fc3d23ba665e4141c6b269a84edca4676813a0a8d5e029ff4b77",
+    ),
+    "tabpfn.preprocessing.torch.steps.TorchSoftClipOutliersStep._fit": (
+        "(self, x)",
+        "f6a196bb7b3fda335951fc4f0dcc4cf3fcff730a29927405a2f2772efb8aed14",
+    ),
+    "tabpfn.preprocessing.torch.torch_soft_clip_outliers.TorchSoftClipOutliers.fit": (
+        "(self, x)",
+        "106244856c23a6be859e051f7c62e5634a4439fa72a28c4c1c81b17bc4fa8d3c",
+    ),
+    "tabpfn.preprocessing.ensemble.TabPFNEnsemblePreprocessor.__init__": (
+        "(self, *, configs, n_samples, feature_schema, random_state, n_preprocessing_jobs,"
+        " keep_fitted_cache=False, enable_gpu_preprocessing=False,"
+        " feature_subsampling_method=<FeatureSubsamplingMethod.RANDOM: 'random'>,"
+        " constant_feature_count=50, subsample_samples=None,"
+        " sample_subsampling_method=<SampleSubsamplingMethod.AUTO: 'auto'>,"
+        " importance_top_k_count='auto', X_train=None, y_train=None, task_type='classifier')",
+        "ca06674eb0694db1777dcf2ff719cf0390014ef712747124aed259310ef20bbc",
+    ),
+    "tabpfn.preprocessing.ensemble.TabPFNEnsemblePreprocessor."
+    "fit_transform_ensemble_members_iterator": (
+        "(self, X_train, y_train, parallel_mode)",
+        "121cd9b6c9d1d7188f77806054deb2d3e9cb256f8afec2d5c7439c2d80814d81",
+    ),
     # Row weights: the v2 family's encoder steps, v2's NaN-target embedding, and the
     # preprocessing v3 and v3.5 are handed weighted statistics in (retrofit/hosts/).
     "tabpfn.architectures.tabpfn_v2._constant_feature_mask": (
@@ -256,6 +328,71 @@ PINNED = {
         "(self, x_RiBC, num_train, scaler_cache=None)",
         "a9f8394e451e0244a3dc306653cfced5ad78d51140135da950d9ef6a46eae4be",
     ),
+    "tabpfn.classifier.TabPFNClassifier._compute_downsample_correction": (
+        "(self, *, y_encoded)",
+        "effc10af1c25847a5ed9770d573c58b8cf9cf021b6334c9bb08d3c5f15ea10c2",
+    ),
+    "tabpfn.classifier.TabPFNClassifier._initialize_dataset_preprocessing": (
+        "(self, X, y, random_state)",
+        "b1d5448a9c6a7f38bd66451035fa551625a3b9fd79ca095421f49623259981f5",
+    ),
+    "tabpfn.classifier.TabPFNClassifier.fit": (
+        "(self, X, y)",
+        "e73362fa75838a109e189246e089833c1900e5b82f6c2a066a43bac858c6814c",
+    ),
+    "tabpfn.inference.InferenceEngineCachePreprocessing": (
+        None,
+        "daf65778ef4617dc4d06470c71dbf12cf7c6b37b3fedb6a2354e6f422e0acad4",
+    ),
+    "tabpfn.inference.InferenceEngineCachePreprocessing._call_model": (
+        (
+            "(self, *, device, members, X_tests, autocast, only_return_standard_out, "
+            "save_peak_mem, task_type)"
+        ),
+        "b99fab6aca70cae6622d8ddaf8bb6a773b5ed6209446559776645b5bf14a62b0",
+    ),
+    "tabpfn.inference.InferenceEngineExplicitKVCache": (
+        None,
+        "e3f7ba4dafeaccc5102692be4778a5cb9dd844f25145d11fd422be85449cbd63",
+    ),
+    "tabpfn.inference.InferenceEngineExplicitKVCache._build_cache": (
+        "(self, *, device, members, autocast, save_peak_mem, stage_cache_on_cpu)",
+        "288cd059d4d266c26e0f1778118f2f02a0da6aa1ec307b84209575c8576f13a3",
+    ),
+    "tabpfn.inference.InferenceEngineOnDemand": (
+        None,
+        "371af23c701f03b5fb4e6fdd11d1f80dd136aebcc4e7b62b462173d0013c962d",
+    ),
+    "tabpfn.inference.InferenceEngineOnDemand._call_model": (
+        (
+            "(self, *, device, members, X_tests, autocast, only_return_standard_out, "
+            "save_peak_mem, task_type)"
+        ),
+        "6d4f58abb7f966adeedf167127559f25013ff36879127605ea86158141829e45",
+    ),
+    "tabpfn.regressor.TabPFNRegressor._build_ensemble_preprocessor_and_executor": (
+        (
+            "(self, *, X, y, ensemble_configs, static_seed, byte_size, "
+            "n_preprocessing_jobs, inference_mode)"
+        ),
+        "95065308e6bbaab0ec3e026a08263693c4ea9aef97cbddf69301054a89de8860",
+    ),
+    "tabpfn.regressor.TabPFNRegressor._compute_downsample_correction": (
+        "(self, *, y_raw)",
+        "d990d89daa45f28b49ba70f06477982a38727de28b19d327634b4c667f349a92",
+    ),
+    "tabpfn.regressor.TabPFNRegressor._initialize_dataset_preprocessing": (
+        "(self, X, y, random_state)",
+        "76cc34e483c91a5316daa74b027cb227730cd9fb9cfa6fb207557b41e6460b5e",
+    ),
+    "tabpfn.regressor.TabPFNRegressor._rebuild_raw_space_bardist": (
+        "(self)",
+        "e0c3909445bf46d40f0a429d70c3721764ec017641ff73f95f0e3cba0e368e51",
+    ),
+    "tabpfn.regressor.TabPFNRegressor.fit": (
+        "(self, X, y)",
+        "28b7b5b9caa9c37284e7c62bd8ea5ea94a2628e9423f58c6042e9f8021ad5786",
+    ),
 }
 
 PINNED_VALUES = {
@@ -270,19 +407,33 @@ PINNED_VALUES = {
     "tabpfn.constants.DEFAULT_SAVE_PEAK_MEMORY_FACTOR": 8,
     "tabpfn.architectures.tabpfn_v3_5._ECDF_CONTEXT_KEY": "ecdf_buckets",
 }
-#: Per estimator: (tabpfn's class, the private methods overridden). A drop-in keeps
-#: every default of tabpfn's, ``model_path="auto"`` included.
+#: Per estimator: (tabpfn's class, the private methods overridden: the loader, the
+#: tuning builder, then the weighted fit's hooks). A drop-in keeps every default of
+#: tabpfn's, ``model_path="auto"`` included.
 ESTIMATORS = {
     OTabPFNRegressor: (
         TabPFNRegressor,
-        ("_initialize_model_variables", "_get_tuning_regressor"),
+        (
+            "_initialize_model_variables",
+            "_get_tuning_regressor",
+            "_initialize_dataset_preprocessing",
+            "_build_ensemble_preprocessor_and_executor",
+            "_compute_downsample_correction",
+        ),
     ),
     OTabPFNClassifier: (
         TabPFNClassifier,
-        ("_initialize_model_variables", "_get_tuning_classifier"),
+        (
+            "_initialize_model_variables",
+            "_get_tuning_classifier",
+            "_initialize_dataset_preprocessing",
+            "_compute_downsample_correction",
+        ),
     ),
 }
 RETROFIT_PARAMETERS = ("mode", "tau", "support", "eps_den")
+#: Parameters after tabpfn's: scikit-learn's ``class_weight`` for the classifier.
+TRAILING_PARAMETERS = {OTabPFNRegressor: (), OTabPFNClassifier: ("class_weight",)}
 
 
 def _lookup(qualified: str):
@@ -358,7 +509,10 @@ def test_each_estimator_takes_every_tabpfn_parameter_with_its_default_in_order(o
     ours = list(inspect.signature(ours_class.__init__).parameters.values())[1:]
     theirs = list(inspect.signature(theirs_class.__init__).parameters.values())[1:]
     assert tuple(p.name for p in ours[: len(RETROFIT_PARAMETERS)]) == RETROFIT_PARAMETERS
-    rest = ours[len(RETROFIT_PARAMETERS) :]
+    trailing = TRAILING_PARAMETERS[ours_class]
+    rest = ours[len(RETROFIT_PARAMETERS) : len(ours) - len(trailing)]
+    assert tuple(p.name for p in ours[len(ours) - len(trailing) :]) == trailing
+    assert all(p.default is None for p in ours[len(ours) - len(trailing) :])
     assert [p.name for p in rest] == [p.name for p in theirs]
     differs = {
         p.name: (p.default, q.default)

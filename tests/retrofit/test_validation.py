@@ -1,4 +1,4 @@
-"""The estimators' input checks (retrofit/validation.py): a target must be numeric, and says so."""
+"""The input checks (retrofit/validation.py): numeric targets, sample weights, leave-out data."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pytest
 
 from retrofit.errors import (
     InvalidInputError,
+    InvalidSampleWeightError,
 )
-from retrofit.validation import check_numeric_target
+from retrofit.validation import check_numeric_target, check_sample_weight
 from tests.helpers.estimators import small_regressor
 from tests.helpers.tiny_models import tiny_v3_checkpoint
 
@@ -49,6 +50,31 @@ def test_a_string_target_is_refused_as_not_numeric(tmp_path, y):
 )
 def test_numeric_targets_pass_the_target_check(y):
     assert np.array_equal(np.asarray(check_numeric_target(y), dtype=np.float64), np.arange(6.0))
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [np.array([1, 0, 2, 3]), [1, 0, 2, 3], pd.Series([1.0, 0.0, 2.0, 3.0], index=[9, 8, 7, 6])],
+    ids=["int-array", "list", "series"],
+)
+def test_sample_weights_come_back_as_a_new_float64_array(weights):
+    checked = check_sample_weight(weights, 4)
+    assert checked.dtype == np.float64 and checked.shape == (4,)
+    np.testing.assert_array_equal(checked, [1.0, 0.0, 2.0, 3.0])
+    checked[0] = 7.0  # a copy: the caller's weights are left as they were
+    assert np.asarray(weights)[0] == 1
+
+
+def test_a_number_is_every_rows_weight_and_none_stays_none():
+    np.testing.assert_array_equal(check_sample_weight(2, 3), [2.0, 2.0, 2.0])
+    assert check_sample_weight(None, 3) is None
+
+
+def test_sparse_weights_are_refused():
+    sparse = pytest.importorskip("scipy.sparse")
+    with pytest.raises(InvalidSampleWeightError, match="dense"):
+        check_sample_weight(sparse.csr_matrix(np.ones((1, 3))), 3)
+    assert issubclass(InvalidSampleWeightError, InvalidInputError)
 
 
 def test_leave_out_data_passes_frames_and_lists_and_refuses_ragged_rows():

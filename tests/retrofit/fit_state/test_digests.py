@@ -126,3 +126,35 @@ def test_a_classifier_fit_forged_into_a_regressor_fit_is_refused(tmp_path):
     )
     with pytest.raises(FitStateError, match=r"switched\.tabpfn_fit: "):
         OTabPFNRegressor.load_from_fit_state(target, device="cpu")
+
+
+def test_the_fits_sample_weights_are_a_member_under_its_digest(tmp_path, tiny_v3_path):
+    """A weighted fit's weights: one more member, named by the digests, refused when edited."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 3))
+    y = X[:, 0] + 0.1 * rng.normal(size=40)
+    w_N = rng.integers(0, 4, size=40).astype(np.float64)
+    path = tmp_path / "weighted.tabpfn_fit"
+    OTabPFNRegressor(
+        mode="full-o",
+        model_path=str(tiny_v3_path),
+        n_estimators=2,
+        device="cpu",
+        inference_precision=torch.float32,
+    ).fit(X, y, sample_weight=w_N).save_fit_state(path)
+    with zipfile.ZipFile(path) as archive:
+        saved_N = np.load(io.BytesIO(archive.read("sample_weight.npy")))
+    np.testing.assert_array_equal(saved_N, w_N)
+    edited = rewrite(
+        path, tmp_path / "w.tabpfn_fit", replace={"sample_weight.npy": _npy(w_N[::-1].copy())}
+    )
+    with pytest.raises(FitStateError, match=r"w\.tabpfn_fit: sample_weight\.npy does not match"):
+        OTabPFNRegressor.load_from_fit_state(edited, device="cpu")
+    dropped = rewrite(
+        path,
+        tmp_path / "d.tabpfn_fit",
+        edit=lambda m: m[MEMBER_DIGESTS_KEY].pop("sample_weight.npy"),
+        forge=True,
+    )
+    with pytest.raises(FitStateError, match=r"d\.tabpfn_fit: the manifest's member digests"):
+        OTabPFNRegressor.load_from_fit_state(dropped, device="cpu")

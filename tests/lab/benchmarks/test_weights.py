@@ -1,0 +1,50 @@
+"""``bench --weights``: its cases, peers and files (never its speed)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from lab.benchmarks.command import _parser
+from lab.benchmarks.weights import TARGETS
+from lab.cli import main
+
+
+def test_quick_weights_bench_times_both_parts_and_compares_the_replicates(
+    tiny_v3_path, tmp_path, capsys
+):
+    out = tmp_path / "bench_weights"
+    argv = ["bench", "--weights", "--quick", "--model", str(tiny_v3_path), "--out", str(out)]
+    assert main([*argv, "--threads", "1"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    report = json.loads((out / "bench_weights.json").read_text())
+    assert report["dtype"] == "float32" and report["mode"] == "full-o"
+    (boot,) = report["bootstrap"]
+    assert (boot["rows"], boot["replicates"], boot["test_rows"]) == (40, 3, 8)
+    assert set(boot["peers"]) == {"refits", "bootstrap_predict"}
+    assert boot["peers"]["refits"]["ratio_to_refits"] is None
+    assert boot["peers"]["bootstrap_predict"]["ratio_to_refits"]["ratio"] > 0
+    # The replicates are the refits on the resampled rows, within the bound.
+    assert boot["within_bound"] and 0 <= boot["max_abs_diff_to_refits"] <= boot["bound"]
+    assert 0 < boot["distinct_rows_per_replicate"] < 40
+    (fit,) = report["weighted_fit"]
+    assert (
+        set(fit["peers"]) == {"unweighted", "weighted"} and fit["target"] == TARGETS["weighted_fit"]
+    )
+    assert np.isfinite(fit["peers"]["weighted"]["median_s"])
+    markdown = (out / "bench_weights.md").read_text()
+    assert "bootstrap_predict" in markdown and "ratio to unweighted" in markdown
+    assert report["provenance"]["benchmark"] == "lab.benchmarks.weights"
+
+
+def test_bench_refuses_two_kinds_at_once(capsys):
+    assert main(["bench", "--weights", "--leave-out", "--model", "embedded"]) == 2
+    assert "give --leave-out or --weights, not both" in capsys.readouterr().err
+
+
+def test_bench_weights_defaults_are_the_issues_case_on_tabpfns_default_model():
+    """16 replicates of 500 rows; no --model means tabpfn's 'auto', as bench's other modes."""
+    args = _parser().parse_args(["--weights"])
+    assert args.weights and args.model == "auto"
+    assert (args.weights_rows, args.weights_replicates, args.weights_test_rows) == ([500], 16, 100)
