@@ -17,8 +17,6 @@ from __future__ import annotations
 import os
 import pickle
 import signal
-import traceback
-import warnings
 import zipfile
 from itertools import product
 from pathlib import Path
@@ -43,6 +41,7 @@ from retrofit import (
 )
 from retrofit.fit_state.archive import FitRecord, write_fit_state
 from retrofit.settings import MODES
+from tests.helpers import forks
 from tests.helpers.commands import file_mode, listing
 from tests.helpers.fit_states import rewrite
 from tests.helpers.predictions import flat_prediction
@@ -515,39 +514,22 @@ def test_a_saved_file_gets_the_umask_mode_and_a_replaced_one_keeps_its_own(
     assert file_mode(tmp_path / "a.tabpfn_fit") == 0o600
 
 
-def _save_killed_half_way(path: Path) -> int:
-    """Saves a fit state to ``path`` in a forked process that kill -9s itself half way.
+def _save_killed_half_way(path: Path) -> None:
+    """A forked child's body: saves a fit state to ``path``, kill -9 after the first member."""
+    real_writestr = zipfile.ZipFile.writestr
 
-    The child is killed right after the archive's first member reaches the disk;
-    returns its wait status. A fork, not a new interpreter: the child needs the
-    modules this process has imported already (an interpreter importing them
-    cost 3 CPU seconds a save), and it runs numpy, zlib and zipfile only, no
-    torch, so the OpenMP workers it does not inherit are never waited for.
-    """
-    with warnings.catch_warnings():  # Python 3.12+ warns that the process has threads
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid:
-        return os.waitpid(pid, 0)[1]
-    try:  # the child: it dies here, whatever happens, and never returns into pytest
-        real_writestr = zipfile.ZipFile.writestr
+    def writestr_then_die(self, name, data, *args, **kwargs):
+        real_writestr(self, name, data, *args, **kwargs)
+        self.fp.flush()
+        os.kill(os.getpid(), signal.SIGKILL)  # kill -9 half way through the archive
 
-        def writestr_then_die(self, name, data, *args, **kwargs):
-            real_writestr(self, name, data, *args, **kwargs)
-            self.fp.flush()
-            os.kill(os.getpid(), signal.SIGKILL)  # kill -9 half way through the archive
-
-        zipfile.ZipFile.writestr = writestr_then_die
-        X = np.arange(12.0).reshape(4, 3)
-        record = FitRecord(X, X[:, 0], {"random_state": 0, "model_path": "embedded"})
-        write_fit_state(
-            path, estimator="OTabPFNRegressor", record=record, settings={},
-            report_digests=[], weights=[],
-        )  # fmt: skip
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        os._exit(1)
+    zipfile.ZipFile.writestr = writestr_then_die
+    X = np.arange(12.0).reshape(4, 3)
+    record = FitRecord(X, X[:, 0], {"random_state": 0, "model_path": "embedded"})
+    write_fit_state(
+        path, estimator="OTabPFNRegressor", record=record, settings={}, report_digests=[],
+        weights=[],
+    )  # fmt: skip
 
 
 def test_a_killed_saves_temporary_file_is_removed_by_the_next_save(
@@ -561,8 +543,8 @@ def test_a_killed_saves_temporary_file_is_removed_by_the_next_save(
     path = tmp_path / "fit.tabpfn_fit"
     seen = []
     for _ in range(2):
-        status = _save_killed_half_way(path)
-        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+        status = forks.wait(forks.fork(lambda: _save_killed_half_way(path)))
+        assert forks.killed_by_sigkill(status), status
         seen.append(listing(tmp_path))
     assert [len(names) for names in seen] == [1, 1] and seen[0] != seen[1]
     assert seen[1][0].startswith(".fit.tabpfn_fit.tmp-") and not path.exists()
