@@ -10,7 +10,7 @@ whole suite again on the AVX2 code paths with it, so CI runs every case.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import pytest
@@ -27,7 +27,11 @@ def _value_id(value: Any) -> str:
     return getattr(value, "__name__", None) or repr(value)
 
 
-def cross_section(cases: Iterable[Sequence[Any]], fast: Iterable[Sequence[Any]]) -> list[Any]:
+def cross_section(
+    cases: Iterable[Sequence[Any]],
+    fast: Iterable[Sequence[Any]],
+    value_id: Callable[[Any], str | None] = lambda value: None,
+) -> list[Any]:
     """The ``cases`` of a matrix as ``pytest.param``s, those not in ``fast`` marked ``slow``.
 
     Args:
@@ -35,10 +39,12 @@ def cross_section(cases: Iterable[Sequence[Any]], fast: Iterable[Sequence[Any]])
             test's argument names, in order).
         fast: The cross-section README's room runs: cases of the matrix that
             together hold every value of every axis.
+        value_id: The id of a value, or None for the default one.
 
     Returns:
         One ``pytest.param`` per case, in the order of ``cases``, its id the
-        values joined by ``-`` (a dtype as ``float32``).
+        values' ids joined by ``-`` (by default a dtype as ``float32``, a
+        string, number or None as itself).
 
     Raises:
         ValueError: A fast case that is not a case of the matrix, or a value of
@@ -55,7 +61,7 @@ def cross_section(cases: Iterable[Sequence[Any]], fast: Iterable[Sequence[Any]])
     return [
         pytest.param(
             *case,
-            id="-".join(map(_value_id, case)),
+            id="-".join(value_id(value) or _value_id(value) for value in case),
             marks=() if case in fast else pytest.mark.slow,
         )
         for case in cases
