@@ -2,6 +2,15 @@
 
 No test may try a download or a login, so the session points tabpfn at a
 temporary model cache and forbids the browser flow before tabpfn is imported.
+
+Two intra-op threads, as on the 2-core machines the suite is timed on, whose
+OpenMP workers sleep between parallel regions (``OMP_WAIT_POLICY=PASSIVE``,
+read when torch loads its OpenMP runtime, so set before torch is imported; a
+subprocess of a test inherits it). By default an idle worker spins for each
+next region, and the tests' tiny tensors leave it idle most of the time: on a
+loaded 2-core machine the spinning took 5x the CPU time of the work itself
+(tests/retrofit/batching/test_classification.py: 80 s against 15 s). The wait
+policy changes how idle threads wait, no number a test computes.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ os.environ["TABPFN_NO_BROWSER"] = "1"
 os.environ.setdefault("TABPFN_DISABLE_TELEMETRY", "1")
 os.environ["TABPFN_MODEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="tabpfn-cache-")
 os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 

@@ -24,6 +24,7 @@ __all__ = [
     "CLASSIFIER_HOSTS",
     "DTYPES",
     "MODES",
+    "REGRESSION_HOSTS",
     "ROW_DEPENDENT",
     "assert_probabilities_close",
     "assert_regression_close",
@@ -36,6 +37,8 @@ __all__ = [
 MODES = ("oattention", "full-o")
 DTYPES = (torch.float32, torch.float64)
 CLASSIFIER_HOSTS = ("tabpfn_v2", "tabpfn_v3")
+#: The regressors' hosts, as the ``regression_host`` fixture takes them (``indirect``).
+REGRESSION_HOSTS = ("v3", "tabpfn_v2_6")
 
 
 #: An inference config whose feature pipelines depend on the rows they are

@@ -23,6 +23,11 @@ Tolerances (tests/helpers/exactness.py states what holds on every CPU and BLAS):
   (presence 1, eps 0); measured ratio 1.0 (same kernel). With real presence
   and eps 1e-6 the measured ratio is <= 1.0 at L = 128..2048
   (results/exactness); checked <= 2.
+
+README's room runs every case (dtype x mask x heads x layout) of the insertion
+and non-finite-token tests once, each insertion point, path, route and poison
+meeting every dtype, mask, head count and layout; the slow tier runs the rest
+of those products (``tests/helpers/tiers.py``).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from tests.helpers.oattention_inputs import (
     reference64,
     value_scale,
 )
+from tests.helpers.tiers import cross_section
 
 # ``patches.oattention`` the attribute is the function; the module is this:
 oa_mod = importlib.import_module("patches.oattention")
@@ -84,6 +90,24 @@ def _ids(c):
 CASES = _cases()
 
 
+def _each_case_once(options: list[tuple]) -> list[tuple]:
+    """Every case of ``CASES`` once, with one of ``options`` (a path, a route, ...) in turn.
+
+    The option turns with the head count and layout and shifts with the dtype and
+    mask, so each option meets every dtype, mask, head count and layout: the
+    cross-section README's room runs of a test over ``options x CASES``.
+    """
+    fast = []
+    for i, case in enumerate(CASES):
+        dtype_and_mask, heads_and_layout = divmod(i, len(HEADS) * len(LAYOUTS))
+        fast.append((*options[(dtype_and_mask + heads_and_layout) % len(options)], case))
+    return fast
+
+
+def _case_id(value) -> str | None:
+    return _ids(value) if isinstance(value, tuple) else None
+
+
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
 def test_null_receiver_exactly_zero(path, case):
@@ -97,9 +121,17 @@ def test_null_receiver_exactly_zero(path, case):
     assert not torch.isnan(out).any()
 
 
-@pytest.mark.parametrize("where", ["append", "mid", "front"])
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+INSERTIONS = list(itertools.product(["append", "mid", "front"], PATHS))
+
+
+@pytest.mark.parametrize(
+    ("where", "path", "case"),
+    cross_section(
+        [(*insertion, case) for insertion in INSERTIONS for case in CASES],
+        fast=_each_case_once(INSERTIONS),
+        value_id=_case_id,
+    ),
+)
 def test_null_source_insertion(where, path, case):
     q, k, v, p_q, p_k, mask, gen = _case(*case)
     fn = PATHS[path]
@@ -405,9 +437,17 @@ def _poison_null_tokens(q, k, v, p_q, p_k, bad):
     return q, k, v
 
 
-@pytest.mark.parametrize("route", ROUTES)
-@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=str)
-@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+POISONS = list(itertools.product(ROUTES, [float("nan"), float("inf")]))
+
+
+@pytest.mark.parametrize(
+    ("route", "bad", "case"),
+    cross_section(
+        [(*poison, case) for poison in POISONS for case in CASES],
+        fast=_each_case_once(POISONS),
+        value_id=_case_id,
+    ),
+)
 def test_non_finite_null_tokens_change_nothing_as_in_the_oracle(monkeypatch, route, bad, case):
     """NaN/inf in a null source's k/v or a null receiver's q.
 

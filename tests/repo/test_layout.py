@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import subprocess
@@ -22,13 +23,24 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """The syntax tree of ``path``, parsed once a session (the checks only read it)."""
+    return ast.parse(path.read_text())
+
+
 def _import_graph() -> dict[str, set[str]]:
-    """Module -> project modules it imports (at any depth of the file)."""
+    """Module -> project modules it imports (at any depth of the file); the caller's copy."""
+    return {module: set(targets) for module, targets in _walked_import_graph().items()}
+
+
+@functools.cache
+def _walked_import_graph() -> dict[str, frozenset[str]]:
     modules = {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
-    graph: dict[str, set[str]] = {}
+    graph: dict[str, frozenset[str]] = {}
     for name, path in modules.items():
         edges: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -37,7 +49,7 @@ def _import_graph() -> dict[str, set[str]]:
             for target in targets:
                 if target in modules and target != name:
                     edges.add(target)
-        graph[name] = edges
+        graph[name] = frozenset(edges)
     return graph
 
 
@@ -235,7 +247,7 @@ def test_only_the_tabpfn_surface_imports_private_tabpfn_names():
         f"{name}: {found}"
         for name, path in sorted(modules.items())
         if name != TABPFN_SURFACE
-        for found in _private_tabpfn_imports(ast.parse(path.read_text()))
+        for found in _private_tabpfn_imports(_tree(path))
     ]
     assert not offenders, offenders
 
@@ -267,7 +279,7 @@ def test_no_module_imports_a_private_name_of_another_module():
     modules = {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
     private = []
     for name, path in sorted(modules.items()):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in modules:
                 private += [
                     f"{name}: from {node.module} import {a.name}"
@@ -282,7 +294,7 @@ def _names_imported_from(module: str) -> dict[str, set[str]]:
     modules = {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
     found: dict[str, set[str]] = {}
     for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == module:
                 found.setdefault(name, set()).update(a.name for a in node.names)
     return found
@@ -473,7 +485,7 @@ def test_no_test_module_imports_another_test_module():
     """What tests share lives in tests/helpers/ (or conftest.py), never in a test module."""
     offenders = []
     for path in sorted(TESTS.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:

@@ -148,8 +148,12 @@ def test_readme_set_up_clones_shallow_installs_the_package_alone_and_tests_as_ci
     assert CPU_INDEX not in first and '".[test]"' in first
 
 
-def test_readme_s_tests_are_the_library_s_and_the_runner_s_and_ci_runs_the_lab_s_room_next():
-    """A bare pytest collects README's room; every test folder is in one room; CI runs both."""
+def test_readme_s_tests_are_the_library_s_and_the_runner_s_and_ci_runs_every_test():
+    """A bare pytest collects README's room but its slow tier; every test folder is in one room.
+
+    CI runs README's command, then the slow tier of README's room, then the lab's
+    room, then every test of both rooms, the slow tier included, on AVX2.
+    """
     readme = readme_room()
     assert set(readme) == {"tests/patches", "tests/retrofit", "tests/eval", "tests/repo"}
     with_tests = {
@@ -161,8 +165,12 @@ def test_readme_s_tests_are_the_library_s_and_the_runner_s_and_ci_runs_the_lab_s
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     first = next(i for i, line in enumerate(ci) if line.startswith("python3 -m venv"))
     later = [line for line in ci[first + 1 :] if line and not line.startswith("#")]
-    assert later[0] == 'pip install -q -e ".[lab]"'
-    assert later[1].startswith("python -m pytest ") and later[1].endswith(" ".join(LAB_ROOM))
+    assert "-m 'not slow'" in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert later[0] == "python -m pytest -q --durations=25 -m slow"  # testpaths: README's room
+    assert later[1] == 'pip install -q -e ".[lab]"'
+    assert later[2].startswith("python -m pytest ") and later[2].endswith(" ".join(LAB_ROOM))
+    avx2 = next(line for line in later if line.startswith("ATEN_CPU_CAPABILITY=avx2 "))
+    assert avx2.endswith(' python -m pytest -q --durations=25 -m "slow or not slow" tests')
 
 
 def test_the_gpu_section_states_the_bounds_the_settings_hold():

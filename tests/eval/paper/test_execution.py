@@ -10,7 +10,7 @@ import csv
 import dataclasses
 import json
 import os
-import subprocess
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from eval.paper.spec import baseline_key, make_tasks, state_dict_sha256
 from eval.paper.store import claim_run, load_records, read_record, run_path, runs_dir, write_record
 from eval.paper.tables import CASE_COLUMNS
 from retrofit.files import sha256_file
-from tests.helpers.commands import ROOT
+from tests.helpers import forks
 from tests.helpers.tiny_models import tiny_inference_config, tiny_v3_checkpoint
 
 ROWS = {"max_train_rows": 40, "max_test_rows": 12}
@@ -448,14 +448,9 @@ def _fake_run(task, **fields):
     return dataclasses.replace(execution.lost_record(task, ""), **fields)
 
 
-_HOLDER = """
-import sys
-from eval.paper.store import claim_run
-store, keys = sys.argv[1], sys.argv[2:]
-assert all(claim_run(store, key) for key in keys)
-print("held", flush=True)
-sys.stdin.read()
-"""
+def _claim_all(store: Path, keys: list[str]) -> None:
+    """A holding child's body (``tests.helpers.forks.holding``): it claims every key."""
+    assert all(claim_run(store, key) for key in keys)
 
 
 def test_a_second_eval_skips_the_runs_another_process_holds_and_takes_over_a_dead_ones(
@@ -469,29 +464,17 @@ def test_a_second_eval_skips_the_runs_another_process_holds_and_takes_over_a_dea
     )  # fmt: skip
     keys = [t.spec.key for t in tasks]
     store = tmp_path / "store"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(store), *keys[:3]],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        computed: list[str] = []
+    computed: list[str] = []
 
-        def task_fn(task):
-            computed.append(task.spec.key)
-            return _fake_run(task)
+    def task_fn(task):
+        computed.append(task.spec.key)
+        return _fake_run(task)
 
+    with forks.holding(lambda: _claim_all(store, keys[:3])):
         summary = run_suite(tasks, store, task_fn=task_fn, progress=False)
         assert summary.claimed_elsewhere == 3 and summary.computed == len(keys) - 3
         assert computed == keys[3:]
         assert all((runs_dir(store) / f"{k}.claim").exists() for k in keys[:3])
-    finally:
-        holder.kill()
-        holder.wait()
     # The holder is gone (kill -9), its claim files remain: they are taken over.
     summary = run_suite(tasks, store, task_fn=task_fn, progress=False)
     assert summary.claimed_elsewhere == 0 and summary.skipped == len(keys) - 3
@@ -499,28 +482,23 @@ def test_a_second_eval_skips_the_runs_another_process_holds_and_takes_over_a_dea
     assert sorted(p.name for p in runs_dir(store).iterdir()) == sorted(f"{k}.json" for k in keys)
 
 
-_KILLED_MID_RUN = """
-import dataclasses, os, pickle, signal, sys
-from eval.paper.execution import lost_record, run_suite
-store, tasks = sys.argv[1], pickle.load(open(sys.argv[2], "rb"))
-done = []
+def _run_killed_mid_run(store: Path, tasks: list) -> None:
+    """A forked child's body: an eval that stores two runs, then is kill -9ed in the third."""
+    done = []
 
-def task_fn(task):
-    if len(done) == 2:  # two runs stored, the third in flight: kill -9
-        os.kill(os.getpid(), signal.SIGKILL)
-    done.append(task.spec.key)
-    return dataclasses.replace(lost_record(task, ""), status="ok", error=None)
+    def task_fn(task):
+        if len(done) == 2:  # two runs stored, the third in flight: kill -9
+            os.kill(os.getpid(), signal.SIGKILL)
+        done.append(task.spec.key)
+        return _fake_run(task)
 
-run_suite(tasks, store, task_fn=task_fn, progress=False)
-"""
+    run_suite(tasks, store, task_fn=task_fn, progress=False)
 
 
 def test_a_killed_eval_resumed_to_completion_leaves_no_claim_and_steals_no_live_one(
     tiny_v3_path, tmp_path
 ):
     """A finished resume removes the killed eval's claims and keeps a live one's."""
-    import pickle
-
     tasks = make_tasks(
         suite="offline18", model_path=tiny_v3_path, modes=("none", "oattention"),
         datasets=["qsar_fish"], seeds=[0, 1], n_estimators=1, max_train_rows=40,
@@ -528,31 +506,18 @@ def test_a_killed_eval_resumed_to_completion_leaves_no_claim_and_steals_no_live_
     )  # fmt: skip
     keys = [t.spec.key for t in tasks]
     store = tmp_path / "store"
-    (tmp_path / "tasks.pkl").write_bytes(pickle.dumps(tasks))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    killed = subprocess.run(
-        [sys.executable, "-c", _KILLED_MID_RUN, str(store), str(tmp_path / "tasks.pkl")],
-        cwd=ROOT, env=env, capture_output=True, text=True,
-    )  # fmt: skip
-    assert killed.returncode == -9, killed.stderr
+    status = forks.wait(forks.fork(lambda: _run_killed_mid_run(store, tasks)))
+    assert forks.killed_by_sigkill(status), status
     claims = sorted(p.stem for p in runs_dir(store).glob("*.claim"))
     assert len(list(runs_dir(store).glob("*.json"))) == 2 and keys[2] in claims
     # Another live eval holds a claim on a run of another plan (say, another tau).
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(store), "f" * 64],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env,
-    )  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with forks.holding(lambda: _claim_all(store, ["f" * 64])):
         summary = run_suite(tasks, store, task_fn=_fake_run, progress=False)
         assert (summary.skipped, summary.computed) == (2, 2)
         assert sorted(p.name for p in runs_dir(store).iterdir()) == sorted(
             [*(f"{k}.json" for k in keys), f"{'f' * 64}.claim"]
         )
         assert not claim_run(store, "f" * 64)  # still the holder's
-    finally:
-        holder.kill()
-        holder.wait()
     run_suite(tasks, store, task_fn=_fake_run, progress=False)  # the holder died: its claim goes
     assert sorted(p.name for p in runs_dir(store).iterdir()) == sorted(f"{k}.json" for k in keys)
 

@@ -72,6 +72,7 @@ os.environ["TABPFN_NO_BROWSER"] = "1"
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TABPFN_DISABLE_TELEMETRY", "1")
 os.environ["TABPFN_MODEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="tabpfn-cache-")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as tests/conftest.py says why
 
 import pytest
 import torch

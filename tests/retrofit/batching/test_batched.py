@@ -10,7 +10,8 @@ The claims, each a test here:
   ``tests/helpers/exactness.py``, because the projections run over a matrix of other
   height, which a BLAS may block differently (measured: bit-identical on
   AVX-512 and AMX, up to 2.3 ulps with ATen and MKL forced to AVX2), and on
-  the estimator for every output type and fit mode;
+  the estimator for every output type and fit mode (README's room: each mode in
+  one fit mode, the slow tier the other, ``tests/helpers/tiers.py``);
 * on the fast kernel in float32 the difference is rounding (other kernel
   tiles over the padded keys, other batch shapes in stages 0-2), bounded here
   by ``FP32_LOGIT_RTOL`` relative to ``max(1, |log p|)`` (measured maximum
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from itertools import product
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +56,7 @@ from retrofit.hosts.v3.icl_stage import V3ICLStage
 from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps
 from tests.helpers.padding import ragged_tables, reference_kernel, unpatched_padding_drifts
 from tests.helpers.predictions import assert_same_prediction, flat_prediction
+from tests.helpers.tiers import cross_section
 from tests.helpers.tiny_hosts import build_tiny_v2, save_tiny_v2_checkpoint
 from tests.helpers.tiny_models import (
     build_tiny_v3,
@@ -317,8 +320,13 @@ def test_bucket_rows_are_capped_and_a_bad_bound_is_refused():
 # ---- the estimator ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fit_mode", ["fit_preprocessors", "fit_with_cache"])
-@pytest.mark.parametrize("mode", ["oattention", "full-o"])
+@pytest.mark.parametrize(
+    ("mode", "fit_mode"),
+    cross_section(
+        product(["oattention", "full-o"], ["fit_preprocessors", "fit_with_cache"]),
+        fast=[("oattention", "fit_with_cache"), ("full-o", "fit_preprocessors")],
+    ),
+)
 def test_ragged_predict_batched_equals_per_dataset_predict_in_float64(mode, fit_mode):
     # fit_with_cache with an unquantized cache: the int8 default rounds the
     # cached keys, which a full forward does not (next test).

@@ -6,7 +6,8 @@ unless a dtype is the subject. The claims, each a test here:
 * one dataset through the host's split stage equals its ``forward`` bit for
   bit (same calls, same shapes: fails when tabpfn's forward changes);
 * ragged datasets zero-padded into one ICL forward give each dataset its own
-  output: on the float64 reference kernel within ``MODEL_ULPS`` (the padded
+  output: on the float64 reference kernel (README's room: each host in one mode,
+  the slow tier the other) within ``MODEL_ULPS`` (the padded
   batch runs the projections over other matrix heights, ``tests/helpers/exactness.py``;
   measured 0 ulps on AVX-512 and AMX, up to 2.3 with ATen and MKL forced to
   AVX2), and on the fast float32 kernel within ``MODEL_ULPS`` of float32
@@ -15,13 +16,16 @@ unless a dtype is the subject. The claims, each a test here:
   1e-3 relative, so the equivalence cannot pass vacuously;
 * ``OTabPFNRegressor.predict_batched`` on ragged input equals per-dataset
   ``predict`` for every output type, in ``fit_preprocessors`` and
-  ``fit_with_cache`` (an unquantized cache), in float64 on the reference kernel;
+  ``fit_with_cache`` (an unquantized cache), in float64 on the reference kernel
+  (README's room: each host in one fit mode, the slow tier the rest);
 * v3.5 with its ICL in bfloat16 (``enable_icl_bf16``) pads within bf16 ulps.
 
 Shape letters: R rows (train then test), B batch, C features, N train rows.
 """
 
 from __future__ import annotations
+
+from itertools import product
 
 import pytest
 import torch
@@ -41,6 +45,7 @@ from retrofit.hosts.v3.icl_stage import V3p5ICLStage
 from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps
 from tests.helpers.padding import ragged_tables, reference_kernel, unpatched_padding_drifts
 from tests.helpers.predictions import assert_same_prediction
+from tests.helpers.tiers import cross_section
 from tests.helpers.tiny_hosts import build_host, tiny_host_specs
 
 HOSTS = ("tabpfn_v3_5", "tabpfn_v2_5", "tabpfn_v2_6")
@@ -116,8 +121,17 @@ def test_one_dataset_through_the_split_stage_equals_the_host_forward(name, mode)
             assert torch.equal(split, model(x, y, **_task(name)))
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", HOSTS)
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    cross_section(
+        product(HOSTS, MODES),
+        fast=[
+            ("tabpfn_v3_5", "oattention"),
+            ("tabpfn_v2_5", "full-o"),
+            ("tabpfn_v2_6", "oattention"),
+        ],
+    ),
+)
 def test_zero_padded_icl_gives_each_dataset_its_own_output(name, mode):
     model = _model(name, mode)
     stage = icl_stage_for(model)
@@ -181,8 +195,17 @@ def _est(name, **kwargs):
     return OTabPFNRegressor(model_path=tiny_host_specs(name), **{**params, **kwargs})
 
 
-@pytest.mark.parametrize("fit_mode", ["fit_preprocessors", "fit_with_cache"])
-@pytest.mark.parametrize("name", HOSTS)
+@pytest.mark.parametrize(
+    ("name", "fit_mode"),
+    cross_section(
+        product(HOSTS, ["fit_preprocessors", "fit_with_cache"]),
+        fast=[
+            ("tabpfn_v3_5", "fit_preprocessors"),
+            ("tabpfn_v2_5", "fit_with_cache"),
+            ("tabpfn_v2_6", "fit_preprocessors"),
+        ],
+    ),
+)
 def test_ragged_predict_batched_equals_per_dataset_predict(name, fit_mode):
     # fit_with_cache with an unquantized cache: the padded path runs the full
     # forward, which an int8 cache would round differently.

@@ -11,7 +11,8 @@ The claims, each a test here:
   many-class decoder over each dataset's own train rows), give each dataset's
   own ``predict_proba``: within ``CLASSIFIER_PROBA_ULPS`` of
   ``tests/helpers/exactness.py`` in float64 (the reference OAttention kernel)
-  and in float32 (the fast kernel);
+  and in float32 (the fast kernel) (README's room: a cross-section of the hosts x
+  modes x dtypes, the slow tier the rest, ``tests/helpers/tiers.py``);
 * the same padding on the unpatched host moves the probabilities far beyond
   that bound (the control that keeps the equivalence from passing vacuously);
 * class sets may differ on the padded path (each dataset keeps its classes as
@@ -55,6 +56,7 @@ from tests.helpers.exactness import (
     deviation_in_ulps,
 )
 from tests.helpers.padding import reference_kernel
+from tests.helpers.tiers import cross_section
 from tests.helpers.tiny_hosts import TINY_MAX_CLASSES, tiny_classifier_specs
 
 # (train rows, test rows, features, classes): five shapes, four class counts.
@@ -123,12 +125,25 @@ def test_one_dataset_through_the_split_classifier_stage_equals_the_host_forward(
             assert torch.equal(split, model(x, y, **task))
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize(
-    ("name", "mode"),
-    # Both modes on one host per decoder kind; Full-O, the default, on the others.
-    [(name, "full-o") for name in HOSTS]
-    + [("tabpfn_v2", "oattention"), ("tabpfn_v3", "oattention")],
+    ("name", "mode", "dtype"),
+    # Both modes on one host per decoder kind; Full-O, the default, on the others. README's
+    # room runs every host, both modes and both dtypes (float64 on both decoder kinds).
+    cross_section(
+        [
+            (name, mode, dtype)
+            for name, mode in [(name, "full-o") for name in HOSTS]
+            + [("tabpfn_v2", "oattention"), ("tabpfn_v3", "oattention")]
+            for dtype in (torch.float64, torch.float32)
+        ],
+        fast=[
+            ("tabpfn_v2", "oattention", torch.float64),
+            ("tabpfn_v2_5", "full-o", torch.float32),
+            ("tabpfn_v2_6", "full-o", torch.float32),
+            ("tabpfn_v3", "full-o", torch.float32),
+            ("tabpfn_v3_5", "full-o", torch.float64),
+        ],
+    ),
 )
 def test_ragged_predict_proba_batched_equals_each_datasets_predict_proba(name, mode, dtype):
     sets = _datasets()

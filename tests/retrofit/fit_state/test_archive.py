@@ -8,7 +8,8 @@ regressor's every output type (``mean``, ``median``, ``mode``, ``quantiles``,
 and v3.5 ``ModelSpecs`` (zero-inits perturbed), and the embedded regressor; each
 mode, with ``fit_preprocessors`` and ``fit_with_cache`` (the KV cache with the
 train rows' presence is rebuilt on load). A patched round trip still differs
-from ``mode="none"``.
+from ``mode="none"``. README's room runs a cross-section of each host x mode x fit
+mode matrix, the slow tier the rest (``tests/helpers/tiers.py``).
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from __future__ import annotations
 import os
 import pickle
 import signal
-import subprocess
-import sys
 import zipfile
+from itertools import product
 from pathlib import Path
 
 import joblib
@@ -38,10 +38,13 @@ from retrofit import (
     resolve_model,
     save_patched,
 )
+from retrofit.fit_state.archive import FitRecord, write_fit_state
 from retrofit.settings import MODES
+from tests.helpers import forks
 from tests.helpers.commands import file_mode, listing
 from tests.helpers.fit_states import rewrite
 from tests.helpers.predictions import flat_prediction
+from tests.helpers.tiers import cross_section
 from tests.helpers.tiny_hosts import tiny_classifier_specs, tiny_host_specs
 from tests.helpers.tiny_models import tiny_v3_checkpoint, tiny_v3_classifier_checkpoint
 
@@ -128,14 +131,31 @@ def _assert_same_estimator(loaded, estimator) -> None:
     assert [is_patched(m) for m in loaded.models_] == [is_patched(m) for m in estimator.models_]
 
 
-# The embedded host is the slowest: fit_with_cache once, patched.
-REGRESSOR_CASES = [
-    (host, mode, fit_mode)
-    for host in REGRESSOR_HOSTS
-    for mode in MODES
-    for fit_mode in FIT_MODES
-    if host != "embedded" or fit_mode == "fit_preprocessors" or mode == "full-o"
-]
+# The embedded host is the slowest: fit_with_cache once, patched. README's room runs
+# the cross-section named fast (every host, mode and fit mode), the slow tier the rest.
+REGRESSOR_CASES = cross_section(
+    [
+        (host, mode, fit_mode)
+        for host in REGRESSOR_HOSTS
+        for mode in MODES
+        for fit_mode in FIT_MODES
+        if host != "embedded" or fit_mode == "fit_preprocessors" or mode == "full-o"
+    ],
+    fast=[
+        ("v3-file", "none", "fit_preprocessors"),
+        ("tabpfn_v2_5", "oattention", "fit_with_cache"),
+        ("tabpfn_v3_5", "full-o", "fit_preprocessors"),
+        ("embedded", "full-o", "fit_with_cache"),
+    ],
+)
+CLASSIFIER_CASES = cross_section(
+    product(CLASSIFIER_HOSTS, MODES, FIT_MODES),
+    fast=[
+        ("v3-file", "full-o", "fit_with_cache"),
+        ("tabpfn_v2", "none", "fit_preprocessors"),
+        ("tabpfn_v3_5", "oattention", "fit_preprocessors"),
+    ],
+)
 
 
 @pytest.mark.parametrize(("host", "mode", "fit_mode"), REGRESSOR_CASES)
@@ -157,9 +177,7 @@ def test_a_loaded_regressor_predicts_the_same_bits_in_every_output_type(
         assert not np.array_equal(plain.fit(X, y).predict(X[:7]), loaded.predict(X[:7]))
 
 
-@pytest.mark.parametrize("fit_mode", FIT_MODES)
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("host", CLASSIFIER_HOSTS)
+@pytest.mark.parametrize(("host", "mode", "fit_mode"), CLASSIFIER_CASES)
 def test_a_loaded_classifier_predicts_the_same_bits(host, mode, fit_mode, checkpoints, tmp_path):
     X, y = _classification_data()
     model_path = _model_path(host, "classifier", checkpoints)
@@ -499,22 +517,22 @@ def test_a_saved_file_gets_the_umask_mode_and_a_replaced_one_keeps_its_own(
     assert file_mode(tmp_path / "a.tabpfn_fit") == 0o600
 
 
-_KILLED_SAVE = """
-import os, signal, sys, zipfile
-import numpy as np
-from retrofit.fit_state.archive import FitRecord, write_fit_state
+def _save_killed_half_way(path: Path) -> None:
+    """A forked child's body: saves a fit state to ``path``, kill -9 after the first member."""
+    real_writestr = zipfile.ZipFile.writestr
 
-real_writestr = zipfile.ZipFile.writestr
-def writestr_then_die(self, name, data, *args, **kwargs):
-    real_writestr(self, name, data, *args, **kwargs)
-    self.fp.flush()
-    os.kill(os.getpid(), signal.SIGKILL)  # kill -9 half way through the archive
-zipfile.ZipFile.writestr = writestr_then_die
-X = np.arange(12.0).reshape(4, 3)
-record = FitRecord(X, X[:, 0], {"random_state": 0, "model_path": "embedded"})
-write_fit_state(sys.argv[1], estimator="OTabPFNRegressor", record=record, settings={},
-                report_digests=[], weights=[])
-"""
+    def writestr_then_die(self, name, data, *args, **kwargs):
+        real_writestr(self, name, data, *args, **kwargs)
+        self.fp.flush()
+        os.kill(os.getpid(), signal.SIGKILL)  # kill -9 half way through the archive
+
+    zipfile.ZipFile.writestr = writestr_then_die
+    X = np.arange(12.0).reshape(4, 3)
+    record = FitRecord(X, X[:, 0], {"random_state": 0, "model_path": "embedded"})
+    write_fit_state(
+        path, estimator="OTabPFNRegressor", record=record, settings={}, report_digests=[],
+        weights=[],
+    )  # fmt: skip
 
 
 def test_a_killed_saves_temporary_file_is_removed_by_the_next_save(
@@ -528,10 +546,8 @@ def test_a_killed_saves_temporary_file_is_removed_by_the_next_save(
     path = tmp_path / "fit.tabpfn_fit"
     seen = []
     for _ in range(2):
-        killed = subprocess.run(
-            [sys.executable, "-c", _KILLED_SAVE, str(path)], env=os.environ, check=False
-        )
-        assert killed.returncode == -signal.SIGKILL
+        status = forks.wait(forks.fork(lambda: _save_killed_half_way(path)))
+        assert forks.killed_by_sigkill(status), status
         seen.append(listing(tmp_path))
     assert [len(names) for names in seen] == [1, 1] and seen[0] != seen[1]
     assert seen[1][0].startswith(".fit.tabpfn_fit.tmp-") and not path.exists()

@@ -9,7 +9,9 @@ checkpoint ``tiny_v3_path`` and a v2.6 regressor, v2 and v3 classifiers):
   both patched modes, float32 and float64, under ``KFold`` and
   ``LeaveOneOut``: regression within ``MODEL_ULPS`` of ``exactness.py`` (the
   ulps of the inference dtype at the predictions' scale), probabilities within
-  ``CLASSIFIER_PROBA_ULPS``, labels equal;
+  ``CLASSIFIER_PROBA_ULPS``, labels equal (README's room runs a cross-section
+  of each host x mode x dtype matrix, the slow tier the rest:
+  ``tests/helpers/tiers.py``);
 * the folds run as one batch in either preprocessing: the padded engine is
   called once, with one dataset per fold;
 * scikit-learn's return conventions: row order, probabilities over every class
@@ -21,6 +23,8 @@ checkpoint ``tiny_v3_path`` and a v2.6 regressor, v2 and v3 classifiers):
 """
 
 from __future__ import annotations
+
+from itertools import product
 
 import numpy as np
 import pytest
@@ -39,19 +43,27 @@ from tests.helpers.leave_out import (
     CLASSIFIER_HOSTS,
     DTYPES,
     MODES,
+    REGRESSION_HOSTS,
     assert_probabilities_close,
     assert_regression_close,
 )
 from tests.helpers.leave_out import fold_classifier as _classifier
 from tests.helpers.leave_out import fold_regressor as _regressor
 from tests.helpers.leave_out import leave_out_table as _table
+from tests.helpers.tiers import cross_section
 
 # Each fold fitted on its own rows: the mode that equals scikit-learn's k refits.
 PER_FOLD = "per_fold"
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    ("regression_host", "mode", "dtype"),
+    cross_section(
+        product(REGRESSION_HOSTS, MODES, DTYPES),
+        fast=[("v3", "full-o", torch.float32), ("tabpfn_v2_6", "oattention", torch.float64)],
+    ),
+    indirect=["regression_host"],
+)
 def test_a_regressors_out_of_fold_predictions_equal_sklearns_k_refits(regression_host, mode, dtype):
     X, y, _ = _table()
     estimator = _regressor(regression_host, mode, dtype)
@@ -62,9 +74,13 @@ def test_a_regressors_out_of_fold_predictions_equal_sklearns_k_refits(regression
     assert not hasattr(estimator, "n_features_in_")  # left unfitted, as sklearn clones it
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", CLASSIFIER_HOSTS)
+@pytest.mark.parametrize(
+    ("name", "mode", "dtype"),
+    cross_section(
+        product(CLASSIFIER_HOSTS, MODES, DTYPES),
+        fast=[("tabpfn_v3", "oattention", torch.float64), ("tabpfn_v2", "full-o", torch.float32)],
+    ),
+)
 def test_a_classifiers_out_of_fold_labels_and_probabilities_equal_sklearns_k_refits(
     name, mode, dtype
 ):

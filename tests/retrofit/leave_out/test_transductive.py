@@ -13,7 +13,8 @@ since the tiny hosts' own transforms nothing):
   the regressor's single-value output types. The bound, stated once:
   ``MODEL_ULPS`` of ``exactness.py`` for regression outputs (the ulps of the
   inference dtype at the outputs' scale), ``CLASSIFIER_PROBA_ULPS`` for
-  probabilities, labels equal;
+  probabilities, labels equal (README's room runs a cross-section of each
+  host x mode x dtype matrix, the slow tier the rest: ``tests/helpers/tiers.py``);
 * leakage, in both preprocessing modes: changing one held-out label leaves
   every prediction of its fold bit-identical, and changing one of its train
   labels moves them (the control);
@@ -30,6 +31,8 @@ since the tiny hosts' own transforms nothing):
 
 from __future__ import annotations
 
+from itertools import product
+
 import numpy as np
 import pytest
 import torch
@@ -42,6 +45,7 @@ from tests.helpers.leave_out import (
     CLASSIFIER_HOSTS,
     DTYPES,
     MODES,
+    REGRESSION_HOSTS,
     ROW_DEPENDENT,
     assert_probabilities_close,
     assert_regression_close,
@@ -50,6 +54,7 @@ from tests.helpers.leave_out import (
     leave_out_table,
     transductive_oracle,
 )
+from tests.helpers.tiers import cross_section
 
 
 def _regressor(host, mode="full-o", dtype=torch.float32, **kwargs):
@@ -60,8 +65,14 @@ def _classifier(name="tabpfn_v3", mode="full-o", dtype=torch.float32, **kwargs):
     return fold_classifier(name, mode, dtype, inference_config=ROW_DEPENDENT, **kwargs)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    ("regression_host", "mode", "dtype"),
+    cross_section(
+        product(REGRESSION_HOSTS, MODES, DTYPES),
+        fast=[("v3", "oattention", torch.float32), ("tabpfn_v2_6", "full-o", torch.float64)],
+    ),
+    indirect=["regression_host"],
+)
 def test_a_regressors_predictions_equal_tabpfns_fold_fits_over_the_all_rows_x_side(
     regression_host, mode, dtype
 ):
@@ -83,9 +94,13 @@ def test_a_regressor_output_type_equals_the_oracles_with_that_output_type(tiny_v
     assert_regression_close(got, transductive_oracle(estimator, X, y, folds, method), torch.float64)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", CLASSIFIER_HOSTS)
+@pytest.mark.parametrize(
+    ("name", "mode", "dtype"),
+    cross_section(
+        product(CLASSIFIER_HOSTS, MODES, DTYPES),
+        fast=[("tabpfn_v3", "full-o", torch.float32), ("tabpfn_v2", "oattention", torch.float64)],
+    ),
+)
 def test_a_classifiers_probabilities_and_labels_equal_the_oracles(name, mode, dtype):
     X, _, labels = leave_out_table()
     estimator = _classifier(name, mode, dtype)
