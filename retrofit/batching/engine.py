@@ -94,6 +94,7 @@ __all__ = [
     "EmbeddedDataset",
     "PaddedRun",
     "check_class_limit",
+    "cleaned_test_rows",
     "failing_dataset",
     "models_of",
     "run_padded",
@@ -276,7 +277,7 @@ def _embed_dataset(
         raise NotImplementedError(
             "predict_batched does not support SAMPLE_SUBSAMPLING_METHOD='majority_downsample'"
         )
-    X_test = _clean_test(worker, X_test)
+    X_test = cleaned_test_rows(worker, X_test)
     executor = worker.executor_
     device = worker.devices_[0]
     dtype = executor.force_inference_dtype
@@ -385,8 +386,8 @@ def models_of(estimator: Estimator) -> list[Any]:
     return [getattr(entry, "model", entry) for entry in entries]
 
 
-def _clean_test(worker: Estimator, X_test: Any) -> Any:
-    """``X_test`` after the cleaning ``predict`` applies before its executor."""
+def cleaned_test_rows(worker: Estimator, X_test: Any) -> Any:
+    """``X_test`` after the cleaning tabpfn's ``predict`` applies before its executor."""
     check_input_shape_matches(X_test, estimator=worker)
     X_test = worker.date_transformer_.transform(X_test)
     X_test = worker.text_transformer_.transform(X_test)
@@ -415,7 +416,7 @@ def failing_dataset(
         try:
             worker = _fitted_worker(estimator, X, y, copy.deepcopy(random_state))
             if not _is_constant_target(worker):
-                _clean_test(worker, X_test)
+                cleaned_test_rows(worker, X_test)
         except (ValueError, TypeError) as err:
             return i, err
     return None

@@ -17,13 +17,8 @@ import torch
 from tabpfn import TabPFNClassifier, TabPFNRegressor
 from tabpfn.inference_config import InferenceConfig
 
+from retrofit.batching.engine import cleaned_test_rows
 from retrofit.models.embedded import embedded_model_path
-from retrofit.tabpfn_surface import (
-    check_input_shape_matches,
-    clean_data_transform,
-    ensure_compatible_predict_input_sklearn,
-    feature_modality,
-)
 from retrofit.weighted_preprocessing import (
     categorical_inference_threshold,
     weighted_ensemble_preprocessor,
@@ -162,17 +157,3 @@ def weighted_members(
     )
     members = weighted.fit_transform_ensemble_members(X_train, y_train)
     return estimator, weighted, members, y_train
-
-
-def cleaned_test_rows(estimator: Any, X_test: Any) -> np.ndarray:
-    """``X_test`` as tabpfn's ``predict`` cleans it before the members transform it."""
-    check_input_shape_matches(X_test, estimator=estimator)
-    X_test = estimator.date_transformer_.transform(X_test)
-    X_test = estimator.text_transformer_.transform(X_test)
-    X_test = ensure_compatible_predict_input_sklearn(X_test, estimator)
-    return clean_data_transform(
-        X_test,
-        cat_indices=estimator.inferred_feature_schema_.indices_for(feature_modality.CATEGORICAL),
-        ord_encoder=getattr(estimator, "ordinal_encoder_", None),
-        passthrough_inf=estimator.get_inference_config().PASSTHROUGH_INF,
-    )
