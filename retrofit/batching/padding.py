@@ -44,7 +44,7 @@ from torch import nn
 
 from retrofit.batching.bounds import DEFAULT_MAX_PADDED_FRACTION, check_max_padded_fraction
 from retrofit.errors import BatchInputError
-from retrofit.hosts.common.base import icl_stage_for
+from retrofit.hosts.common.base import icl_stage_for, runs_blocks_to_test_rows
 from retrofit.hosts.common.row_weights import source_weights
 
 __all__ = [
@@ -298,7 +298,10 @@ def run_padded_icl(
 
     Returns:
         The decoded output ``(M_d, B_d, O)`` of each dataset's test rows; the
-        padded rows are dropped before the decoder.
+        padded rows are dropped before the decoder. With the stage's decoder
+        (``decode`` None) and a stage that has ``run_blocks_to_test_rows``, the
+        last block runs for the test rows alone (its key rows' outputs would
+        be dropped).
     """
     stage = icl_stage_for(model)
     weights = [None] * len(carriers) if weights is None else list(weights)
@@ -306,13 +309,19 @@ def run_padded_icl(
     if stats is not None:
         shapes = [(n, x.shape[1] - n) for x, n in zip(carriers, num_train, strict=True)]
         stats.add(shapes, [x.shape[0] for x in carriers])
+    # Decoding the test rows alone, the last block need not update the key rows.
+    test_rows_only = decode is None and runs_blocks_to_test_rows(stage)
     with source_weights(model, pad_weights(weights, carriers, num_train)):
-        x_BRD = stage.run_blocks(model, x_BRD, n_max, **forward_kwargs)
+        if test_rows_only:
+            x_BMD = stage.run_blocks_to_test_rows(model, x_BRD, n_max, **forward_kwargs)
+        else:
+            x_BRD = stage.run_blocks(model, x_BRD, n_max, **forward_kwargs)
+            x_BMD = x_BRD[:, n_max:]
     outputs = []
     start = 0
     for d, (x, n) in enumerate(zip(carriers, num_train, strict=True)):
         b, m = x.shape[0], x.shape[1] - n
-        test = x_BRD[start : start + b, n_max : n_max + m]
+        test = x_BMD[start : start + b, :m]
         if decode is None:
             outputs.append(stage.decode(model, test))
         else:

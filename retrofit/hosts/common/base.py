@@ -44,6 +44,7 @@ __all__ = [
     "register_host_patcher",
     "register_icl_stage",
     "registered_host_patchers",
+    "runs_blocks_to_test_rows",
     "supports_padded_icl",
     "swap_each",
 ]
@@ -186,7 +187,10 @@ class ICLStage(Protocol):
     regression output. A stage that classifies also has ``decode_classes``
     (the class logits, from a dataset's own key rows, test rows and train
     labels: v3's decoder reads the train rows), which ragged
-    ``predict_proba_batched`` requires.
+    ``predict_proba_batched`` requires. A stage may also have
+    ``run_blocks_to_test_rows`` (:func:`runs_blocks_to_test_rows`): the test
+    rows' carriers after the blocks, ``(B, M, ...)``, with the last block run
+    for them alone, which the padded path takes when only test rows are decoded.
 
     The carriers end in the dataset's test rows, one carrier row per test row;
     every row before them is a key row (the train rows, and rows a host adds
@@ -213,6 +217,11 @@ class ICLStage(Protocol):
 def decodes_classes(stage: ICLStage) -> bool:
     """Whether ``stage`` has ``decode_classes`` (see :class:`ICLStage`)."""
     return callable(getattr(stage, "decode_classes", None))
+
+
+def runs_blocks_to_test_rows(stage: ICLStage) -> bool:
+    """Whether ``stage`` has ``run_blocks_to_test_rows`` (see :class:`ICLStage`)."""
+    return callable(getattr(stage, "run_blocks_to_test_rows", None))
 
 
 _ICL_STAGES: dict[type[nn.Module], ICLStage] = {}

@@ -204,24 +204,63 @@ class OICLBlock(ReadsSourceWeights, nn.Module):
                 single_eval_pos=single_eval_pos,
                 cursor=cursor,
             )
+        return self._feed_forward(x_BRE, save_peak_memory_factor), kv_entry
+
+    def forward_test_rows(
+        self,
+        x_BRE: torch.Tensor,
+        single_eval_pos: int,
+        save_peak_memory_factor: int | None = None,
+    ) -> torch.Tensor:
+        """What :meth:`forward` returns for the test rows alone: ``(B, R - N, E)``.
+
+        For a last block whose train rows' outputs nothing reads (a regression
+        head decodes the test rows only): the train rows are the sources, as in
+        :meth:`forward`, but no query, attention output or feed-forward is
+        computed for them. Each test row goes through the same operations as in
+        :meth:`forward`, on a shorter matrix (equal within the ulps bound of a
+        changed shape, tests/helpers/exactness.py).
+
+        Args:
+            x_BRE: ``(B, R, E)`` train then test rows.
+            single_eval_pos: Number of train rows ``N``.
+            save_peak_memory_factor: Chunk count over the batch, as in :meth:`forward`.
+        """
+        w_BN = self.source_weights_or_none()
+        cursor = None if w_BN is None else BatchCursor(w_BN)
+        chunks = [x_BRE]
+        if save_peak_memory_factor is not None:
+            size = -(-x_BRE.shape[0] // save_peak_memory_factor)
+            chunks = list(torch.split(x_BRE, size))
+        # Each chunk takes its rows of the source weights from the cursor, in order.
+        tested = []
+        for x_bRE in chunks:
+            attn_bME, _ = self._attention(
+                x_bRE, single_eval_pos, cursor=cursor, test_receivers_only=True
+            )
+            tested.append(x_bRE[:, single_eval_pos:] + attn_bME)
+        x_BME = tested[0] if len(tested) == 1 else torch.cat(tested)
+        return self._feed_forward(x_BME, save_peak_memory_factor)
+
+    def _feed_forward(
+        self, x_BRE: torch.Tensor, save_peak_memory_factor: int | None
+    ) -> torch.Tensor:
         if self.mode == "full-o":
             # OFFN returns h + p * MLP(Norm(h)) itself, hence residual=False.
-            x_BRE = chunked_evaluate_maybe_inplace(
+            return chunked_evaluate_maybe_inplace(
                 self._offn,
                 x_BRE,
                 save_peak_memory_factor=save_peak_memory_factor,
                 residual=False,
                 batch_dims=2,
             )
-        else:
-            x_BRE = chunked_evaluate_maybe_inplace(
-                self._host_ffn,
-                x_BRE,
-                save_peak_memory_factor=save_peak_memory_factor,
-                residual=True,
-                batch_dims=2,
-            )
-        return x_BRE, kv_entry
+        return chunked_evaluate_maybe_inplace(
+            self._host_ffn,
+            x_BRE,
+            save_peak_memory_factor=save_peak_memory_factor,
+            residual=True,
+            batch_dims=2,
+        )
 
     def _host_ffn(self, x_RE: torch.Tensor) -> torch.Tensor:
         return self.mlp(self.layernorm_mlp(x_RE))
@@ -242,21 +281,28 @@ class OICLBlock(ReadsSourceWeights, nn.Module):
         cached_kv: KVCacheEntry | QuantizedKVCacheEntry | None = None,
         return_kv: bool = False,
         cursor: BatchCursor | None = None,
+        test_receivers_only: bool = False,
     ) -> tuple[torch.Tensor, PresenceKVCacheEntry | None]:
         """The attention update (without the residual add) and optional cache entry.
 
         ``cursor`` hands out this call's rows of the source weights (None: every
         train row counts once, or a cache's rows carry their own).
+        ``test_receivers_only``: only the test rows receive (the update covers
+        rows ``single_eval_pos:``, ``L`` of them); the train rows are sources
+        only. Not with ``cached_kv``.
         """
         att = self.icl_attention
         B, R, _ = x_BRE.shape
         H, D = att.num_heads, att.head_dim
+        first = single_eval_pos if test_receivers_only else 0
+        L = R - first
         p_BR = presence_unchecked(x_BRE, self.tau)
         xn_BRE = self._onorm(x_BRE, p_BR) if self.mode == "full-o" else self.layernorm(x_BRE)
-        q_BRHD = att.q_projection(xn_BRE).view(B, R, H, D)
+        q_BLHD = att.q_projection(xn_BRE[:, first:]).view(B, L, H, D)
         if self.qk_norm:
-            q_BRHD = att.q_norm(q_BRHD)
+            q_BLHD = att.q_norm(q_BLHD)
         n_test_heads = att.num_kv_heads_test
+        p_BL = p_BR[:, first:]
 
         if cached_kv is not None:
             p_BN = getattr(cached_kv, "presence", None)
@@ -266,10 +312,10 @@ class OICLBlock(ReadsSourceWeights, nn.Module):
                     "with the patched model"
                 )
             if isinstance(cached_kv, QuantizedKVCacheEntry):
-                cached_kv = cached_kv.dequantize(q_BRHD.dtype)
+                cached_kv = cached_kv.dequantize(q_BLHD.dtype)
             k_BNJD, v_BNJD = cached_kv.key, cached_kv.value
-            if k_BNJD.dtype != q_BRHD.dtype:  # fp32 cache under autocast
-                k_BNJD, v_BNJD = k_BNJD.to(q_BRHD.dtype), v_BNJD.to(q_BRHD.dtype)
+            if k_BNJD.dtype != q_BLHD.dtype:  # fp32 cache under autocast
+                k_BNJD, v_BNJD = k_BNJD.to(q_BLHD.dtype), v_BNJD.to(q_BLHD.dtype)
             if n_test_heads is not None and k_BNJD.shape[2] != n_test_heads:
                 raise ValueError(
                     f"{self.path}: cached keys have {k_BNJD.shape[2]} heads, "
@@ -278,7 +324,7 @@ class OICLBlock(ReadsSourceWeights, nn.Module):
             p_BN = p_BN.to(p_BR.device)
             w_BN = weights_as(getattr(cached_kv, "weights", None), p_BN)
             attend = self._attend_with(p_BN, w_BN)
-            o_BRHD = attend(q_BRHD, k_BNJD, v_BNJD, p_BR, source_mass(p_BN, w_BN))
+            o_BLHD = attend(q_BLHD, k_BNJD, v_BNJD, p_BL, source_mass(p_BN, w_BN))
         else:
             N = R if single_eval_pos is None else single_eval_pos
             xn_train_BNE = xn_BRE[:, :N]
@@ -290,15 +336,20 @@ class OICLBlock(ReadsSourceWeights, nn.Module):
             p_BN = p_BR[:, :N]
             w_BN = None if cursor is None else weights_as(cursor.take(B), p_BN)
             attend = self._attend_with(p_BN, w_BN)
+            s_BN = source_mass(p_BN, w_BN)
             if n_test_heads is not None and single_eval_pos is not None and N < R:
                 # Test rows read fewer KV heads (GQA/MQA for the test partition).
-                o_BRHD = oattend_train_then_test(
-                    attend, q_BRHD, k_BNJD, v_BNJD, p_BR, n_test_heads, source_mass(p_BN, w_BN)
-                )
+                if test_receivers_only:
+                    heads = slice(0, n_test_heads)
+                    o_BLHD = attend(q_BLHD, k_BNJD[:, :, heads], v_BNJD[:, :, heads], p_BL, s_BN)
+                else:
+                    o_BLHD = oattend_train_then_test(
+                        attend, q_BLHD, k_BNJD, v_BNJD, p_BL, n_test_heads, s_BN
+                    )
             else:
-                o_BRHD = attend(q_BRHD, k_BNJD, v_BNJD, p_BR, source_mass(p_BN, w_BN))
+                o_BLHD = attend(q_BLHD, k_BNJD, v_BNJD, p_BL, s_BN)
 
-        out_BRE = att.out_projection(o_BRHD.reshape(B, R, H * D))
+        out_BLE = att.out_projection(o_BLHD.reshape(B, L, H * D))
         entry = None
         if return_kv:
             # Under autocast the q/k norms return float32 while the values are in
@@ -314,7 +365,7 @@ class OICLBlock(ReadsSourceWeights, nn.Module):
                 presence=p_BN.detach().clone(),
                 weights=None if w_BN is None else w_BN.detach().clone(),
             )
-        return out_BRE, entry
+        return out_BLE, entry
 
     def _attend_with(self, p_BN: torch.Tensor, w_BN: torch.Tensor | None):
         """The block's OAttention with the ``n_eff`` of sources ``p_BN`` weighted by ``w_BN``."""

@@ -138,6 +138,28 @@ class V3ICLStage:
                 x_BRD, _ = block(x_BRD, num_train, options.save_peak_memory_factor)
         return x_BRD
 
+    def run_blocks_to_test_rows(
+        self,
+        model: OTabPFNV3,
+        x_BRD: torch.Tensor,
+        num_train: int,
+        *,
+        performance_options: PerformanceOptions | None = None,
+        **_: Any,
+    ) -> torch.Tensor:
+        """The test rows ``(B, R - N, D)`` after every block, the last one run for them alone.
+
+        What :meth:`run_blocks` gives the test rows when only they are decoded:
+        the last block's train rows are its sources but receive nothing
+        (:meth:`~retrofit.hosts.v3.icl_block.OICLBlock.forward_test_rows`).
+        """
+        options = performance_options or model.get_default_performance_options()
+        *blocks, last = model.icl_blocks
+        with _icl_precision(model):
+            for block in blocks:
+                x_BRD, _ = block(x_BRD, num_train, options.save_peak_memory_factor)
+            return last.forward_test_rows(x_BRD, num_train, options.save_peak_memory_factor)
+
     def decode(self, model: OTabPFNV3, x_BMD: torch.Tensor) -> torch.Tensor:
         """``output_norm`` and the regression head of the test rows: ``(M, B, O)``."""
         return self._nan_safe(model, self.head(model, self._normed(model, x_BMD)))

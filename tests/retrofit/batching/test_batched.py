@@ -166,6 +166,29 @@ def test_zero_padded_icl_gives_each_dataset_its_own_output(mode, support):
         assert_within_ulps(b, a, ulps=MODEL_ULPS[torch.float64])
 
 
+def test_the_padded_icl_runs_the_last_block_for_the_test_rows_only_when_they_alone_are_decoded(
+    monkeypatch,
+):
+    # The stage's decoder reads the test rows: the last block skips the key rows'
+    # updates. A decoder given the key rows (a classifier's) gets every block whole.
+    model = _patched_tiny("full-o")
+    sets = _model_sets()
+    stage = icl_stage_for(model)
+    calls = []
+    for name in ("run_blocks", "run_blocks_to_test_rows"):
+        method = getattr(type(stage), name)
+        monkeypatch.setattr(
+            type(stage), name, lambda *a, _m=method, _n=name, **k: calls.append(_n) or _m(*a, **k)
+        )
+    with torch.no_grad():
+        carriers = [stage.embed(model, x, y) for x, y in sets]
+        keys = [y.shape[0] for _, y in sets]
+        run_padded_icl(model, carriers, keys)
+        assert calls == ["run_blocks_to_test_rows"]
+        run_padded_icl(model, carriers, keys, decode=lambda d, k, t: stage.decode(model, t))
+    assert calls == ["run_blocks_to_test_rows", "run_blocks"]
+
+
 def test_zero_padded_icl_is_exact_to_ulps_under_memory_saving_chunks():
     # Chunks split the rows at other places in a padded batch, so a projection
     # sees other matrix heights; measured: 1.7e-16 (1 ulp) on one dataset.
