@@ -6,8 +6,9 @@ is a true NULL, so :func:`run_padded` does this for any task:
 
 1. every dataset is fitted and preprocessed by a tabpfn estimator that shares
    the patched model (``fit_mode="fit_preprocessors"``, as tabpfn's own
-   ``predict_batched``), and each ensemble member goes through the stages
-   before ICL on its own, with the inputs ``predict`` builds for it;
+   ``predict_batched``); then each ensemble member of each dataset goes
+   through the stages before ICL on its own, with the inputs ``predict``
+   builds for it;
 2. the members' carriers are grouped into length buckets
    (:func:`retrofit.batching.padding.plan_buckets`) and, per bucket, padded with zero
    rows and run through the patched ICL blocks in one forward, every member of
@@ -105,7 +106,7 @@ __all__ = [
 Estimator = TabPFNRegressor | TabPFNClassifier
 
 
-#: ``progress(phase, done, total)``; phases ``"embed"`` (per dataset) and ``"icl"``.
+#: ``progress(phase, done, total)``; phases ``"fit"`` and ``"embed"`` (per dataset) and ``"icl"``.
 Progress = Callable[[str, int, int], None]
 
 #: ``fit(index, X_train, y_train, random_state)``: dataset ``index``'s fitted
@@ -251,28 +252,24 @@ def _is_constant_target(worker: Estimator) -> bool:
 def _embed_dataset(
     estimator: Estimator,
     index: int,
-    X: Any,
-    y: Any,
+    worker: Estimator,
     X_test: Any,
     cast: dict[tuple[int, torch.dtype], torch.nn.Module],
-    random_state: Any,
-    fit: DatasetFit,
     weights: Any = None,
-) -> tuple[EmbeddedDataset | None, Estimator]:
-    """Fits one dataset and runs its members' stages before ICL, as ``predict`` does.
+) -> EmbeddedDataset | None:
+    """Runs the members of one fitted dataset through the stages before ICL, as ``predict`` does.
 
     Members that share a model and a prepared shape run as one forward in
     chunks of tabpfn's estimator batch budget, like ``predict``'s engine, with
     the device's cache-sized row chunks (:mod:`retrofit.batching.chunks`).
     ``cast`` holds the models already cast to a forced dtype in this batch
     (keyed by identity and dtype; shared by every dataset, since the workers
-    use the same model objects). Returns ``(None, worker)`` for a constant
-    target (answered analytically). ``fit`` gives the dataset's fitted worker.
+    use the same model objects). Returns None for a constant target (answered
+    analytically). ``worker`` is the dataset's fitted worker (:data:`DatasetFit`).
     ``weights`` (``(N,)`` or per member ``(E, N)``) are its train rows' weights.
     """
-    worker = fit(index, X, y, random_state)
     if _is_constant_target(worker):
-        return None, worker
+        return None
     if uses_majority_downsample(worker):
         raise NotImplementedError(
             "predict_batched does not support SAMPLE_SUBSAMPLING_METHOD='majority_downsample'"
@@ -338,7 +335,7 @@ def _embed_dataset(
             num_keys = key_rows(carriers_BRD, X_RBC.shape[0] - y_NB.shape[0])
             unit = _Unit(index, unit_members, model, carriers_BRD, num_keys, y_NB, w_BN)
             data.units.append(unit)
-    return data, worker
+    return data
 
 
 def _fitted_member_weights(members: Sequence[Any]) -> list[Any] | None:
@@ -498,10 +495,21 @@ def run_padded(
     cast: dict[tuple[int, torch.dtype], torch.nn.Module] = {}
     if weights is not None and len(weights) != n_data:
         raise BatchInputError(f"{len(weights)} weight vectors for {n_data} datasets")
-    for i, (X, y, X_test) in enumerate(zip(X_train_list, y_train_list, X_test_list, strict=True)):
+    # Every fit first, then every dataset's stages: a fit is Python and NumPy,
+    # the stages are torch kernels, and interleaving them leaves torch's thread
+    # team spinning between the two (2-3 % of a bootstrap's CPU time on a CPU).
+    workers = []
+    for i, (X, y) in enumerate(zip(X_train_list, y_train_list, strict=True)):
+        try:
+            workers.append(fit(i, X, y, random_state))
+        except (ValueError, TypeError) as err:
+            raise BatchInputError(f"dataset {i}: {err}") from err
+        if progress is not None:
+            progress("fit", i + 1, n_data)
+    for i, (worker, X_test) in enumerate(zip(workers, X_test_list, strict=True)):
         w = None if weights is None else weights[i]
         try:
-            data, worker = _embed_dataset(estimator, i, X, y, X_test, cast, random_state, fit, w)
+            data = _embed_dataset(estimator, i, worker, X_test, cast, w)
         except (ValueError, TypeError) as err:
             raise BatchInputError(f"dataset {i}: {err}") from err
         fitted.append((worker, data))

@@ -74,6 +74,8 @@ PROG = "tabpfn-retrofit predict-batch"
 #: The columns of a prediction file besides the known target; a target of one of
 #: these names would overwrite it (or be overwritten).
 OUTPUT_COLUMNS = ("row", "prediction")
+#: The progress bars' labels, by phase of the batch (retrofit.batching.engine.Progress).
+_PROGRESS_LABELS = {"fit": "datasets fitted", "embed": "datasets embedded", "icl": "ICL forwards"}
 
 
 def read_manifest(path: str | Path, default_target: str | None = None) -> list[dict[str, Any]]:
@@ -324,7 +326,7 @@ def _predict_batch(args: argparse.Namespace) -> int:
     def progress(phase: str, done: int, total: int) -> None:
         if args.quiet:
             return
-        label = {"embed": "datasets embedded", "icl": "ICL forwards"}[phase]
+        label = _PROGRESS_LABELS[phase]
         if phase not in bars:
             bars[phase] = tqdm(total=total, desc=label, file=sys.stderr)
         bar = bars[phase]

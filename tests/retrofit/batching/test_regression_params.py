@@ -4,7 +4,8 @@ On a tiny perturbed v3 checkpoint, float32 unless float64 is the subject:
 ``set_params`` after ``fit`` applies to ragged input as to same-shape input; a
 caller's ``RandomState`` is left as it was; a list of patched models pads; a
 float64 same-shape batch runs; targets of numeric strings are accepted, as
-tabpfn accepts them.
+tabpfn accepts them; progress reports every fit, then every dataset's stages,
+then the ICL forwards.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from retrofit.batching.bounds import (
     DEFAULT_MAX_PADDED_FRACTION,
     DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE,
 )
+from retrofit.batching.regression import predict_batched
 from retrofit.errors import InvalidInputError
 from tests.helpers.exactness import MODEL_ULPS
 from tests.helpers.padding import ragged_tables, reference_kernel
@@ -132,3 +134,17 @@ def test_numeric_string_targets_are_accepted_as_tabpfn_accepts_them(checkpoint):
     assert _close(est.predict_batched(*_lists(as_text)), _alone(checkpoint, sets))
     with pytest.raises(InvalidInputError, match="y must be numeric"):
         est.fit(sets[0][0], np.array(["a"] * len(sets[0][1])))
+
+
+def test_progress_reports_every_fit_then_every_datasets_stages_then_the_icl_forwards(checkpoint):
+    sets = ragged_tables(RAGGED)
+    seen: list[tuple[str, int, int]] = []
+    est = _est(checkpoint)
+    predict_batched(est.batched_host(), *_lists(sets), progress=lambda *p: seen.append(p))
+    n = len(sets)
+    fits = [("fit", i, n) for i in range(1, n + 1)]
+    embeds = [("embed", i, n) for i in range(1, n + 1)]
+    forwards = seen[2 * n :]
+    assert seen[: 2 * n] == fits + embeds
+    assert forwards and [p[1] for p in forwards] == list(range(1, len(forwards) + 1))
+    assert {p[0] for p in forwards} == {"icl"}
