@@ -1,4 +1,4 @@
-"""The device bounds of ragged batched prediction: padded share, working set, row chunks.
+"""The device bounds of ragged batched prediction: padded share, working set, stage sizes.
 
 Defaults by device type (a CPU pads little and keeps its forwards cache-sized;
 an accelerator pads more and is bounded by the padded rows alone) and the
@@ -22,12 +22,14 @@ __all__ = [
     "DEFAULT_MAX_BUCKET_BYTES_BY_DEVICE",
     "DEFAULT_MAX_PADDED_FRACTION",
     "DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE",
+    "DEFAULT_STAGE_FORWARD_CELLS_BY_DEVICE",
     "check_bucket_bounds",
     "check_max_bucket_bytes",
     "check_max_padded_fraction",
     "default_chunk_cells",
     "default_max_bucket_bytes",
     "default_max_padded_fraction",
+    "default_stage_forward_cells",
 ]
 
 #: Bound on each length bucket's padded share of rows and of attention cells
@@ -59,6 +61,18 @@ DEFAULT_MAX_BUCKET_BYTES_BY_DEVICE: Mapping[str, int] = {"cpu": 8 * 2**20}
 #: ``bench``'s ``chunks`` part measures chunked against unchunked
 #: (``results/bench``; the figures and the machine: ``docs/cpu_chunks.md``).
 DEFAULT_CHUNK_CELLS_BY_DEVICE: Mapping[str, int] = {"cpu": 65_536}
+#: Cells (rows x members x columns) of one dataset's forward through the stages
+#: before ICL on the padded path, by device type: the dataset's ensemble members
+#: are split evenly into the fewest forwards within it
+#: (:func:`retrofit.batching.chunks.members_per_stage_forward`); a device not
+#: named here runs as many members per forward as tabpfn's batch budget allows.
+#: On a CPU fewer members a forward keep the working set in the caches without
+#: cutting the rows into chunks of unequal size: on the embedded regressor
+#: (4 members, 12 columns) ragged batches of 416, 1,250 and 2,500 rows cost
+#: 0.86-0.88x the CPU time of one forward of 4 at 2 threads and 0.90-0.92x at
+#: one (docs/ragged_batches.md); row chunks of 8,192-16,384 cells instead cost
+#: 0.77-1.06x by shape.
+DEFAULT_STAGE_FORWARD_CELLS_BY_DEVICE: Mapping[str, int] = {"cpu": 16_384}
 
 
 def default_max_padded_fraction(device: torch.device | str) -> float:
@@ -85,6 +99,11 @@ def check_max_padded_fraction(value: Any) -> float:
 def default_chunk_cells(device: torch.device | str) -> int | None:
     """The stage 0-2 chunk size (cells) used on ``device``; None: tabpfn's own."""
     return DEFAULT_CHUNK_CELLS_BY_DEVICE.get(torch.device(device).type)
+
+
+def default_stage_forward_cells(device: torch.device | str) -> int | None:
+    """The cells of one stage 0-2 forward of the padded path on ``device``; None: no bound."""
+    return DEFAULT_STAGE_FORWARD_CELLS_BY_DEVICE.get(torch.device(device).type)
 
 
 def default_max_bucket_bytes(device: torch.device | str) -> int | None:

@@ -20,20 +20,23 @@ models for the duration of a block and then restores tabpfn's setting, so a
 caller's model keeps its own. The ragged ``predict_batched`` and the paper's
 evaluation use it on a CPU (:data:`retrofit.batching.bounds.DEFAULT_CHUNK_CELLS_BY_DEVICE`);
 users get the same through the model's own setting (README: "Faster
-predictions on a CPU"). Hosts without the setting (the v2 family) are left as
-they are.
+predictions on a CPU"). :func:`members_per_stage_forward` is how many of a
+dataset's members the padded path runs through the stages in one forward
+(:data:`retrofit.batching.bounds.DEFAULT_STAGE_FORWARD_CELLS_BY_DEVICE`).
+Hosts without the setting (the v2 family) are left as they are.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
-from retrofit.batching.bounds import default_chunk_cells
+from retrofit.batching.bounds import default_chunk_cells, default_stage_forward_cells
 
 __all__ = [
     "CHUNK_CELLS_ATTR",
@@ -41,6 +44,7 @@ __all__ = [
     "cache_sized_chunks",
     "chunk_cells_for",
     "lowered_chunk_cells",
+    "members_per_stage_forward",
 ]
 
 #: The public attribute of tabpfn v3 and v3.5 models that holds the chunk size.
@@ -59,6 +63,35 @@ def chunk_cells_for(device: torch.device | str, batch: int, columns: int) -> int
     """
     cells = default_chunk_cells(device)
     return None if cells is None else max(cells, MIN_CHUNK_ROWS * batch * columns)
+
+
+def members_per_stage_forward(
+    model: nn.Module, device: torch.device | str, members: int, rows: int, columns: int, limit: int
+) -> int:
+    """How many of a dataset's ``members`` go through the stages before ICL in one forward.
+
+    On a device with a cell bound (:func:`retrofit.batching.bounds.default_stage_forward_cells`)
+    the members are split evenly into the fewest forwards of at most that many
+    cells (``rows x members x columns``), at least one member each; never more
+    than ``limit`` (tabpfn's batch budget). A member's stages do not read the
+    other members, so a split changes only the height of the projections'
+    matrices (rounding within the ulps bound of a changed shape). Hosts
+    without row chunks (the v2 family) keep ``limit``, as they keep their
+    chunks: the bound was measured on v3.
+
+    Args:
+        model: The host the members run on.
+        device: Where the stages run.
+        members: The dataset's members that share a model and an input shape.
+        rows: Their rows (train then test).
+        columns: Their features.
+        limit: tabpfn's members per forward for this shape.
+    """
+    cells = default_stage_forward_cells(device)
+    if cells is None or not isinstance(getattr(model, CHUNK_CELLS_ATTR, None), int):
+        return limit
+    forwards = max(1, math.ceil(members * rows * columns / cells))
+    return max(1, min(limit, math.ceil(members / forwards)))
 
 
 @contextlib.contextmanager

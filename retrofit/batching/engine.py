@@ -57,7 +57,11 @@ from retrofit.batching.bounds import (
     default_max_bucket_bytes,
     default_max_padded_fraction,
 )
-from retrofit.batching.chunks import chunk_cells_for, lowered_chunk_cells
+from retrofit.batching.chunks import (
+    chunk_cells_for,
+    lowered_chunk_cells,
+    members_per_stage_forward,
+)
 from retrofit.batching.padding import (
     PaddingStats,
     icl_working_set_bytes,
@@ -313,7 +317,8 @@ def _embed_dataset(
     data = EmbeddedDataset(worker, [m.config for m in members], [], save_peak_mem)
     for (model_id, shape, _), group in prepared.items():
         model = models[model_id]
-        size = members_per_forward(shape[0], shape[2], estimator_batch_budget(model))
+        limit = members_per_forward(shape[0], shape[2], estimator_batch_budget(model))
+        size = members_per_stage_forward(model, device, len(group), shape[0], shape[2], limit)
         for start in range(0, len(group), size):
             chunk = group[start : start + size]
             X_RBC, y_NB = batch_member_inputs([c[1] for c in chunk], [c[2] for c in chunk])

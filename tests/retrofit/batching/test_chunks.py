@@ -8,25 +8,33 @@ and the evaluation keep. A chunk runs the stages' projections over fewer rows,
 and a BLAS may block a shorter matrix otherwise: bit-identical on AVX-512, one
 ulp-level rounding with ATen and MKL on AVX2 (``.ci/run``'s second pass). So
 the bound is ``MODEL_ULPS`` of the output's scale (tests/helpers/exactness.py),
-the one stated for a whole forward over a taller or shorter matrix.
+the one stated for a whole forward over a taller or shorter matrix. The padded
+path's split of a dataset's members into cache-sized forwards is held to the
+same bound against the dataset's own ``predict``.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from retrofit.batching.bounds import default_chunk_cells
+from retrofit import OTabPFNRegressor
+from retrofit.batching.bounds import default_chunk_cells, default_stage_forward_cells
 from retrofit.batching.chunks import (
     CHUNK_CELLS_ATTR,
     MIN_CHUNK_ROWS,
     cache_sized_chunks,
     chunk_cells_for,
     lowered_chunk_cells,
+    members_per_stage_forward,
 )
+from retrofit.batching.engine import models_of
+from retrofit.batching.regression import predict_batched
 from tests.helpers.exactness import MODEL_ULPS, assert_within_ulps
 from tests.helpers.tiny_models import build_tiny_v3
 
 R, B, C, N = 40, 2, 4, 30
+EPS32 = float(torch.finfo(torch.float32).eps)
 
 
 def _inputs():
@@ -81,3 +89,40 @@ def test_each_forward_gets_the_cpu_chunk_size_for_its_shape_and_keeps_min_rows()
     assert getattr(model, CHUNK_CELLS_ATTR) == default
     with cache_sized_chunks([model], "meta"):
         assert not model._forward_pre_hooks  # nothing installed where nothing changes
+
+
+def test_a_dataset_s_members_split_evenly_into_the_fewest_forwards_within_the_cpu_cells():
+    model = build_tiny_v3()
+    cells = default_stage_forward_cells("cpu")
+    rows = cells // (3 * 12) + 1  # three members of 12 columns overflow by one row
+    assert members_per_stage_forward(model, "cpu", 4, rows, 12, limit=4) == 2  # 2 + 2, not 3 + 1
+    assert members_per_stage_forward(model, "cpu", 4, 10, 12, limit=4) == 4  # one forward fits
+    assert members_per_stage_forward(model, "cpu", 4, 10, 12, limit=3) == 3  # tabpfn's budget
+    assert members_per_stage_forward(model, "cpu", 8, cells, 12, limit=8) == 1  # at least one
+    assert members_per_stage_forward(model, "meta", 4, cells, 12, limit=4) == 4  # no bound there
+    v2_like = torch.nn.Linear(2, 2)  # a host without row chunks keeps tabpfn's budget
+    assert members_per_stage_forward(v2_like, "cpu", 4, cells, 12, limit=4) == 4
+
+
+def test_the_padded_path_runs_the_embedded_regressor_s_members_in_cache_sized_forwards():
+    # 4 members of a 400-row table (300 train, 100 test) with 12 columns after
+    # preprocessing (6 features and their originals) overflow one forward of
+    # 16,384 cells: two forwards of 2.
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(400, 6)), rng.normal(size=400)
+    est = OTabPFNRegressor(model_path="embedded", inference_precision=torch.float32)
+    host = est.batched_host()
+    (model,) = models_of(host)
+    batches: list[int] = []
+    hook = model.column_aggregator.register_forward_pre_hook(
+        lambda _m, _args, kwargs: batches.append(kwargs["x_BRiCE"].shape[0]), with_kwargs=True
+    )
+    try:
+        batch = predict_batched(host, [X[:300]], [y[:300]], [X[300:]], padded=True)
+    finally:
+        hook.remove()
+    alone = OTabPFNRegressor(model_path="embedded", inference_precision=torch.float32)
+    expected = alone.fit(X[:300], y[:300]).predict(X[300:])
+    assert batches == [2, 2]
+    scale = max(1.0, float(np.abs(expected).max()))
+    assert np.abs(batch.results[0] - expected).max() <= MODEL_ULPS[torch.float32] * EPS32 * scale
