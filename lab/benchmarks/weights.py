@@ -20,13 +20,17 @@ Each case times its peers interleaved, in a fresh random order each round,
 and reports per peer the median CPU seconds of the process over rounds
 (:func:`lab.benchmarks.timing.timed_with_peak`: every thread counts, other
 jobs on a shared machine do not) and the per-round ratio to the baseline with
-a bootstrap interval. No test asserts a time.
+a bootstrap interval. Beside them, the median minor page faults of a call
+(``getrusage``): the kernel time of mapping fresh pages counts in the CPU
+time, and how many a call takes depends on what the allocator kept from the
+calls before, which is most of the rounds' spread. No test asserts a time.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import resource
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -80,11 +84,14 @@ def _timed(
     names = list(peers)
     rng = random.Random(seed)
     seconds: dict[str, list[float]] = {name: [] for name in names}
+    faults: dict[str, list[int]] = {name: [] for name in names}
     for r in range(repeats):
         order = names[:]
         rng.shuffle(order)
         for name in order:
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             seconds[name].append(timed_with_peak(peers[name])[0])
+            faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
         if progress:
             progress(
                 f"  round {r + 1}/{repeats}: "
@@ -94,6 +101,8 @@ def _timed(
         name: {
             "median_s": float(np.median(spent)),
             "s": spent,
+            "median_minor_faults": int(np.median(faults[name])),
+            "minor_faults": faults[name],
             f"ratio_to_{baseline}": None
             if name == baseline
             else paired_ratio(spent, seconds[baseline], seed=seed),
@@ -282,16 +291,17 @@ def render_weights_markdown(report: dict[str, Any]) -> str:
         f"Target: ratio at most {TARGETS['bootstrap']}; predictions within "
         f"{BOUND_FLOAT32_ULPS} float32 ulps of max(1, max|refit|).",
         "",
-        "| rows | test rows | R | distinct rows | peer | s | ratio to refits "
+        "| rows | test rows | R | distinct rows | peer | s | ratio to refits | page faults "
         "| max abs diff to refits | bound | within |",
-        "|---:|---:|---:|---:|---|---:|---|---:|---:|---|",
+        "|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---|",
     ]
     for case in report["bootstrap"]:
         for name, row in case["peers"].items():
             lines.append(
                 f"| {case['rows']} | {case['test_rows']} | {case['replicates']} "
                 f"| {case['distinct_rows_per_replicate']:.1f} | {name} | {row['median_s']:.2f} "
-                f"| {_ratio(row, 'refits')} | {case['max_abs_diff_to_refits']:.3g} "
+                f"| {_ratio(row, 'refits')} | {row['median_minor_faults']} "
+                f"| {case['max_abs_diff_to_refits']:.3g} "
                 f"| {case['bound']:.3g} | {'yes' if case['within_bound'] else 'no'} |"
             )
     lines += [
@@ -300,14 +310,15 @@ def render_weights_markdown(report: dict[str, Any]) -> str:
         "",
         f"Target: ratio at most {TARGETS['weighted_fit']}.",
         "",
-        "| rows | test rows | weights | peer | s | ratio to unweighted |",
-        "|---:|---:|---|---|---:|---|",
+        "| rows | test rows | weights | peer | s | ratio to unweighted | page faults |",
+        "|---:|---:|---|---|---:|---|---:|",
     ]
     for case in report["weighted_fit"]:
         for name, row in case["peers"].items():
             lines.append(
                 f"| {case['rows']} | {case['test_rows']} | {case['weights']} | {name} "
-                f"| {row['median_s']:.2f} | {_ratio(row, 'unweighted')} |"
+                f"| {row['median_s']:.2f} | {_ratio(row, 'unweighted')} "
+                f"| {row['median_minor_faults']} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -66,12 +66,15 @@ DEFAULT_CHUNK_CELLS_BY_DEVICE: Mapping[str, int] = {"cpu": 65_536}
 #: are split evenly into the fewest forwards within it
 #: (:func:`retrofit.batching.chunks.members_per_stage_forward`); a device not
 #: named here runs as many members per forward as tabpfn's batch budget allows.
-#: On a CPU fewer members a forward keep the working set in the caches without
-#: cutting the rows into chunks of unequal size: on the embedded regressor
-#: (4 members, 12 columns) ragged batches of 416, 1,250 and 2,500 rows cost
-#: 0.86-0.88x the CPU time of one forward of 4 at 2 threads and 0.90-0.92x at
-#: one (docs/ragged_batches.md); row chunks of 8,192-16,384 cells instead cost
-#: 0.77-1.06x by shape.
+#: On a CPU a smaller forward's temporaries stay in memory the allocator keeps:
+#: those of a forward of 4 members of a few hundred rows are mapped afresh at
+#: every forward (glibc returns the largest allocations to the system), and the
+#: page faults cost kernel time. Embedded regressor (4 members, 12 columns),
+#: randomized rounds in one process: a 16-replicate bootstrap's minor faults
+#: fell from 238,000 to 13 and its CPU time to 0.78-0.81x; ragged batches of
+#: 416, 1,250 and 2,500 rows to 0.85-0.96x (1 and 2 threads;
+#: docs/ragged_batches.md). How many faults a forward takes depends on what
+#: the allocator kept from earlier calls, so the gain varies with the process.
 DEFAULT_STAGE_FORWARD_CELLS_BY_DEVICE: Mapping[str, int] = {"cpu": 16_384}
 
 

@@ -33,8 +33,13 @@ def test_quick_weights_bench_times_both_parts_and_compares_the_replicates(
         set(fit["peers"]) == {"unweighted", "weighted"} and fit["target"] == TARGETS["weighted_fit"]
     )
     assert np.isfinite(fit["peers"]["weighted"]["median_s"])
+    # Minor page faults per call beside the seconds, one count per round.
+    faults = boot["peers"]["refits"]["minor_faults"]
+    assert len(faults) == report["repeats"] and all(f >= 0 for f in faults)
+    assert boot["peers"]["refits"]["median_minor_faults"] == int(np.median(faults))
     markdown = (out / "bench_weights.md").read_text()
     assert "bootstrap_predict" in markdown and "ratio to unweighted" in markdown
+    assert "page faults" in markdown
     assert report["provenance"]["benchmark"] == "lab.benchmarks.weights"
 
 
