@@ -74,7 +74,9 @@ DEFAULT_CHUNK_CELLS_BY_DEVICE: Mapping[str, int] = {"cpu": 65_536}
 #: fell from 238,000 to 13 and its CPU time to 0.78-0.81x; ragged batches of
 #: 416, 1,250 and 2,500 rows to 0.85-0.96x (1 and 2 threads;
 #: docs/ragged_batches.md). How many faults a forward takes depends on what
-#: the allocator kept from earlier calls, so the gain varies with the process.
+#: the allocator kept from earlier calls, so the gain varies with the process;
+#: with an allocator that keeps its memory (docs/cpu_chunks.md) there are none
+#: to save and the extra forwards cost 1.01-1.05x.
 DEFAULT_STAGE_FORWARD_CELLS_BY_DEVICE: Mapping[str, int] = {"cpu": 16_384}
 
 
