@@ -56,11 +56,22 @@ def busy_processes(window_s: float = 1.0, min_percent: float = 5.0) -> list[dict
     return sorted(busy, key=lambda r: -r["cpu_percent"])
 
 
+#: The allocator's variables: glibc's thresholds and a preloaded malloc decide
+#: how many page faults a forward takes (docs/cpu_chunks.md).
+ALLOCATOR_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "LD_PRELOAD")
+
+
 def environment() -> dict[str, Any]:
-    """Load average, the thread variables and the busy processes, now."""
+    """Load average, the thread and allocator variables and the busy processes, now."""
     env = {
         k: os.environ.get(k)
         for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "KMP_BLOCKTIME")
     }
+    allocator = {k: os.environ.get(k) for k in ALLOCATOR_VARIABLES}
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {"loadavg_1_5_15": load, "thread_env": env, "busy_processes": busy_processes()}
+    return {
+        "loadavg_1_5_15": load,
+        "thread_env": env,
+        "allocator_env": allocator,
+        "busy_processes": busy_processes(),
+    }

@@ -275,6 +275,13 @@ def _ratio(row: dict[str, Any], baseline: str) -> str:
     return "1" if r is None else f"{r['ratio']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
 
 
+def _allocator(report: dict[str, Any]) -> str:
+    """The allocator variables the run was started with, or glibc's defaults."""
+    start = report.get("environment", {}).get("start", {})
+    given = {k: v for k, v in start.get("allocator_env", {}).items() if v is not None}
+    return ", ".join(f"`{k}={v}`" for k, v in given.items()) or "the C library's defaults"
+
+
 def render_weights_markdown(report: dict[str, Any]) -> str:
     """The report as two Markdown tables, one row per case and peer."""
     lines = [
@@ -284,7 +291,8 @@ def render_weights_markdown(report: dict[str, Any]) -> str:
         f"{report['device']}, {report['dtype']}, {report['threads']} torch threads; medians of "
         f"{report['repeats']} interleaved rounds; clock: {report['clock']}. Ratio: per-round "
         "time / the baseline's (median, 95% bootstrap interval); below 1 is faster. Synthetic "
-        "tables (`lab.benchmarks.batched.ragged_datasets`).",
+        "tables (`lab.benchmarks.batched.ragged_datasets`). Allocator: "
+        f"{_allocator(report)} (page faults: minor faults of a call, median; docs/cpu_chunks.md).",
         "",
         "## Bootstrap: `retrofit.bootstrap_predict` against R refits on the resampled rows",
         "",

@@ -12,8 +12,9 @@ from lab.cli import main
 
 
 def test_quick_weights_bench_times_both_parts_and_compares_the_replicates(
-    tiny_v3_path, tmp_path, capsys
+    tiny_v3_path, tmp_path, capsys, monkeypatch
 ):
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "4294967296")
     out = tmp_path / "bench_weights"
     argv = ["bench", "--weights", "--quick", "--model", str(tiny_v3_path), "--out", str(out)]
     assert main([*argv, "--threads", "1"]) == 0
@@ -40,6 +41,9 @@ def test_quick_weights_bench_times_both_parts_and_compares_the_replicates(
     markdown = (out / "bench_weights.md").read_text()
     assert "bootstrap_predict" in markdown and "ratio to unweighted" in markdown
     assert "page faults" in markdown
+    # The allocator's variables are part of the record: they decide the faults.
+    assert report["environment"]["start"]["allocator_env"]["MALLOC_TRIM_THRESHOLD_"] == "4294967296"
+    assert "`MALLOC_TRIM_THRESHOLD_=4294967296`" in markdown
     assert report["provenance"]["benchmark"] == "lab.benchmarks.weights"
 
 
