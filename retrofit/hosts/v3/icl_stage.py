@@ -132,11 +132,7 @@ class V3ICLStage:
         **_: Any,
     ) -> torch.Tensor:
         """Every (patched) ICL block, ``num_train`` key rows, no mask."""
-        options = performance_options or model.get_default_performance_options()
-        with _icl_precision(model):
-            for block in model.icl_blocks:
-                x_BRD, _ = block(x_BRD, num_train, options.save_peak_memory_factor)
-        return x_BRD
+        return self._blocks(model, x_BRD, num_train, performance_options, test_rows_only=False)
 
     def run_blocks_to_test_rows(
         self,
@@ -153,12 +149,26 @@ class V3ICLStage:
         the last block's train rows are its sources but receive nothing
         (:meth:`~retrofit.hosts.v3.icl_block.OICLBlock.forward_test_rows`).
         """
+        return self._blocks(model, x_BRD, num_train, performance_options, test_rows_only=True)
+
+    def _blocks(
+        self,
+        model: OTabPFNV3,
+        x_BRD: torch.Tensor,
+        num_train: int,
+        performance_options: PerformanceOptions | None,
+        *,
+        test_rows_only: bool,
+    ) -> torch.Tensor:
         options = performance_options or model.get_default_performance_options()
+        peak_factor = options.save_peak_memory_factor
         *blocks, last = model.icl_blocks
         with _icl_precision(model):
             for block in blocks:
-                x_BRD, _ = block(x_BRD, num_train, options.save_peak_memory_factor)
-            return last.forward_test_rows(x_BRD, num_train, options.save_peak_memory_factor)
+                x_BRD, _ = block(x_BRD, num_train, peak_factor)
+            if test_rows_only:
+                return last.forward_test_rows(x_BRD, num_train, peak_factor)
+            return last(x_BRD, num_train, peak_factor)[0]
 
     def decode(self, model: OTabPFNV3, x_BMD: torch.Tensor) -> torch.Tensor:
         """``output_norm`` and the regression head of the test rows: ``(M, B, O)``."""
