@@ -70,14 +70,11 @@ DEFAULT_CHUNK_CELLS_BY_DEVICE: Mapping[str, int] = {"cpu": 65_536}
 #: On a CPU a smaller forward's temporaries stay in memory the allocator keeps:
 #: those of a forward of 4 members of a few hundred rows are mapped afresh at
 #: every forward (glibc returns the largest allocations to the system), and the
-#: page faults cost kernel time. Embedded regressor (4 members, 12 columns),
-#: randomized rounds in one process: a 16-replicate bootstrap's minor faults
-#: fell from 238,000 to 13 and its CPU time to 0.78-0.81x; ragged batches of
-#: 416, 1,250 and 2,500 rows to 0.85-0.96x (1 and 2 threads;
-#: docs/ragged_batches.md). How many faults a forward takes depends on what
-#: the allocator kept from earlier calls, so the gain varies with the process;
-#: with an allocator that keeps its memory (docs/cpu_chunks.md) there are none
-#: to save and the extra forwards cost 1.01-1.05x.
+#: page faults cost kernel time (docs/ragged_batches.md; ``results/bench_batched``
+#: before and after). How many faults a forward takes depends on what the
+#: allocator kept from earlier calls, so the gain varies with the process; with
+#: an allocator that keeps its memory (docs/cpu_chunks.md) there are none to
+#: save and the split only adds forwards.
 DEFAULT_STAGE_FORWARD_CELLS_BY_DEVICE: Mapping[str, int] = {"cpu": 16_384}
 
 
