@@ -44,7 +44,7 @@ from eval.paper.estimators import cpu_float32_estimator
 from eval.provenance import provenance_dict
 from lab.benchmarks.batched import ragged_datasets
 from lab.benchmarks.machine import environment
-from lab.benchmarks.timing import paired_ratio, timed_with_peak
+from lab.benchmarks.timing import paired_ratio, process_rounds
 from retrofit import OTabPFNRegressor, cross_val_predict
 from retrofit.files import write_json_atomic, write_text_atomic
 
@@ -103,31 +103,6 @@ def _median_or_none(values: list[int | None]) -> float | None:
     return float(np.median(known)) if known else None
 
 
-def _time_case(
-    peers: dict[str, Callable[[], None]],
-    *,
-    repeats: int,
-    rng: random.Random,
-    progress: Callable[[str], None] | None,
-) -> tuple[dict[str, list[float]], dict[str, list[int | None]]]:
-    names = list(peers)
-    seconds: dict[str, list[float]] = {name: [] for name in names}
-    peaks: dict[str, list[int | None]] = {name: [] for name in names}
-    for r in range(repeats):
-        order = names[:]
-        rng.shuffle(order)
-        for name in order:
-            spent, peak = timed_with_peak(peers[name])
-            seconds[name].append(spent)
-            peaks[name].append(peak)
-        if progress:
-            progress(
-                f"  round {r + 1}/{repeats}: "
-                + ", ".join(f"{n} {seconds[n][-1]:.2f} s" for n in names)
-            )
-    return seconds, peaks
-
-
 def _case(
     make: Callable[[], OTabPFNRegressor],
     X: np.ndarray,
@@ -140,17 +115,18 @@ def _case(
 ) -> dict[str, Any]:
     last: dict[str, np.ndarray] = {}
     peers = _peers(make, X, y, cv, last)
-    seconds, peaks = _time_case(peers, repeats=repeats, rng=random.Random(seed), progress=progress)
+    rounds = process_rounds(peers, repeats=repeats, rng=random.Random(seed), progress=progress)
     rows = {}
-    for name, spent in seconds.items():
+    for name, got in rounds.items():
         pred = last[name]
         rows[name] = {
-            "median_s": float(np.median(spent)),
-            "s": spent,
+            "median_s": float(np.median(got["s"])),
+            "s": got["s"],
             "ratio_to_sklearn_refits": None
             if name == BASELINE
-            else paired_ratio(spent, seconds[BASELINE], seed=seed),
-            "peak_extra_bytes": _median_or_none(peaks[name]),
+            else paired_ratio(got["s"], rounds[BASELINE]["s"], seed=seed),
+            "peak_extra_bytes": _median_or_none(got["peak"]),
+            "median_minor_faults": int(np.median(got["faults"])),
             "oof_rmse": float(np.sqrt(np.mean((pred - y) ** 2))),
             "max_abs_diff_to_sklearn_refits": float(np.max(np.abs(pred - last[BASELINE]))),
         }

@@ -6,13 +6,17 @@ measurement repeats a call until it lasts ``min_time_s`` (scheduler ticks on a
 loaded machine are several ms). A ratio is the median over rounds of the
 per-round ratio, with a percentile bootstrap confidence interval over rounds.
 A call that is long enough on its own is timed once in CPU seconds with the
-peak memory it adds (:func:`timed_with_peak`).
+peak memory it adds (:func:`timed_with_peak`), and its minor page faults (the
+kernel's time for them counts in the CPU seconds; how many a call takes
+depends on what the allocator kept from the calls before), round after round
+(:func:`process_rounds`).
 """
 
 from __future__ import annotations
 
 import math
 import random
+import resource
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,7 +25,7 @@ import numpy as np
 
 from lab.benchmarks.memory_probe import known_growth, reset_peak_rss, status_kib
 
-__all__ = ["paired_ratio", "time_interleaved", "timed_with_peak"]
+__all__ = ["paired_ratio", "process_rounds", "time_interleaved", "timed_with_peak"]
 
 
 def time_interleaved(
@@ -133,3 +137,42 @@ def timed_with_peak(fn: Callable[[], Any]) -> tuple[float, int | None]:
     seconds = time.process_time() - t0
     peak = status_kib("VmHWM") if resettable else None
     return seconds, known_growth(None if peak is None or before is None else (peak - before) * 1024)
+
+
+def process_rounds(
+    peers: dict[str, Callable[[], Any]],
+    *,
+    repeats: int,
+    rng: random.Random,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, dict[str, list]]:
+    """Each peer called once a round, in a fresh random order each round.
+
+    Args:
+        peers: The calls, by name.
+        repeats: Rounds.
+        rng: Draws the round orders.
+        progress: Receives one line per round.
+
+    Returns:
+        Per peer, one entry a round: ``"s"`` (CPU seconds and peak added
+        memory, :func:`timed_with_peak`), ``"peak"`` and ``"faults"`` (minor
+        page faults of the process during the call).
+    """
+    names = list(peers)
+    rounds: dict[str, dict[str, list]] = {n: {"s": [], "peak": [], "faults": []} for n in names}
+    for r in range(repeats):
+        order = names[:]
+        rng.shuffle(order)
+        for name in order:
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            spent, peak = timed_with_peak(peers[name])
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+            for key, value in (("s", spent), ("peak", peak), ("faults", faults)):
+                rounds[name][key].append(value)
+        if progress:
+            progress(
+                f"  round {r + 1}/{repeats}: "
+                + ", ".join(f"{n} {rounds[n]['s'][-1]:.2f} s" for n in names)
+            )
+    return rounds

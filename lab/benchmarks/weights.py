@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import random
-import resource
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,7 @@ from eval.paper.estimators import cpu_float32_estimator
 from eval.provenance import provenance_dict
 from lab.benchmarks.batched import ragged_datasets
 from lab.benchmarks.machine import environment
-from lab.benchmarks.timing import paired_ratio, timed_with_peak
+from lab.benchmarks.timing import paired_ratio, process_rounds
 from retrofit import OTabPFNRegressor, bootstrap_predict
 from retrofit.files import write_json_atomic, write_text_atomic
 from retrofit.leave_out.bootstrap import bootstrap_counts
@@ -80,34 +79,19 @@ def _timed(
     seed: int,
     progress: Callable[[str], None] | None,
 ) -> dict[str, dict[str, Any]]:
-    """Interleaved rounds; per peer its seconds, median and ratio to ``baseline``."""
-    names = list(peers)
-    rng = random.Random(seed)
-    seconds: dict[str, list[float]] = {name: [] for name in names}
-    faults: dict[str, list[int]] = {name: [] for name in names}
-    for r in range(repeats):
-        order = names[:]
-        rng.shuffle(order)
-        for name in order:
-            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            seconds[name].append(timed_with_peak(peers[name])[0])
-            faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-        if progress:
-            progress(
-                f"  round {r + 1}/{repeats}: "
-                + ", ".join(f"{n} {seconds[n][-1]:.2f} s" for n in names)
-            )
+    """Interleaved rounds; per peer its seconds, faults, medians and ratio to ``baseline``."""
+    rounds = process_rounds(peers, repeats=repeats, rng=random.Random(seed), progress=progress)
     return {
         name: {
-            "median_s": float(np.median(spent)),
-            "s": spent,
-            "median_minor_faults": int(np.median(faults[name])),
-            "minor_faults": faults[name],
+            "median_s": float(np.median(got["s"])),
+            "s": got["s"],
+            "median_minor_faults": int(np.median(got["faults"])),
+            "minor_faults": got["faults"],
             f"ratio_to_{baseline}": None
             if name == baseline
-            else paired_ratio(spent, seconds[baseline], seed=seed),
+            else paired_ratio(got["s"], rounds[baseline]["s"], seed=seed),
         }
-        for name, spent in seconds.items()
+        for name, got in rounds.items()
     }
 
 

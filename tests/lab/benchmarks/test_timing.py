@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.benchmarks.timing import paired_ratio, time_interleaved
+from lab.benchmarks.timing import paired_ratio, process_rounds, time_interleaved
 
 
 def test_paired_ratio_median_and_ci_bracket_it():
@@ -44,3 +44,26 @@ def test_a_batched_timing_whose_probe_reads_no_growth_records_unknown(monkeypatc
     monkeypatch.setattr(timing, "reset_peak_rss", lambda: True)
     seconds, peak = timing.timed_with_peak(lambda: None)
     assert seconds >= 0 and peak is None
+
+
+def test_process_rounds_times_every_peer_once_a_round_and_counts_its_page_faults():
+    import random
+
+    import numpy as np
+
+    calls: list[str] = []
+    lines: list[str] = []
+
+    def fresh_pages() -> None:
+        # 64 MiB written at once: mapped afresh (above any glibc threshold), so it faults.
+        calls.append("fresh")
+        np.ones(8 * 2**20).sum()
+
+    peers = {"idle": lambda: calls.append("idle"), "fresh": fresh_pages}
+    rounds = process_rounds(peers, repeats=3, rng=random.Random(0), progress=lines.append)
+    assert sorted(calls) == ["fresh"] * 3 + ["idle"] * 3 and len(lines) == 3
+    for got in rounds.values():
+        assert {k: len(v) for k, v in got.items()} == {"s": 3, "peak": 3, "faults": 3}
+        assert all(s >= 0 for s in got["s"])
+    assert min(rounds["fresh"]["faults"]) >= 32  # 64 MiB: 16,384 pages, or 32 huge pages
+    assert max(rounds["idle"]["faults"]) < min(rounds["fresh"]["faults"])
