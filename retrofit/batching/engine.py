@@ -6,9 +6,10 @@ is a true NULL, so :func:`run_padded` does this for any task:
 
 1. every dataset is fitted and preprocessed by a tabpfn estimator that shares
    the patched model (``fit_mode="fit_preprocessors"``, as tabpfn's own
-   ``predict_batched``); then each ensemble member of each dataset goes
-   through the stages before ICL on its own, with the inputs ``predict``
-   builds for it;
+   ``predict_batched``), and its test rows are cleaned and transformed for
+   each ensemble member; only then (the NumPy work done) each ensemble member
+   of each dataset goes through the stages before ICL on its own, with the
+   inputs ``predict`` builds for it;
 2. the members' carriers are grouped into length buckets
    (:func:`retrofit.batching.padding.plan_buckets`) and, per bucket, padded with zero
    rows and run through the patched ICL blocks in one forward, every member of
@@ -253,24 +254,27 @@ def _is_constant_target(worker: Estimator) -> bool:
     return bool(getattr(worker, "is_constant_target_", False))
 
 
-def _embed_dataset(
-    estimator: Estimator,
-    index: int,
-    worker: Estimator,
-    X_test: Any,
-    cast: dict[tuple[int, torch.dtype], torch.nn.Module],
-    weights: Any = None,
-) -> EmbeddedDataset | None:
-    """Runs the members of one fitted dataset through the stages before ICL, as ``predict`` does.
+@dataclasses.dataclass
+class _TestRows:
+    """One fitted dataset's test rows as each ensemble member sees them (NumPy, before torch).
 
-    Members that share a model and a prepared shape run as one forward in
-    chunks of tabpfn's estimator batch budget, like ``predict``'s engine, with
-    the device's cache-sized row chunks (:mod:`retrofit.batching.chunks`).
-    ``cast`` holds the models already cast to a forced dtype in this batch
-    (keyed by identity and dtype; shared by every dataset, since the workers
-    use the same model objects). Returns None for a constant target (answered
-    analytically). ``worker`` is the dataset's fitted worker (:data:`DatasetFit`).
-    ``weights`` (``(N,)`` or per member ``(E, N)``) are its train rows' weights.
+    Attributes:
+        worker: The dataset's fitted worker (:data:`DatasetFit`).
+        X_test_members: Per member, its transform of the cleaned test rows.
+        save_peak_mem: Whether tabpfn's ``predict`` would run this dataset saving peak memory.
+    """
+
+    worker: Estimator
+    X_test_members: list[Any]
+    save_peak_mem: bool
+
+
+def _member_test_rows(worker: Estimator, X_test: Any) -> _TestRows | None:
+    """Cleans ``X_test`` as tabpfn's ``predict`` does and transforms it for every member.
+
+    NumPy and scikit-learn only: :func:`run_padded` runs it for every dataset
+    before any stage forward. Returns None for a constant target (answered
+    analytically, with no forward).
     """
     if _is_constant_target(worker):
         return None
@@ -280,21 +284,45 @@ def _embed_dataset(
         )
     X_test = cleaned_test_rows(worker, X_test)
     executor = worker.executor_
-    device = worker.devices_[0]
-    dtype = executor.force_inference_dtype
     save_peak_mem = should_save_peak_mem(
         memory_saving_mode=executor.save_peak_mem,
         X_train_shape=tuple(executor.X_train_shape_before_preprocessing),
         X_test_shape=tuple(X_test.shape),
-        devices=[device],
+        devices=[worker.devices_[0]],
         dtype_byte_size=executor.dtype_byte_size,
     )
+    members = executor.ensemble_members
+    return _TestRows(worker, [m.transform_X_test(X_test) for m in members], save_peak_mem)
+
+
+def _embed_dataset(
+    index: int,
+    test_rows: _TestRows,
+    cast: dict[tuple[int, torch.dtype], torch.nn.Module],
+    weights: Any = None,
+) -> EmbeddedDataset:
+    """Runs the members of one fitted dataset through the stages before ICL, as ``predict`` does.
+
+    Members that share a model and a prepared shape run as one forward in
+    chunks of tabpfn's estimator batch budget, like ``predict``'s engine, with
+    the device's cache-sized row chunks (:mod:`retrofit.batching.chunks`).
+    ``cast`` holds the models already cast to a forced dtype in this batch
+    (keyed by identity and dtype; shared by every dataset, since the workers
+    use the same model objects). ``test_rows`` are the dataset's members'
+    test rows (:func:`_member_test_rows`). ``weights`` (``(N,)`` or per member
+    ``(E, N)``) are its train rows' weights.
+    """
+    worker = test_rows.worker
+    executor = worker.executor_
+    device = worker.devices_[0]
+    dtype = executor.force_inference_dtype
+    save_peak_mem = test_rows.save_peak_mem
     members = executor.ensemble_members
     if weights is None:
         weights = _fitted_member_weights(members)
     prepared: dict[tuple, list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
     models: dict[int, torch.nn.Module] = {}
-    for j, member in enumerate(members):
+    for j, (member, X_test) in enumerate(zip(members, test_rows.X_test_members, strict=True)):
         model = executor.model_caches[member_model_index(member.config)].get(device)
         if dtype is not None and (id(model), dtype) not in cast:
             # What the engine's iter_outputs does once per predict; once per batch
@@ -304,7 +332,7 @@ def _embed_dataset(
             cast[(id(model), dtype)] = model
         models[id(model)] = model
         X_full, y_train = prepare_model_inputs(
-            device, dtype, member.X_train, member.transform_X_test(X_test), member.y_train
+            device, dtype, member.X_train, X_test, member.y_train
         )
         X_full, _ = maybe_run_gpu_preprocessing(
             X_full,
@@ -500,26 +528,29 @@ def run_padded(
     cast: dict[tuple[int, torch.dtype], torch.nn.Module] = {}
     if weights is not None and len(weights) != n_data:
         raise BatchInputError(f"{len(weights)} weight vectors for {n_data} datasets")
-    # Every fit first, then every dataset's stages: a fit is Python and NumPy,
-    # the stages are torch kernels, and interleaving them leaves torch's thread
-    # team spinning between the two (2-3 % of a bootstrap's CPU time on a CPU).
-    workers = []
-    for i, (X, y) in enumerate(zip(X_train_list, y_train_list, strict=True)):
+    # Every fit and test transform first, then every dataset's stages: those are
+    # Python and NumPy, the stages torch kernels, and interleaving them leaves
+    # torch's thread team spinning through the NumPy work, which counts as the
+    # process's CPU time (a test transform then costs two to three times its own).
+    prepared: list[tuple[Estimator, _TestRows | None]] = []
+    for i, (X, y, X_test) in enumerate(zip(X_train_list, y_train_list, X_test_list, strict=True)):
         try:
-            workers.append(fit(i, X, y, random_state))
+            worker = fit(i, X, y, random_state)
+            prepared.append((worker, _member_test_rows(worker, X_test)))
         except (ValueError, TypeError) as err:
             raise BatchInputError(f"dataset {i}: {err}") from err
         if progress is not None:
             progress("fit", i + 1, n_data)
-    for i, (worker, X_test) in enumerate(zip(workers, X_test_list, strict=True)):
-        w = None if weights is None else weights[i]
-        try:
-            data = _embed_dataset(estimator, i, worker, X_test, cast, w)
-        except (ValueError, TypeError) as err:
-            raise BatchInputError(f"dataset {i}: {err}") from err
-        fitted.append((worker, data))
-        if data is not None:
+    for i, (worker, test_rows) in enumerate(prepared):
+        data = None
+        if test_rows is not None:
+            w = None if weights is None else weights[i]
+            try:
+                data = _embed_dataset(i, test_rows, cast, w)
+            except (ValueError, TypeError) as err:
+                raise BatchInputError(f"dataset {i}: {err}") from err
             embedded[i] = data
+        fitted.append((worker, data))
         if progress is not None:
             progress("embed", i + 1, n_data)
 

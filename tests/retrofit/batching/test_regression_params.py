@@ -5,7 +5,9 @@ On a tiny perturbed v3 checkpoint, float32 unless float64 is the subject:
 caller's ``RandomState`` is left as it was; a list of patched models pads; a
 float64 same-shape batch runs; targets of numeric strings are accepted, as
 tabpfn accepts them; progress reports every fit, then every dataset's stages,
-then the ICL forwards.
+then the ICL forwards; every dataset's test rows are transformed before the
+first stage forward (NumPy work between torch kernels leaves torch's threads
+spinning).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tabpfn.preprocessing.ensemble import TabPFNEnsembleMember
 
 from retrofit import OTabPFNRegressor
 from retrofit.batching.bounds import (
@@ -23,6 +26,7 @@ from retrofit.batching.bounds import (
 )
 from retrofit.batching.regression import predict_batched
 from retrofit.errors import InvalidInputError
+from retrofit.hosts.v3.icl_stage import V3ICLStage
 from tests.helpers.exactness import MODEL_ULPS
 from tests.helpers.padding import ragged_tables, reference_kernel
 from tests.helpers.predictions import assert_same_prediction
@@ -148,3 +152,26 @@ def test_progress_reports_every_fit_then_every_datasets_stages_then_the_icl_forw
     assert seen[: 2 * n] == fits + embeds
     assert forwards and [p[1] for p in forwards] == list(range(1, len(forwards) + 1))
     assert {p[0] for p in forwards} == {"icl"}
+
+
+def test_every_datasets_test_rows_are_transformed_before_the_first_stage_forward(
+    checkpoint, monkeypatch
+):
+    events: list[str] = []
+
+    def recorded(owner, name, label):
+        original = getattr(owner, name)
+
+        def call(*args, **kwargs):
+            events.append(label)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, call)
+
+    recorded(TabPFNEnsembleMember, "transform_X_test", "transform")
+    recorded(V3ICLStage, "embed", "stages")
+    est = _est(checkpoint, n_estimators=2)
+    predict_batched(est.batched_host(), *_lists(ragged_tables(RAGGED)))
+    first_forward = events.index("stages")
+    assert events[:first_forward] == ["transform"] * (2 * len(RAGGED))
+    assert set(events[first_forward:]) == {"stages"}
