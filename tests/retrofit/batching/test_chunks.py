@@ -105,11 +105,11 @@ def test_a_dataset_s_members_split_evenly_into_the_fewest_forwards_within_the_cp
 
 
 def test_the_padded_path_runs_the_embedded_regressor_s_members_in_cache_sized_forwards():
-    # 4 members of an 800-row table (700 train, 100 test) with 12 columns after
+    # 4 members of a 400-row table (300 train, 100 test) with 12 columns after
     # preprocessing (6 features and their originals) overflow one forward of
-    # 32,768 cells: two forwards of 2.
+    # 16,384 cells: two forwards of 2.
     rng = np.random.default_rng(0)
-    X, y = rng.normal(size=(800, 6)), rng.normal(size=800)
+    X, y = rng.normal(size=(400, 6)), rng.normal(size=400)
     est = OTabPFNRegressor(model_path="embedded", inference_precision=torch.float32)
     host = est.batched_host()
     (model,) = models_of(host)
@@ -118,11 +118,11 @@ def test_the_padded_path_runs_the_embedded_regressor_s_members_in_cache_sized_fo
         lambda _m, _args, kwargs: batches.append(kwargs["x_BRiCE"].shape[0]), with_kwargs=True
     )
     try:
-        batch = predict_batched(host, [X[:700]], [y[:700]], [X[700:]], padded=True)
+        batch = predict_batched(host, [X[:300]], [y[:300]], [X[300:]], padded=True)
     finally:
         hook.remove()
     alone = OTabPFNRegressor(model_path="embedded", inference_precision=torch.float32)
-    expected = alone.fit(X[:700], y[:700]).predict(X[700:])
+    expected = alone.fit(X[:300], y[:300]).predict(X[300:])
     assert batches == [2, 2]
     scale = max(1.0, float(np.abs(expected).max()))
     assert np.abs(batch.results[0] - expected).max() <= MODEL_ULPS[torch.float32] * EPS32 * scale
