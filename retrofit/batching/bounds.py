@@ -67,19 +67,15 @@ DEFAULT_CHUNK_CELLS_BY_DEVICE: Mapping[str, int] = {"cpu": 65_536}
 #: are split evenly into the fewest forwards within it
 #: (:func:`retrofit.batching.chunks.members_per_stage_forward`); a device not
 #: named here runs as many members per forward as tabpfn's batch budget allows.
-#: On a CPU a smaller forward's temporaries stay in memory the allocator keeps
-#: (glibc returns its largest allocations to the system, and mapping them
-#: afresh at every forward costs page faults in kernel time), while every
-#: extra forward costs its own calls and shorter matrices. 32,768 cells runs
-#: the 4 members of a few hundred rows of 6-12 columns as one forward and
-#: splits larger datasets: against 16,384 and no bound it was as fast or
-#: faster (0.94-1.0x of 16,384; interleaved rounds, CPU time) on ragged batches
-#: of 30-200 and 1,000-3,000 rows with 1 and 2 threads and on a 16-replicate
-#: bootstrap of 500 rows, under glibc's defaults and with glibc keeping its
-#: memory (docs/cpu_chunks.md). How many faults a forward takes depends on
-#: what the allocator kept from earlier calls, so the figures vary from
-#: process to process (docs/ragged_batches.md; ``results/bench_batched``).
-DEFAULT_STAGE_FORWARD_CELLS_BY_DEVICE: Mapping[str, int] = {"cpu": 32_768}
+#: On a CPU a smaller forward's temporaries stay in memory the allocator keeps:
+#: those of a forward of 4 members of a few hundred rows are mapped afresh at
+#: every forward (glibc returns the largest allocations to the system), and the
+#: page faults cost kernel time (docs/ragged_batches.md; ``results/bench_batched``
+#: before and after). How many faults a forward takes depends on what the
+#: allocator kept from earlier calls, so the gain varies with the process; with
+#: an allocator that keeps its memory (docs/cpu_chunks.md) there are none to
+#: save and the split only adds forwards.
+DEFAULT_STAGE_FORWARD_CELLS_BY_DEVICE: Mapping[str, int] = {"cpu": 16_384}
 
 
 def default_max_padded_fraction(device: torch.device | str) -> float:
