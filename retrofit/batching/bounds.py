@@ -40,8 +40,8 @@ DEFAULT_MAX_PADDED_FRACTION: float = 0.25
 #: The bound by device type where it differs. On a CPU a padded cell costs what a
 #: real one does and a fused forward saves only per-call overhead, so a CPU pads
 #: little: ``results/bench_batched`` (``python -m lab bench --batched``, 2 cores,
-#: embedded host, 64 small datasets) has ragged batches at 0.87x a loop of
-#: fit/predict at this bound and 0.88x at 25 % (the engine before its cache-sized
+#: embedded host, 64 small datasets) has ragged batches at 0.86x a loop of
+#: fit/predict at this bound and 0.85x at 25 % (the engine before its cache-sized
 #: stage forwards: 0.98-1.01x and 1.14-1.19x).
 DEFAULT_MAX_PADDED_FRACTION_BY_DEVICE: Mapping[str, float] = {"cpu": 0.05}
 #: Bound on the estimated working set of one fused ICL forward of a ragged batch
