@@ -165,6 +165,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--weights-repeats", type=int, default=5, help="timed rounds per case (default 5)"
     )
+    p.add_argument(
+        "--weights-fresh-processes",
+        action="store_true",
+        help="also time the bootstrap's peers with each call in a fresh process of its own "
+        "(one process per round and peer: minutes more)",
+    )
     return p
 
 

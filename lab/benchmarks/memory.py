@@ -8,16 +8,12 @@ unknown, and so is a ratio without both medians.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lab.benchmarks import TARGETS
+from lab.benchmarks.child import run_child
 from lab.benchmarks.memory_probe import known_growth
 from lab.benchmarks.shapes import Shape
 
@@ -42,27 +38,17 @@ def bench_memory(
     """
     peers = ("sdpa", "oattention")
     samples: dict[str, list[dict[str, Any]]] = {p: [] for p in peers}
-    env = dict(os.environ)
-    # The repository root (it holds lab/), ahead of the caller's path.
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     for _ in range(runs):
         for peer in peers:
-            arg = json.dumps(
-                {"peer": peer, "dims": list(shape.dims()), "threads": threads, "seed": seed}
+            arguments = {"peer": peer, "dims": list(shape.dims()), "threads": threads, "seed": seed}
+            samples[peer].append(
+                run_child(
+                    "lab.benchmarks.memory_child",
+                    arguments,
+                    timeout_s=timeout_s,
+                    what=f"memory child for {peer}",
+                )
             )
-            proc = subprocess.run(
-                [sys.executable, "-m", "lab.benchmarks.memory_child", arg],
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                env=env,
-                check=False,
-            )
-            if proc.returncode != 0:
-                tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-                raise RuntimeError(f"memory child for {peer} failed: {tail}")
-            samples[peer].append(json.loads(proc.stdout.strip().splitlines()[-1]))
     result: dict[str, Any] = {"shape": list(shape.dims()), "runs": runs, "peers": {}}
     for peer, rows in samples.items():
         extra = [known_growth(r["extra_peak_bytes"]) for r in rows]

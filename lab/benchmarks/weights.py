@@ -12,6 +12,13 @@ Two parts, on the same estimator (the host patched in Full-O, float32, CPU):
   ``max(1, max|refit prediction|)``, the whole-forward bound of the project's
   exactness tests). Target: at most :data:`TARGETS` ``["bootstrap"]`` of the
   refits' CPU time.
+* ``bootstrap_fresh_processes`` (``--weights-fresh-processes``): the same two
+  peers, each call in a fresh process of its own
+  (:mod:`lab.benchmarks.weights_child`: a warm-up on a small table, one untimed
+  call like the timed one, then the timed call). In the interleaved rounds
+  the peers share one process's allocator, and what one call leaves decides
+  how many pages the next maps afresh; here nothing ran before but the call's
+  own kind, as when a user runs one of them alone.
 * ``weighted_fit``: ``fit + predict`` of ``N`` rows with integer weights 1..3
   (every row in the context, weighted) against the same without weights.
   Target: at most :data:`TARGETS` ``["weighted_fit"]``.
@@ -41,6 +48,7 @@ from eval.locations import DEFAULT_OUTPUT_ROOT, default_output
 from eval.paper.estimators import cpu_float32_estimator
 from eval.provenance import provenance_dict
 from lab.benchmarks.batched import ragged_datasets
+from lab.benchmarks.child import run_child
 from lab.benchmarks.machine import environment
 from lab.benchmarks.timing import paired_ratio, process_rounds
 from retrofit import OTabPFNRegressor, bootstrap_predict
@@ -48,27 +56,55 @@ from retrofit.files import write_json_atomic, write_text_atomic
 from retrofit.leave_out.bootstrap import bootstrap_counts
 
 __all__ = [
+    "BOOTSTRAP_PEERS",
     "BOUND_FLOAT32_ULPS",
     "TARGETS",
+    "bench_table",
     "bench_weights",
     "bench_weights_command",
+    "bootstrap_peers",
+    "estimator_factory",
     "render_weights_markdown",
+    "warm_up",
 ]
 
 #: Upper bounds on the median per-round ratio to each part's baseline.
 TARGETS: dict[str, float] = {"bootstrap": 0.6, "weighted_fit": 1.05}
+
+#: The bootstrap's peers, the baseline first.
+BOOTSTRAP_PEERS: tuple[str, ...] = ("refits", "bootstrap_predict")
+#: Seconds a fresh-process measurement may take (imports, a warm-up, two calls).
+CHILD_TIMEOUT_S = 900.0
 
 #: How far a replicate may be from its refit: float32 ulps of ``max(1, max|refit|)``
 #: (tests/helpers/exactness.py's ``MODEL_ULPS[float32]``, a whole forward's rounding).
 BOUND_FLOAT32_ULPS = 256
 
 
-def _table(n_rows: int, n_test: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def bench_table(n_rows: int, n_test: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``X, y, X_test`` of one synthetic table (``ragged_datasets``: asked one row more, cut)."""
     X, y, _ = ragged_datasets(
         1, min_rows=n_rows + n_test + 1, max_rows=n_rows + n_test + 1, seed=seed
     )[0]
     return X[:n_rows], y[:n_rows], X[n_rows : n_rows + n_test]
+
+
+def estimator_factory(
+    model_path: str, n_estimators: int | str, seed: int
+) -> Callable[[], OTabPFNRegressor]:
+    """A new estimator of the bench for every call: the host patched in Full-O, float32, CPU."""
+
+    def make() -> OTabPFNRegressor:
+        return cpu_float32_estimator("regression", model_path, n_estimators=n_estimators, seed=seed)
+
+    return make
+
+
+def warm_up(make: Callable[[], OTabPFNRegressor], seed: int) -> None:
+    """One untimed round on a small table: thread pools, kernel tables, the load."""
+    X0, y0, Xt0 = bench_table(30, 5, seed)
+    make().fit(X0, y0, sample_weight=np.arange(1.0, 31.0)).predict(Xt0)
+    bootstrap_predict(make(), X0, y0, Xt0, n_replicates=2, random_state=seed)
 
 
 def _timed(
@@ -79,8 +115,15 @@ def _timed(
     seed: int,
     progress: Callable[[str], None] | None,
 ) -> dict[str, dict[str, Any]]:
-    """Interleaved rounds; per peer its seconds, faults, medians and ratio to ``baseline``."""
+    """Interleaved rounds in this process; per peer its seconds, faults, medians and ratio."""
     rounds = process_rounds(peers, repeats=repeats, rng=random.Random(seed), progress=progress)
+    return _summary(rounds, baseline, seed)
+
+
+def _summary(
+    rounds: dict[str, dict[str, list]], baseline: str, seed: int
+) -> dict[str, dict[str, Any]]:
+    """Per peer: its seconds and faults of each round, their medians, its ratio to ``baseline``."""
     return {
         name: {
             "median_s": float(np.median(got["s"])),
@@ -95,6 +138,34 @@ def _timed(
     }
 
 
+def bootstrap_peers(
+    make: Callable[[], OTabPFNRegressor],
+    X: np.ndarray,
+    y: np.ndarray,
+    X_test: np.ndarray,
+    counts_RN: np.ndarray,
+    seed: int,
+    last: dict[str, np.ndarray],
+) -> dict[str, Callable[[], None]]:
+    """The bootstrap's two peers over the same counts; each keeps its output in ``last``."""
+    rows_N = np.arange(len(X))
+
+    def refits() -> None:
+        # One estimator refitted R times: its patched host is kept between fits.
+        estimator, predictions = make(), []
+        for counts_N in counts_RN:
+            rows = np.repeat(rows_N, counts_N)
+            predictions.append(estimator.fit(X[rows], y[rows]).predict(X_test))
+        last["refits"] = np.stack(predictions)
+
+    def batched() -> None:
+        last["bootstrap_predict"] = bootstrap_predict(
+            make(), X, y, X_test, n_replicates=len(counts_RN), random_state=seed
+        )
+
+    return {"refits": refits, "bootstrap_predict": batched}
+
+
 def _bootstrap_case(
     make: Callable[[], OTabPFNRegressor],
     n_rows: int,
@@ -105,24 +176,10 @@ def _bootstrap_case(
     seed: int,
     progress: Callable[[str], None] | None,
 ) -> dict[str, Any]:
-    X, y, X_test = _table(n_rows, n_test, seed)
+    X, y, X_test = bench_table(n_rows, n_test, seed)
     counts_RN = bootstrap_counts(n_rows, replicates, seed)
     last: dict[str, np.ndarray] = {}
-
-    def refits() -> None:
-        # One estimator refitted R times: its patched host is kept between fits.
-        estimator, predictions = make(), []
-        for counts_N in counts_RN:
-            rows = np.repeat(np.arange(n_rows), counts_N)
-            predictions.append(estimator.fit(X[rows], y[rows]).predict(X_test))
-        last["refits"] = np.stack(predictions)
-
-    def batched() -> None:
-        last["bootstrap_predict"] = bootstrap_predict(
-            make(), X, y, X_test, n_replicates=replicates, random_state=seed
-        )
-
-    peers = {"refits": refits, "bootstrap_predict": batched}
+    peers = bootstrap_peers(make, X, y, X_test, counts_RN, seed, last)
     timed = _timed(peers, "refits", repeats=repeats, seed=seed, progress=progress)
     difference = float(np.max(np.abs(last["bootstrap_predict"] - last["refits"])))
     scale = max(1.0, float(np.max(np.abs(last["refits"]))))
@@ -141,6 +198,42 @@ def _bootstrap_case(
     }
 
 
+def _fresh_process_case(
+    arguments: dict[str, Any],
+    *,
+    repeats: int,
+    seed: int,
+    progress: Callable[[str], None] | None,
+) -> dict[str, Any]:
+    """The bootstrap's peers, each call in a fresh process of its own (:mod:`.weights_child`)."""
+    rng = random.Random(seed)
+    rounds: dict[str, dict[str, list]] = {p: {"s": [], "faults": []} for p in BOOTSTRAP_PEERS}
+    for r in range(repeats):
+        order = list(BOOTSTRAP_PEERS)
+        rng.shuffle(order)
+        for peer in order:
+            got = run_child(
+                "lab.benchmarks.weights_child",
+                {**arguments, "peer": peer},
+                timeout_s=CHILD_TIMEOUT_S,
+                what=f"bench --weights' process for {peer}",
+            )
+            rounds[peer]["s"].append(got["s"])
+            rounds[peer]["faults"].append(got["faults"])
+        if progress:
+            progress(
+                f"  process round {r + 1}/{repeats}: "
+                + ", ".join(f"{p} {rounds[p]['s'][-1]:.2f} s" for p in BOOTSTRAP_PEERS)
+            )
+    return {
+        "rows": arguments["rows"],
+        "test_rows": arguments["test_rows"],
+        "replicates": arguments["replicates"],
+        "peers": _summary(rounds, "refits", seed),
+        "target": TARGETS["bootstrap"],
+    }
+
+
 def _weighted_fit_case(
     make: Callable[[], OTabPFNRegressor],
     n_rows: int,
@@ -150,7 +243,7 @@ def _weighted_fit_case(
     seed: int,
     progress: Callable[[str], None] | None,
 ) -> dict[str, Any]:
-    X, y, X_test = _table(n_rows, n_test, seed)
+    X, y, X_test = bench_table(n_rows, n_test, seed)
     w_N = np.random.default_rng(seed).integers(1, 4, size=n_rows).astype(np.float64)
 
     def unweighted() -> None:
@@ -182,6 +275,7 @@ def bench_weights(
     n_estimators: int | str = "auto",
     threads: int | None = None,
     seed: int = 0,
+    fresh_processes: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Runs both parts and writes ``bench_weights.{json,md}`` to ``out_dir``.
@@ -197,6 +291,8 @@ def bench_weights(
         n_estimators: Ensemble size (``"auto"``: the checkpoint's).
         threads: torch threads (default: keep).
         seed: Seed of the data, the resamples, the weights and the round orders.
+        fresh_processes: Also time the bootstrap's peers with each call in a
+            fresh process of its own (module docstring).
         progress: Receives one line per case and round.
 
     Returns:
@@ -205,14 +301,9 @@ def bench_weights(
     if threads:
         torch.set_num_threads(threads)
     env_start = environment()
-
-    def make() -> OTabPFNRegressor:
-        return cpu_float32_estimator("regression", model_path, n_estimators=n_estimators, seed=seed)
-
-    # One untimed round on a small table first: thread pools, kernel tables, the load.
-    X0, y0, Xt0 = _table(30, 5, seed)
-    make().fit(X0, y0, sample_weight=np.arange(1.0, 31.0)).predict(Xt0)
-    bootstrap_predict(make(), X0, y0, Xt0, n_replicates=2, random_state=seed)
+    make = estimator_factory(model_path, n_estimators, seed)
+    warm_up(make, seed)
+    X0, y0, _ = bench_table(30, 5, seed)
     report: dict[str, Any] = {
         "model_path": model_path,
         "device": "cpu",
@@ -223,6 +314,7 @@ def bench_weights(
         "threads": torch.get_num_threads(),
         "clock": "time.process_time (CPU time of every thread of the process)",
         "bootstrap": [],
+        "bootstrap_fresh_processes": [],
         "weighted_fit": [],
     }
     for n in rows:
@@ -233,6 +325,21 @@ def bench_weights(
                 make, n, test_rows, replicates, repeats=repeats, seed=seed, progress=progress
             )
         )
+        if fresh_processes:
+            if progress:
+                progress(f"bootstrap, each call in a fresh process: {n} rows")
+            arguments = {
+                "rows": n,
+                "test_rows": test_rows,
+                "replicates": replicates,
+                "model_path": model_path,
+                "n_estimators": n_estimators,
+                "threads": torch.get_num_threads(),
+                "seed": seed,
+            }
+            report["bootstrap_fresh_processes"].append(
+                _fresh_process_case(arguments, repeats=repeats, seed=seed, progress=progress)
+            )
     for n in fit_rows:
         if progress:
             progress(f"weighted fit: {n} rows, {test_rows} test rows")
@@ -296,6 +403,21 @@ def render_weights_markdown(report: dict[str, Any]) -> str:
                 f"| {case['max_abs_diff_to_refits']:.3g} "
                 f"| {case['bound']:.3g} | {'yes' if case['within_bound'] else 'no'} |"
             )
+    if report.get("bootstrap_fresh_processes"):
+        lines += [
+            "",
+            "### The same, each call in a fresh process of its own",
+            "",
+            "Per round and peer one process: a warm-up on a small table, one untimed call "
+            "like the timed one, then the timed call; nothing else runs in it, so its page "
+            "faults are what that process's allocator makes of the call.",
+            "",
+            "| rows | test rows | R | peer | s | ratio to refits | page faults |",
+            "|---:|---:|---:|---|---:|---|---:|",
+        ]
+        lines += _peer_lines(
+            report["bootstrap_fresh_processes"], ("rows", "test_rows", "replicates"), "refits"
+        )
     lines += [
         "",
         "## Weighted fit + predict against the unweighted one (the same rows)",
@@ -305,14 +427,20 @@ def render_weights_markdown(report: dict[str, Any]) -> str:
         "| rows | test rows | weights | peer | s | ratio to unweighted | page faults |",
         "|---:|---:|---|---|---:|---|---:|",
     ]
-    for case in report["weighted_fit"]:
-        for name, row in case["peers"].items():
-            lines.append(
-                f"| {case['rows']} | {case['test_rows']} | {case['weights']} | {name} "
-                f"| {row['median_s']:.2f} | {_ratio(row, 'unweighted')} "
-                f"| {row['median_minor_faults']} |"
-            )
+    lines += _peer_lines(report["weighted_fit"], ("rows", "test_rows", "weights"), "unweighted")
     return "\n".join(lines) + "\n"
+
+
+def _peer_lines(cases: list[dict[str, Any]], columns: tuple[str, ...], baseline: str) -> list[str]:
+    """One table line per case and peer: the case's ``columns``, then the peer's figures."""
+    return [
+        "| "
+        + " | ".join(str(case[c]) for c in columns)
+        + f" | {name} | {row['median_s']:.2f} | {_ratio(row, baseline)} "
+        + f"| {row['median_minor_faults']} |"
+        for case in cases
+        for name, row in case["peers"].items()
+    ]
 
 
 def bench_weights_command(args: Any) -> int:
@@ -329,6 +457,7 @@ def bench_weights_command(args: Any) -> int:
         n_estimators=1 if args.quick else "auto",
         threads=args.threads,
         seed=args.seed,
+        fresh_processes=args.weights_fresh_processes,
         progress=lambda line: print(line, flush=True),
     )
     print(f"wrote {out}/bench_weights.json and bench_weights.md")

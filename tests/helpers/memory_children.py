@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from lab.benchmarks import memory
+from lab.benchmarks import child
 
 
 def zero_probe_children(monkeypatch: pytest.MonkeyPatch, seen_env: list[Any] | None = None) -> None:
@@ -36,4 +36,4 @@ def zero_probe_children(monkeypatch: pytest.MonkeyPatch, seen_env: list[Any] | N
         }
         return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps(line) + "\n", stderr="")
 
-    monkeypatch.setattr(memory.subprocess, "run", fake_run)
+    monkeypatch.setattr(child.subprocess, "run", fake_run)

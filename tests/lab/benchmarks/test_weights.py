@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from lab.benchmarks.command import _parser
-from lab.benchmarks.weights import TARGETS
+from lab.benchmarks.weights import TARGETS, _fresh_process_case
 from lab.cli import main
 
 
@@ -45,6 +46,46 @@ def test_quick_weights_bench_times_both_parts_and_compares_the_replicates(
     assert report["environment"]["start"]["allocator_env"]["MALLOC_TRIM_THRESHOLD_"] == "4294967296"
     assert "`MALLOC_TRIM_THRESHOLD_=4294967296`" in markdown
     assert report["provenance"]["benchmark"] == "lab.benchmarks.weights"
+    assert report["bootstrap_fresh_processes"] == []  # only when asked for (minutes more)
+    assert "fresh process" not in markdown
+
+
+def test_fresh_process_part_times_each_call_in_a_process_of_its_own(tiny_v3_path, tmp_path):
+    out = tmp_path / "bench_weights"
+    argv = ["bench", "--weights", "--quick", "--model", str(tiny_v3_path), "--out", str(out)]
+    assert main([*argv, "--threads", "1", "--weights-fresh-processes"]) == 0
+    report = json.loads((out / "bench_weights.json").read_text())
+    (fresh,) = report["bootstrap_fresh_processes"]
+    assert (fresh["rows"], fresh["replicates"], fresh["test_rows"]) == (40, 3, 8)
+    peers = fresh["peers"]
+    assert set(peers) == {"refits", "bootstrap_predict"}
+    assert peers["refits"]["ratio_to_refits"] is None
+    assert peers["bootstrap_predict"]["ratio_to_refits"]["ratio"] > 0
+    for row in peers.values():  # one process a round and peer
+        assert len(row["s"]) == len(row["minor_faults"]) == report["repeats"]
+        assert all(s > 0 for s in row["s"]) and all(f >= 0 for f in row["minor_faults"])
+    # The child's process ran only its own peer: its seconds are not the parent's.
+    in_process = report["bootstrap"][0]["peers"]["refits"]["s"]
+    assert peers["refits"]["s"] != in_process
+    assert "each call in a fresh process" in (out / "bench_weights.md").read_text()
+
+
+def test_a_failing_fresh_process_names_its_peer(tmp_path):
+    with pytest.raises(RuntimeError, match="process for refits failed"):
+        _fresh_process_case(
+            {
+                "rows": 10,
+                "test_rows": 2,
+                "replicates": 2,
+                "model_path": str(tmp_path / "none"),
+                "n_estimators": 1,
+                "threads": 1,
+                "seed": 0,
+            },
+            repeats=1,
+            seed=0,
+            progress=None,
+        )
 
 
 def test_bench_refuses_two_kinds_at_once(capsys):
