@@ -25,7 +25,7 @@ import numpy as np
 
 from lab.benchmarks.memory_probe import known_growth, reset_peak_rss, status_kib
 
-__all__ = ["paired_ratio", "process_rounds", "time_interleaved", "timed_with_peak"]
+__all__ = ["measured_here", "paired_ratio", "process_rounds", "time_interleaved", "timed_with_peak"]
 
 
 def time_interleaved(
@@ -139,12 +139,20 @@ def timed_with_peak(fn: Callable[[], Any]) -> tuple[float, int | None]:
     return seconds, known_growth(None if peak is None or before is None else (peak - before) * 1024)
 
 
+def measured_here(fn: Callable[[], Any]) -> tuple[float, int | None, int]:
+    """One call of ``fn`` in this process: CPU seconds, peak added memory, minor page faults."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    spent, peak = timed_with_peak(fn)
+    return spent, peak, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
 def process_rounds(
     peers: dict[str, Callable[[], Any]],
     *,
     repeats: int,
     rng: random.Random,
     progress: Callable[[str], None] | None = None,
+    measure: Callable[[Callable[[], Any]], tuple[float, int | None, int]] = measured_here,
 ) -> dict[str, dict[str, list]]:
     """Each peer called once a round, in a fresh random order each round.
 
@@ -153,11 +161,15 @@ def process_rounds(
         repeats: Rounds.
         rng: Draws the round orders.
         progress: Receives one line per round.
+        measure: Times one call of a peer: ``(seconds, peak added bytes or
+            None, minor page faults)``. By default the call runs here
+            (:func:`measured_here`); a peer that runs elsewhere (a fresh
+            process) reports its own figures through a ``measure`` that
+            returns them.
 
     Returns:
-        Per peer, one entry a round: ``"s"`` (CPU seconds and peak added
-        memory, :func:`timed_with_peak`), ``"peak"`` and ``"faults"`` (minor
-        page faults of the process during the call).
+        Per peer, one entry a round: ``"s"`` (CPU seconds), ``"peak"`` (peak
+        added memory) and ``"faults"`` (minor page faults during the call).
     """
     names = list(peers)
     rounds: dict[str, dict[str, list]] = {n: {"s": [], "peak": [], "faults": []} for n in names}
@@ -165,10 +177,7 @@ def process_rounds(
         order = names[:]
         rng.shuffle(order)
         for name in order:
-            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            spent, peak = timed_with_peak(peers[name])
-            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-            for key, value in (("s", spent), ("peak", peak), ("faults", faults)):
+            for key, value in zip(("s", "peak", "faults"), measure(peers[name]), strict=True):
                 rounds[name][key].append(value)
         if progress:
             progress(

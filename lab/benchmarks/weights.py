@@ -206,25 +206,29 @@ def _fresh_process_case(
     progress: Callable[[str], None] | None,
 ) -> dict[str, Any]:
     """The bootstrap's peers, each call in a fresh process of its own (:mod:`.weights_child`)."""
-    rng = random.Random(seed)
-    rounds: dict[str, dict[str, list]] = {p: {"s": [], "faults": []} for p in BOOTSTRAP_PEERS}
-    for r in range(repeats):
-        order = list(BOOTSTRAP_PEERS)
-        rng.shuffle(order)
-        for peer in order:
-            got = run_child(
+
+    def in_a_fresh_process(peer: str) -> Callable[[], dict[str, Any]]:
+        def call() -> dict[str, Any]:
+            return run_child(
                 "lab.benchmarks.weights_child",
                 {**arguments, "peer": peer},
                 timeout_s=CHILD_TIMEOUT_S,
                 what=f"bench --weights' process for {peer}",
             )
-            rounds[peer]["s"].append(got["s"])
-            rounds[peer]["faults"].append(got["faults"])
-        if progress:
-            progress(
-                f"  process round {r + 1}/{repeats}: "
-                + ", ".join(f"{p} {rounds[p]['s'][-1]:.2f} s" for p in BOOTSTRAP_PEERS)
-            )
+
+        return call
+
+    def as_reported(call: Callable[[], dict[str, Any]]) -> tuple[float, None, int]:
+        got = call()  # the child timed itself; this process's clock saw only the wait
+        return got["s"], None, got["faults"]
+
+    rounds = process_rounds(
+        {peer: in_a_fresh_process(peer) for peer in BOOTSTRAP_PEERS},
+        repeats=repeats,
+        rng=random.Random(seed),
+        progress=progress,
+        measure=as_reported,
+    )
     return {
         "rows": arguments["rows"],
         "test_rows": arguments["test_rows"],

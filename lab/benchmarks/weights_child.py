@@ -9,13 +9,12 @@ its CPU seconds and the minor page faults the process took during it.
 from __future__ import annotations
 
 import json
-import resource
 import sys
 from typing import Any
 
 import torch
 
-from lab.benchmarks.timing import timed_with_peak
+from lab.benchmarks.timing import measured_here
 from lab.benchmarks.weights import bench_table, bootstrap_peers, estimator_factory, warm_up
 from retrofit.leave_out.bootstrap import bootstrap_counts
 
@@ -46,9 +45,7 @@ def measure_one_call(
     counts_RN = bootstrap_counts(rows, replicates, seed)
     call = bootstrap_peers(make, X, y, X_test, counts_RN, seed, {})[peer]
     call()  # what one earlier call of its kind leaves in the allocator
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    spent, _ = timed_with_peak(call)
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    spent, _, faults = measured_here(call)
     return {"peer": peer, "s": spent, "faults": faults}
 
 

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from lab.benchmarks import weights
 from lab.benchmarks.command import _parser
 from lab.benchmarks.weights import TARGETS, _fresh_process_case
 from lab.cli import main
@@ -50,23 +51,42 @@ def test_quick_weights_bench_times_both_parts_and_compares_the_replicates(
     assert "fresh process" not in markdown
 
 
-def test_fresh_process_part_times_each_call_in_a_process_of_its_own(tiny_v3_path, tmp_path):
+def test_fresh_process_part_times_each_call_in_a_process_of_its_own(
+    tiny_v3_path, tmp_path, monkeypatch
+):
+    children: list[tuple[str, str]] = []
+    reported: dict[str, list[float]] = {"refits": [], "bootstrap_predict": []}
+    real_run_child = weights.run_child
+
+    def recorded(module, arguments, **kwargs):
+        children.append((module, arguments["peer"]))
+        got = real_run_child(module, arguments, **kwargs)
+        reported[arguments["peer"]].append(got["s"])
+        return got
+
+    monkeypatch.setattr(weights, "run_child", recorded)
     out = tmp_path / "bench_weights"
     argv = ["bench", "--weights", "--quick", "--model", str(tiny_v3_path), "--out", str(out)]
     assert main([*argv, "--threads", "1", "--weights-fresh-processes"]) == 0
     report = json.loads((out / "bench_weights.json").read_text())
+    # One child process per round and peer, and nothing else ran in it.
+    assert (
+        sorted(children)
+        == sorted(
+            ("lab.benchmarks.weights_child", peer) for peer in ("refits", "bootstrap_predict")
+        )
+        * report["repeats"]
+    )
     (fresh,) = report["bootstrap_fresh_processes"]
     assert (fresh["rows"], fresh["replicates"], fresh["test_rows"]) == (40, 3, 8)
     peers = fresh["peers"]
     assert set(peers) == {"refits", "bootstrap_predict"}
     assert peers["refits"]["ratio_to_refits"] is None
     assert peers["bootstrap_predict"]["ratio_to_refits"]["ratio"] > 0
-    for row in peers.values():  # one process a round and peer
-        assert len(row["s"]) == len(row["minor_faults"]) == report["repeats"]
+    for name, row in peers.items():  # the child's own clock and fault count, one a round
+        assert row["s"] == reported[name]  # not this process's clock, which only waited
+        assert len(row["minor_faults"]) == report["repeats"]
         assert all(s > 0 for s in row["s"]) and all(f >= 0 for f in row["minor_faults"])
-    # The child's process ran only its own peer: its seconds are not the parent's.
-    in_process = report["bootstrap"][0]["peers"]["refits"]["s"]
-    assert peers["refits"]["s"] != in_process
     assert "each call in a fresh process" in (out / "bench_weights.md").read_text()
 
 
